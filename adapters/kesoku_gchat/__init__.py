@@ -1,0 +1,1 @@
+"""The Google Chat adapter: Pub/Sub pull and Chat REST (a skeleton until the Google Chat issue lands)."""

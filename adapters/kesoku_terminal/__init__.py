@@ -1,0 +1,1 @@
+"""The terminal adapter behind ``kesoku chat`` (a skeleton until the chat issue lands)."""

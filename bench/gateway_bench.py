@@ -1,0 +1,132 @@
+"""Gateway benchmark: post throughput and latency with 3 listeners, next to raw apsw commits.
+
+Run: .venv/bin/python bench/gateway_bench.py [--posts N] [--rounds R]
+
+Prints medians over R rounds. Targets (issue 2): >= 25,000 posts/s with 3 listeners, p99 post <= 1 ms,
+messages from another process delivered within 200 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import apsw
+import trio
+from kesoku.gateway import Gateway, Listener
+from kesoku.model import Role, user_text
+from kesoku.store import Store
+
+from _util import median, pct, report
+
+POSTER = Path(__file__).resolve().parent.parent / "tests" / "data" / "poster.py"
+
+
+def raw_apsw_commits(path: Path, n: int) -> float:
+    """Single-row autocommit INSERTs into a table shaped like messages; returns commits/s."""
+    conn = apsw.Connection(str(path))
+    conn.set_busy_timeout(5000)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute(
+        "CREATE TABLE m (id INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT, role TEXT, kind TEXT, status TEXT,"
+        " sender TEXT, content TEXT, root_id INTEGER, parent_id INTEGER, ts REAL, root_ts REAL, metadata BLOB,"
+        " adapter TEXT, external_id TEXT)"
+    )
+    sql = "INSERT INTO m VALUES (NULL, ?, 'user', 'text', 'pending', 'User', ?, 0, NULL, ?, ?, '{}', 'bench', NULL)"
+    start = time.perf_counter()
+    for i in range(n):
+        now = time.time()
+        conn.execute(sql, ("s", f"message {i}", now, now))
+    elapsed = time.perf_counter() - start
+    conn.close()
+    return n / elapsed
+
+
+async def gateway_round(path: Path, n: int) -> tuple[float, list[float], int]:
+    """Post n messages with 3 listeners consuming; returns (posts/s, post latencies in s, max buffered)."""
+    gateway = Gateway(Store(path), path.parent / "sessions")
+    session = gateway.open_session("bench", "c")
+    done = trio.Event()
+    remaining = [3]
+
+    async def consume(listener: Listener) -> None:
+        count = 0
+        async for _ in listener:
+            count += 1
+            if count == n:
+                break
+        remaining[0] -= 1
+        if not remaining[0]:
+            done.set()
+
+    listeners_filters: list[dict[str, object]] = [{}, {"role": Role.USER}, {"session_id": session.id}]
+    latencies: list[float] = []
+    async with trio.open_nursery() as nursery:
+        listeners = [gateway.listen(**filters) for filters in listeners_filters]
+        for listener in listeners:
+            nursery.start_soon(consume, listener)
+        messages = [user_text(session.id, f"message {i}") for i in range(n)]
+        start = time.perf_counter()
+        for msg in messages:
+            t0 = time.perf_counter()
+            await gateway.post(msg)
+            latencies.append(time.perf_counter() - t0)
+        await done.wait()
+        elapsed = time.perf_counter() - start
+    biggest = max(listener.max_buffered for listener in listeners)
+    gateway.store.close()
+    return n / elapsed, latencies, biggest
+
+
+async def cross_process_latency(path: Path, n: int) -> list[float]:
+    """Another process posts n messages (1 ms apart); returns delivery delays in s (receive - ts)."""
+    gateway = Gateway(Store(path), path.parent / "sessions")
+    delays: list[float] = []
+
+    async def listen(listener: Listener) -> None:
+        async for msg in listener:
+            delays.append(time.time() - msg.ts)
+            if len(delays) == n:
+                return
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(listen, gateway.listen(adapter="proc"))
+        argv = [sys.executable, str(POSTER), str(path), str(path.parent / "sessions"), "x", str(n), "1"]
+        await trio.run_process(argv, stdout=subprocess.DEVNULL)
+    gateway.store.close()
+    return delays
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--posts", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    raw, rates, p50s, p99s, buffered = [], [], [], [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.rounds):
+            raw.append(raw_apsw_commits(Path(tmp) / f"raw{r}.db", args.posts))
+            rate, latencies, biggest = trio.run(gateway_round, Path(tmp) / f"gw{r}" / "k.db", args.posts)
+            rates.append(rate)
+            p50s.append(pct(latencies, 50))
+            p99s.append(pct(latencies, 99))
+            buffered.append(biggest)
+        delays = trio.run(cross_process_latency, Path(tmp) / "xp" / "k.db", 300)
+    print(f"gateway benchmark: {args.posts:,} posts x {args.rounds} rounds, medians (Python {sys.version.split()[0]})")
+    report("raw apsw single-row commits (WAL, synchronous=NORMAL)", median(raw), "commits/s")
+    report("gateway.post with 3 listeners receiving everything", median(rates), "posts/s", ">= 25,000")
+    report("  ratio to raw apsw commits", median(rates) / median(raw), "x")
+    report("gateway.post latency p50", median(p50s) * 1e6, "µs")
+    report("gateway.post latency p99", median(p99s) * 1e6, "µs", "<= 1,000 µs")
+    report("largest listener buffer seen", max(buffered), "messages")
+    report("another process's post -> listener, p50", pct(delays, 50) * 1e3, "ms")
+    report("another process's post -> listener, p99", pct(delays, 99) * 1e3, "ms", "<= 200 ms")
+
+
+if __name__ == "__main__":
+    main()

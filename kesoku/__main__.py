@@ -1,0 +1,5 @@
+"""``python -m kesoku`` runs the CLI."""
+
+from kesoku.cli import main
+
+main()

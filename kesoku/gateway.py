@@ -1,0 +1,326 @@
+"""The gateway: a durable pub/sub log of messages (DESIGN §5).
+
+``post()`` writes to SQLite first, then wakes listeners. ``listen()`` is an async iterator with a
+cursor (the last message id it yielded): it never misses a message, whether the listener was slow,
+restarted from a saved cursor, or the message was written by another process.
+
+How delivery stays both fast and lossless:
+
+- Fast path: a message posted in this process is handed straight to each matching listener's buffer.
+- Each buffer is bounded (``listener_buffer``). A listener that falls further behind drops its buffer and
+  becomes *stale*: it catches up by reading the store from its cursor, one bounded batch at a time. A slow
+  listener therefore costs at most one buffer of memory.
+- Ids come from SQLite's AUTOINCREMENT, so they only grow. When a freshly assigned id is not the
+  previous one plus one, some other connection wrote in between (or a duplicate insert consumed an id):
+  every listener turns stale and reads the store, which sees the other writer's rows in order.
+- A waiting listener wakes every ``poll_interval_s`` to check ``PRAGMA data_version``, which changes when
+  another connection commits; that is how messages from another process arrive without a post of ours.
+
+Everything here runs on the trio thread and never awaits between reading the store and updating a
+listener, so a post cannot slip between a listener's catch-up query and its switch back to the fast path.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import weakref
+from collections import deque
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import trio
+
+from kesoku.model import Message, Session, check_message
+from kesoku.store import MessageFilter, Store
+
+LISTENER_BUFFER = 1024
+"""Messages a listener may hold in memory before it falls back to reading the store."""
+POLL_INTERVAL_S = 0.05
+"""How often a waiting listener checks for commits by other processes (delivery within ~50 ms)."""
+
+
+class Gateway:
+    """Post messages durably and deliver them to listeners.
+
+    The gateway owns no task: posting and waking happen in the caller's task, and each listener does
+    its own catching up. Create one per process over one :class:`~kesoku.store.Store`.
+
+    Args:
+        store: The store; the gateway uses it from the trio thread only.
+        sessions_dir: The folder that holds session workspaces (``<sessions_dir>/<session_id>/``).
+        listener_buffer: The memory bound of each listener, in messages.
+        poll_interval_s: How often an idle listener looks for other processes' commits.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        sessions_dir: str | os.PathLike[str],
+        *,
+        listener_buffer: int = LISTENER_BUFFER,
+        poll_interval_s: float = POLL_INTERVAL_S,
+    ) -> None:
+        if listener_buffer < 1:
+            raise ValueError("listener_buffer must be at least 1")
+        self.store = store
+        self.sessions_dir = Path(sessions_dir)
+        self.listener_buffer = listener_buffer
+        self.poll_interval_s = poll_interval_s
+        # Weak: a listener dropped without being closed unregisters itself when it is collected.
+        self._listeners: weakref.WeakSet[Listener] = weakref.WeakSet()
+        self._last_id = store.last_message_id()
+        self._data_version = store.data_version()
+
+    # -- posting ----------------------------------------------------------------------------------
+
+    async def post(self, message: Message) -> Message:
+        """Persist a message, then wake the listeners it matches.
+
+        A message whose ``(adapter, external_id)`` is already stored is not written again: the stored
+        message is returned and no listener is woken.
+
+        Args:
+            message: A new message (``id == 0``) of an existing session.
+
+        Returns:
+            The stored message with its id, ``ts``, ``root_ts`` and ``root_id`` filled in.
+
+        Raises:
+            MessageError: The message breaks the role, kind or sender rules (nothing is written).
+            UnknownSessionError: Its session does not exist (nothing is written).
+
+        Cancellation:
+            If the caller is already cancelled, nothing is written and ``trio.Cancelled`` is raised.
+            Once the write starts the post completes and returns: it is never half done.
+        """
+        (stored,) = await self.post_many((message,))
+        return stored
+
+    async def post_many(self, messages: Sequence[Message]) -> list[Message]:
+        """Persist several messages in one transaction, then wake listeners once per message.
+
+        The runtime uses this to post all tool calls (or all tool results) of a model step together.
+
+        Args:
+            messages: New messages, in the order their ids should follow.
+
+        Returns:
+            The stored messages, in order (duplicates as already stored).
+
+        Raises:
+            MessageError: A message breaks the rules (nothing is written).
+            UnknownSessionError: A session does not exist (nothing is written).
+
+        Cancellation:
+            As :meth:`post`: all or nothing, never cancelled half way.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        for message in messages:
+            check_message(message)
+        results = self.store.insert_messages(messages)
+        for inserted in results:
+            if inserted.new:
+                self._deliver(inserted.message, inserted.adapter)
+        # Shielded: the rows are committed, so the caller must get them back rather than Cancelled.
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        return [inserted.message for inserted in results]
+
+    def _deliver(self, message: Message, adapter: str) -> None:
+        if message.id != self._last_id + 1:
+            # Another connection wrote the ids in between: only the store knows them, in order.
+            self._resync_all()
+        else:
+            for listener in self._listeners:
+                if listener.filter.matches(message, adapter):
+                    listener._offer(message)
+        self._last_id = max(self._last_id, message.id)
+
+    def _resync_all(self) -> None:
+        self._data_version = self.store.data_version()
+        self._last_id = max(self._last_id, self.store.last_message_id())
+        for listener in self._listeners:
+            listener._mark_stale()
+
+    def _check_other_writers(self) -> None:
+        """Resync every listener if another connection committed since we last looked."""
+        if self.store.data_version() != self._data_version:
+            self._resync_all()
+
+    # -- listening --------------------------------------------------------------------------------
+
+    def listen(self, *, after: int | None = None, **filters: Any) -> Listener:
+        """Iterate over messages as they are posted, from a cursor on.
+
+        Use it as ``async for msg in gateway.listen(role="user"):`` or, to unregister at a known point,
+        ``with gateway.listen(...) as messages:``. Save ``msg.id`` as the cursor of a listener that
+        must resume after a restart (:meth:`Store.set_cursor`).
+
+        Args:
+            after: Yield messages with an id greater than this; None starts after the newest message
+                now stored (only new messages); 0 replays the whole log.
+            **filters: session_id, role, kind, status, sender, adapter; each a string (or enum) or a
+                collection of them.
+
+        Returns:
+            The listener, an async iterator of :class:`~kesoku.model.Message` in id order.
+
+        Raises:
+            TypeError: An unknown filter.
+            ValueError: A filter value that matches nothing.
+        """
+        flt = MessageFilter.from_kwargs(filters)
+        cursor = self.store.last_message_id() if after is None else after
+        listener = Listener(self, flt, cursor)
+        self._listeners.add(listener)
+        return listener
+
+    # -- sessions ---------------------------------------------------------------------------------
+
+    def open_session(
+        self,
+        adapter: str,
+        channel_id: str,
+        *,
+        created_at: float | None = None,
+        title: str | None = None,
+        llm: str | None = None,
+    ) -> Session:
+        """Return the session of a platform thread or space, creating it and its workspace folder.
+
+        Args:
+            adapter: The adapter's chatbot id.
+            channel_id: The platform's thread or space id.
+            created_at: UNIX seconds of the first platform message; now when None.
+            title: A title, if known.
+            llm: A backend override.
+
+        Returns:
+            The session; its workspace folder exists.
+        """
+        session = self.store.create_session(
+            adapter, channel_id, workspace_root=self.sessions_dir, created_at=created_at, title=title, llm=llm
+        )
+        Path(session.workspace).mkdir(parents=True, exist_ok=True)
+        return session
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete a session: its messages, view states and workspace folder.
+
+        Args:
+            session_id: The session.
+
+        Returns:
+            True if it existed.
+
+        Cancellation:
+            The database rows go first, in one transaction; if cancelled while the folder is being
+            removed, the folder may remain, holding no messages.
+        """
+        session = self.store.delete_session(session_id)
+        if session is None:
+            await trio.lowlevel.checkpoint()
+            return False
+        # A workspace can hold many files: remove it off the event loop.
+        await trio.to_thread.run_sync(shutil.rmtree, session.workspace, True)
+        return True
+
+
+class Listener:
+    """One listener's cursor, filter and bounded buffer; an async iterator of messages.
+
+    Created by :meth:`Gateway.listen`. Iteration yields messages in id order, each exactly once.
+    """
+
+    def __init__(self, gateway: Gateway, flt: MessageFilter, cursor: int) -> None:
+        self.filter = flt
+        self.cursor = cursor
+        """The id of the last message yielded (or the starting point)."""
+        self.max_buffered = 0
+        """The most messages this listener has held in memory at once (a test and bench figure)."""
+        self.store_reads = 0
+        """How many times it read the store to catch up (the first read included)."""
+        self._gateway = gateway
+        self._buffer: deque[Message] = deque()
+        self._stale = True  # start by reading the store from the cursor
+        self._wakeup: trio.Event | None = None
+        self._closed = False
+
+    # Called by the gateway, on the trio thread, without awaiting.
+    def _offer(self, message: Message) -> None:
+        if not self._stale:
+            if len(self._buffer) >= self._gateway.listener_buffer:
+                self._mark_stale()
+                return
+            self._buffer.append(message)
+            self.max_buffered = max(self.max_buffered, len(self._buffer))
+        self._wake()
+
+    def _mark_stale(self) -> None:
+        self._stale = True
+        self._buffer.clear()  # everything in it is past the cursor and will be read again
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._wakeup is not None:
+            self._wakeup.set()
+            self._wakeup = None
+
+    def _catch_up(self) -> None:
+        limit = self._gateway.listener_buffer
+        self._stale = False
+        self._buffer.clear()
+        self.store_reads += 1
+        rows = self._gateway.store.messages_after(self.cursor, self.filter, limit=limit)
+        self._buffer.extend(rows)
+        self.max_buffered = max(self.max_buffered, len(self._buffer))
+        # A full batch means more may wait in the store: stay stale until it is drained.
+        self._stale = len(rows) == limit
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> Message:
+        """Return the next message after the cursor, waiting for one if needed.
+
+        Raises:
+            StopAsyncIteration: After :meth:`close`.
+
+        Cancellation:
+            Safe at any point: the cursor only moves when a message is returned.
+        """
+        await trio.lowlevel.checkpoint()
+        while not self._closed:
+            buffer = self._buffer
+            while buffer:
+                message = buffer.popleft()
+                if message.id > self.cursor:
+                    self.cursor = message.id
+                    return message
+            if self._stale:
+                self._catch_up()
+                continue
+            event = self._wakeup = trio.Event()
+            with trio.move_on_after(self._gateway.poll_interval_s) as scope:
+                await event.wait()
+            if scope.cancelled_caught:
+                self._wakeup = None
+                self._gateway._check_other_writers()
+        raise StopAsyncIteration
+
+    def close(self) -> None:
+        """Stop receiving messages: a waiting or later iteration ends (StopAsyncIteration)."""
+        self._closed = True
+        self._gateway._listeners.discard(self)
+        self._buffer.clear()
+        self._wake()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

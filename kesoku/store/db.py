@@ -1,0 +1,115 @@
+"""Opening the SQLite database and migrating it (apsw).
+
+Connection settings, in order: the busy timeout first (so even the first pragma waits for a
+concurrent writer instead of raising "database is locked"), then WAL, synchronous=NORMAL and foreign
+keys. WAL with synchronous=NORMAL keeps every committed transaction through a crash or ``kill -9`` of
+the process; only an operating-system crash or power loss can drop the last commits (SQLite docs,
+"Write-Ahead Logging" and "PRAGMA synchronous").
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from importlib import resources
+from pathlib import Path
+from typing import NamedTuple
+
+import apsw
+
+from kesoku.errors import StoreError
+
+BUSY_TIMEOUT_MS = 5_000
+"""How long a write waits for another connection's write lock before failing."""
+
+_MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+
+
+class Migration(NamedTuple):
+    """One schema/NNNN_name.sql file."""
+
+    version: int
+    name: str
+    sql: str
+
+
+def migrations() -> list[Migration]:
+    """Read the bundled migrations, ordered by version.
+
+    Returns:
+        The migrations from ``schema/`` (shipped as ``kesoku/_schema``).
+
+    Raises:
+        StoreError: When two files share a version or a version is skipped.
+    """
+    found: list[Migration] = []
+    for entry in resources.files("kesoku").joinpath("_schema").iterdir():
+        match = _MIGRATION_NAME.match(entry.name)
+        if match:
+            found.append(Migration(int(match.group(1)), entry.name, entry.read_text(encoding="utf-8")))
+    found.sort()
+    for expected, migration in enumerate(found, start=1):
+        if migration.version != expected:
+            raise StoreError(f"schema migrations are not numbered 1..n: found {migration.name}")
+    return found
+
+
+def open_connection(path: str | os.PathLike[str], *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> apsw.Connection:
+    """Open (creating if needed) and migrate the database at ``path``.
+
+    Args:
+        path: The database file; its folder is created. ``:memory:`` works for tests.
+        busy_timeout_ms: How long a statement waits for another connection's lock.
+
+    Returns:
+        A connection in WAL mode with foreign keys on, migrated to the newest schema.
+
+    Raises:
+        StoreError: The file is not a database, cannot be opened, or was written by a newer Kesoku.
+    """
+    where = str(path)
+    if where != ":memory:":
+        Path(where).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        conn = apsw.Connection(where)
+        conn.set_busy_timeout(busy_timeout_ms)
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        _migrate(conn, where)
+    except (apsw.NotADBError, apsw.CorruptError) as exc:
+        raise StoreError(f"{where}: not a Kesoku database ({exc})") from None
+    except apsw.CantOpenError as exc:
+        raise StoreError(f"{where}: cannot open the database ({exc})") from None
+    except (apsw.ReadOnlyError, apsw.PermissionsError) as exc:
+        raise StoreError(f"{where}: the database is not writable ({exc})") from None
+    return conn
+
+
+def schema_version(conn: apsw.Connection) -> int:
+    """Return the schema version recorded in ``PRAGMA user_version``."""
+    row = conn.execute("PRAGMA user_version").fetchone()
+    return int(row[0]) if row else 0
+
+
+def _migrate(conn: apsw.Connection, where: str) -> None:
+    steps = migrations()
+    newest = steps[-1].version if steps else 0
+    current = schema_version(conn)
+    if current > newest:
+        raise StoreError(
+            f"{where}: written by a newer Kesoku (schema version {current}; this one knows up to "
+            f"{newest}). Upgrade Kesoku, or point workspace.db_path at another file."
+        )
+    for step in steps[current:]:
+        # BEGIN IMMEDIATE takes the write lock first: two processes opening a new file at once
+        # serialize here, and the second re-reads the version instead of applying a step twice.
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if schema_version(conn) < step.version:
+                conn.execute(step.sql)
+                conn.execute(f"PRAGMA user_version = {step.version:d}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
