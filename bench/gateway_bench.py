@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import apsw
 import trio
@@ -64,7 +65,7 @@ async def gateway_round(path: Path, n: int) -> tuple[float, list[float], int]:
         if not remaining[0]:
             done.set()
 
-    listeners_filters: list[dict[str, object]] = [{}, {"role": Role.USER}, {"session_id": session.id}]
+    listeners_filters: list[dict[str, Any]] = [{}, {"role": Role.USER}, {"session_id": session.id}]
     latencies: list[float] = []
     async with trio.open_nursery() as nursery:
         listeners = [gateway.listen(**filters) for filters in listeners_filters]
