@@ -20,8 +20,10 @@ app = App(
 )
 
 config_app = App(name="config", help="Check kesoku.toml and print its JSON Schema.")
-config_app.command("kesoku.cli.config_cmd:check", name="check")
-config_app.command("kesoku.cli.config_cmd:schema", name="schema")
+config_app.command(
+    "kesoku.cli.config_cmd:check", name="check", help="Validate a kesoku.toml; exit 2 with one line naming the problem."
+)
+config_app.command("kesoku.cli.config_cmd:schema", name="schema", help="Print the JSON Schema of kesoku.toml.")
 app.command(config_app)
 
 
