@@ -211,6 +211,13 @@ def test_unreadable_file(tmp_path: Path) -> None:
         path.chmod(0o600)
 
 
+@pytest.mark.skipif(not Path("/proc/self/mem").exists(), reason="needs Linux /proc")
+def test_a_file_that_fails_to_read_is_one_line() -> None:
+    # Runs as root too (unlike the permission test): reading /proc/self/mem at offset 0 raises EIO.
+    path = Path("/proc/self/mem")
+    assert error_of(path) == f"{path}: cannot read: Input/output error"
+
+
 def test_kesoku_config_pointing_nowhere_is_an_error(tmp_path: Path) -> None:
     path = tmp_path / "typo.toml"
     with pytest.raises(ConfigError, match=r"typo\.toml: no such file"):
