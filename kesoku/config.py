@@ -60,6 +60,27 @@ class AgentConfig(_Section, frozen=True, kw_only=True):
     )
     max_steps_per_turn: Annotated[int, _doc("Model calls allowed in one turn before it stops.", gt=0)] = 50
     fallback: Annotated[tuple[Backend, ...], _doc("Backends tried in order if the chosen one fails.")] = ()
+    project_dir: Annotated[
+        str | None, _doc("Working folder; its AGENTS.md/CLAUDE.md join the system prompt. Unset: the session's.")
+    ] = None
+    worker_idle_s: Annotated[Seconds, _doc("An idle session worker is stopped after this long.")] = 600.0
+    max_retries: Annotated[
+        int, _doc("Retries of a model call after a rate limit, overload, 5xx or dropped connection.", ge=0)
+    ] = 4
+    retry_cap_s: Annotated[Seconds, _doc("Longest backoff between two retries (jittered, doubling).")] = 30.0
+    shutdown_grace_s: Annotated[Seconds, _doc("On SIGTERM, how long running tools may take to finish.")] = 180.0
+
+    def __post_init__(self) -> None:
+        for i, backend in enumerate(self.fallback):
+            if backend == "scripted":
+                # A replayed script answering for a failed real model would look like a working agent.
+                raise _invalid(f"fallback[{i}]", "'scripted' replays a scenario and is never a fallback; remove it")
+
+
+class ScriptedConfig(_Section, frozen=True, kw_only=True):
+    """The scripted backend: replays a YAML scenario of model steps (tests, demos, bug reports)."""
+
+    path: Annotated[str | None, _doc("Scenario file (YAML) replayed when a backend is 'scripted'.")] = None
 
 
 class GeminiConfig(_Section, frozen=True, kw_only=True):
@@ -228,6 +249,7 @@ class Config(_Section, frozen=True, kw_only=True):
     claude: ClaudeConfig = msgspec.field(default_factory=ClaudeConfig)
     openai: OpenAIConfig = msgspec.field(default_factory=OpenAIConfig)
     local: LocalConfig = msgspec.field(default_factory=LocalConfig)
+    scripted: ScriptedConfig = msgspec.field(default_factory=ScriptedConfig)
     discord: DiscordConfig = msgspec.field(default_factory=DiscordConfig)
     gchat: GChatConfig = msgspec.field(default_factory=GChatConfig)
     shell: ShellConfig = msgspec.field(default_factory=ShellConfig)
@@ -261,6 +283,8 @@ _PATH_KEYS: tuple[tuple[str, str], ...] = (
     *(("workspace", key) for key in ("db_path", "skills_dir", "sessions_dir")),
     ("local", "model_path"),
     ("gchat", "credentials_file"),
+    ("agent", "project_dir"),
+    ("scripted", "path"),
 )
 
 _OS_ERRORS: dict[type[OSError], str] = {
@@ -298,7 +322,8 @@ def load_config(path: str | os.PathLike[str] | None = None, *, env: Mapping[str,
             ``KESOKU_CONFIG``; ``os.environ`` when None. An empty variable counts as unset.
 
     Returns:
-        The Config, its file paths (workspace, local.model_path, gchat.credentials_file) absolute:
+        The Config, its file paths (workspace, agent.project_dir, local.model_path, scripted.path,
+        gchat.credentials_file) absolute:
         relative to the file's folder, or to the current directory when there is no file; ``~``
         expanded. Keys the file does not set are filled from the environment.
 
@@ -318,7 +343,19 @@ def load_config(path: str | os.PathLike[str] | None = None, *, env: Mapping[str,
         cfg = msgspec.convert(data, Config)
     except msgspec.ValidationError as exc:
         raise ConfigError(_explain(str(exc), data, os.fspath(file or "kesoku.toml"), text)) from None
+    _check_scripted(cfg, os.fspath(file or "kesoku.toml"), text)
     return _apply_env(_resolve_paths(cfg, base), data, env)
+
+
+def _check_scripted(cfg: Config, name: str, text: str) -> None:
+    """A backend set to 'scripted' needs the scenario it replays (checked at load, not at the first message)."""
+    chosen = [("agent.llm", cfg.agent.llm), ("gchat.llm", cfg.gchat.llm)]
+    chosen += [(f"discord.channels[{i}].llm", c.llm) for i, c in enumerate(cfg.discord.channels)]
+    for key, backend in chosen:
+        if backend == "scripted" and cfg.scripted.path is None:
+            line = next((n for n, ln in enumerate(text.splitlines(), 1) if ln.strip().startswith("llm")), None)
+            where = f"{name}:{line}" if line else name
+            raise ConfigError(f"{where}: scripted.path: required when {key} = 'scripted' (the scenario file to replay)")
 
 
 def set_config(cfg: Config) -> None:

@@ -2,7 +2,8 @@
 
 - The operator: :class:`ConfigError` (a bad kesoku.toml) and :class:`StoreError` (a database this
   code cannot use). The CLI prints their message as one line and exits 2; never a traceback.
-- The model and retry classes (``ToolError``, ``BackendError``) arrive with the runtime and backends.
+- The model: :class:`ToolError`, raised by a tool, becomes a ``failed`` tool result the model reads.
+- Retry: :class:`BackendError` from a model backend; ``retryable`` says whether the base retries it.
 """
 
 
@@ -24,3 +25,35 @@ class ConfigError(OperatorError):
 
 class StoreError(OperatorError):
     """The SQLite database cannot be used (newer than this code, corrupt, or unwritable)."""
+
+
+class ToolError(KesokuError):
+    """A tool could not do what the model asked; the message is shown to the model as the result."""
+
+
+class BackendError(KesokuError):
+    """A model call failed.
+
+    Args:
+        message: What went wrong, in one line (provider, status and the provider's message).
+        retryable: True for rate limits, overload, 5xx and dropped connections: the base retries them.
+        status: The HTTP status when there was one.
+        retry_after_s: The provider's ``retry-after`` hint, in seconds.
+        auth: True when credentials or permissions are wrong (401, 403): only the operator can fix it,
+            so it is never retried; a configured fallback backend is tried, and the switch is logged.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool = False,
+        status: int | None = None,
+        retry_after_s: float | None = None,
+        auth: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.retryable = retryable and not auth
+        self.status = status
+        self.retry_after_s = retry_after_s
+        self.auth = auth

@@ -26,7 +26,7 @@ import os
 import shutil
 import weakref
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -73,6 +73,7 @@ class Gateway:
         self._listeners: weakref.WeakSet[Listener] = weakref.WeakSet()
         self._last_id = store.last_message_id()
         self._data_version = store.data_version()
+        self._stop_handler: Callable[..., bool] | None = None
 
     # -- posting ----------------------------------------------------------------------------------
 
@@ -226,6 +227,29 @@ class Gateway:
         # A workspace can hold many files: remove it off the event loop.
         await trio.to_thread.run_sync(shutil.rmtree, session.workspace, True)
         return True
+
+    # -- turn control ---------------------------------------------------------------------------
+
+    def set_stop_handler(self, handler: Callable[..., bool] | None) -> None:
+        """Register the runtime that can stop turns (the dispatcher does this while it serves)."""
+        self._stop_handler = handler
+
+    def stop(self, session_id: str, *, force: bool = False) -> bool:
+        """Stop the running turn of a session; any adapter may call this (a stop button, /stop, Ctrl-C).
+
+        The model stream is cut and the turn ends without pivoting to another message; a running tool
+        finishes (or hits its timeout). A second stop, or ``force=True``, kills running tools: their
+        results say ``killed``.
+
+        Args:
+            session_id: The session.
+            force: Kill running tools now.
+
+        Returns:
+            False when no turn of that session runs in this process.
+        """
+        handler = self._stop_handler
+        return handler(session_id, force=force) if handler is not None else False
 
 
 class Listener:

@@ -111,6 +111,8 @@ class Metadata(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     Attributes:
         tool_name: The tool of a tool_call or tool_result.
         tool_arguments: The arguments of a tool_call, as the model sent them.
+        call_id: The provider's id of a tool call (Claude ``tool_use.id``, OpenAI ``tool_calls[].id``,
+            Gemini ``function_call.id``), sent back with its result; empty when the provider gave none.
         thought_signature: Gemini's opaque signature on a function-call part, sent back exactly as
             received (Gemini API, "Thought signatures").
         attachments: Files that came with a user message.
@@ -121,6 +123,7 @@ class Metadata(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
     tool_name: str | None = None
     tool_arguments: dict[str, Any] | None = None
+    call_id: str | None = None
     thought_signature: bytes | None = None
     attachments: tuple[Attachment, ...] = ()
     usage: Usage | None = None

@@ -324,6 +324,28 @@ class Store:
         )
         return [_row_to_message(r) for r in rows]
 
+    def open_user_messages(self, *, up_to: int) -> list[Message]:
+        """Return the user messages still pending or processing with id <= ``up_to``, in id order.
+
+        The runtime calls this once at start (crash recovery): a full scan, kept off the write path
+        because an index on status would cost every post a second b-tree write.
+        """
+        rows = self._conn.execute(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages"
+            " WHERE role = 'user' AND status IN ('pending', 'processing') AND id <= ? ORDER BY id",
+            (up_to,),
+        )
+        return [_row_to_message(r) for r in rows]
+
+    def count_turns(self, session_id: str) -> int:
+        """Return how many user messages of a session were processed (done, interrupted or failed)."""
+        row = self._conn.execute(
+            "SELECT count(*) FROM messages WHERE session_id = ? AND role = 'user'"
+            " AND status IN ('done', 'interrupted', 'failed')",
+            (session_id,),
+        ).fetchone()
+        return int(row[0]) if row else 0
+
     def set_status(self, message_ids: Iterable[int], status: Status) -> None:
         """Set the status of messages, in one transaction."""
         with self._conn:

@@ -1,0 +1,126 @@
+"""The dispatcher: user messages → one SessionWorker per session, in the dispatcher's nursery (DESIGN §3).
+
+At start it recovers what a crash left: user messages still ``pending`` or ``processing`` go to their
+session's worker (a turn left ``processing`` resumes; its tool calls without results are answered
+``lost`` first). Then it follows ``gateway.listen(role="user")``. Message status in the store is the
+durable state, so the dispatcher needs no cursor of its own: the listener is opened before the recovery
+scan, and a message seen by both is queued once.
+
+A worker that raises is a bug: its turn is marked failed, the user is told, the process keeps running,
+and messages that were waiting for that worker get a fresh one.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import trio
+
+from kesoku.events import TurnEnded
+from kesoku.metrics import TurnMetrics, TurnState
+from kesoku.model import Kind, Role, Status, in_turn
+from kesoku.worker import SessionWorker
+
+if TYPE_CHECKING:
+    from kesoku.model import Message
+    from kesoku.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+
+class Dispatcher:
+    """Owns the session workers.
+
+    Args:
+        rt: The runtime.
+
+    Attributes:
+        workers: The live workers, by session id.
+        crashes: How many workers raised (each one a bug, logged with its traceback).
+    """
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.workers: dict[str, SessionWorker] = {}
+        self.crashes = 0
+        self._nursery: trio.Nursery | None = None
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Recover, then dispatch user messages until cancelled.
+
+        Cancellation:
+            Cancelling stops every worker; turns in progress stay ``processing`` and resume at the next
+            start (a running tool batch finishes first: it is shielded).
+        """
+        gateway = self.rt.gateway
+        with gateway.listen(role=Role.USER) as listener:
+            recovered = gateway.store.open_user_messages(up_to=listener.cursor)
+            if recovered:
+                log.info("recovering %d open user message(s)", len(recovered))
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                for message in recovered:
+                    self.submit(message)
+                gateway.set_stop_handler(self.stop)
+                try:
+                    task_status.started()
+                    async for message in listener:
+                        if message.status is Status.PENDING:
+                            self.submit(message)
+                finally:
+                    gateway.set_stop_handler(None)
+                    self._nursery = None
+
+    def submit(self, message: Message) -> None:
+        """Queue a user message on its session's worker, starting the worker if needed."""
+        assert self._nursery is not None, "submit() needs a running dispatcher"
+        worker = self.workers.get(message.session_id)
+        if worker is None:
+            session = self.rt.gateway.store.get_session(message.session_id)
+            if session is None:
+                return  # deleted since the message was posted
+            worker = self.workers[session.id] = SessionWorker(self.rt, session)
+            self._nursery.start_soon(self._run_worker, worker, name=f"worker {session.id}")
+        worker.submit(message)
+
+    def stop(self, session_id: str, *, force: bool = False) -> bool:
+        """Stop the running turn of a session (see :meth:`SessionWorker.stop`); False if none runs."""
+        worker = self.workers.get(session_id)
+        return worker.stop(force=force) if worker is not None else False
+
+    async def _run_worker(self, worker: SessionWorker) -> None:
+        try:
+            await worker.serve()
+        except Exception as exc:
+            self.crashes += 1
+            log.exception("session worker %s crashed", worker.session.id)
+            worker.turn = None
+            await self._report_crash(worker.current_roots, exc)
+        finally:
+            if self.workers.get(worker.session.id) is worker:
+                del self.workers[worker.session.id]
+        # Messages that arrived for the crashed worker still deserve an answer: give them a new one.
+        for message in worker.pending.values():
+            self.submit(message)
+
+    async def _report_crash(self, roots: list[Message], exc: Exception) -> None:
+        if not roots:
+            return
+        store = self.rt.gateway.store
+        store.set_status((r.id for r in roots), Status.FAILED)
+        root = roots[-1]
+        text = f"⚠ Kesoku hit an internal error and gave up on this turn ({type(exc).__name__}: {exc})."
+        await self.rt.gateway.post(in_turn(root, Role.SYSTEM, Kind.TEXT, text))
+        metrics = TurnMetrics(
+            session_id=root.session_id,
+            root_id=root.id,
+            state=TurnState.FAILED,
+            session_turns=store.count_turns(root.session_id),
+            context_tokens=0,
+            tool_calls=0,
+            turn_tokens=0,
+            model_calls=0,
+            turn_s=0.0,
+        )
+        self.rt.hub.publish(TurnEnded(root.session_id, metrics))

@@ -1,0 +1,233 @@
+"""The backend template: history → turns → native input → call → parse, with retries (DESIGN §7).
+
+A backend subclasses :class:`BaseLLM` and implements three steps:
+
+- ``_build_native_input(request)``: the IR request as the provider's request body or SDK arguments;
+- ``_call(native)``: an async iterator of the provider's raw stream items (chunks, SSE events);
+- ``_parse(raw)``: the :data:`LLMEvent` values in one raw item.
+
+The base owns everything around them: building the request from history (with the transcript repair
+and check), loading attachments off the event loop, retries of retryable failures with jittered
+backoff honouring ``retry-after``, a stall timeout between stream items, and error mapping through
+``_map_error``. Provider SDKs must have their own retries off (``max_retries=0``) so a failure is not
+retried twice over (../shared/STACK.md, "SDK behaviour").
+"""
+
+from __future__ import annotations
+
+import random
+from abc import ABC, abstractmethod
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import msgspec
+import trio
+
+from kesoku.errors import BackendError
+from kesoku.llm.ir import (
+    DocumentBlock,
+    ImageBlock,
+    LLMEvent,
+    LLMRequest,
+    LLMResponse,
+    LLMTurn,
+    ResponseBuilder,
+    ToolSpec,
+)
+from kesoku.model import Message
+from kesoku.transcript import TranscriptError, TurnChecker, to_turns
+
+MAX_RETRIES = 4
+"""Retries of a retryable failure before the error reaches the turn (``agent.max_retries``)."""
+BACKOFF_BASE_S = 1.0
+"""First backoff delay; it doubles per attempt, with full jitter."""
+BACKOFF_CAP_S = 30.0
+"""Default longest backoff delay (``agent.retry_cap_s``); a longer ``retry-after`` is honoured up to
+:data:`RETRY_AFTER_CAP_S`."""
+RETRY_AFTER_CAP_S = 120.0
+"""Longest wait for a provider's ``retry-after``; beyond it the call fails instead."""
+STALL_TIMEOUT_S = 120.0
+"""Longest silence between two stream items before the call counts as dropped (retryable)."""
+
+
+class BaseLLM(ABC):
+    """A model backend.
+
+    Args:
+        model: The provider's model id.
+        max_retries: Retries of a retryable failure (rate limit, overload, 5xx, dropped connection).
+        stall_timeout_s: Longest wait for the next stream item.
+        backoff_cap_s: Longest backoff delay between retries (``agent.retry_cap_s``).
+
+    Attributes:
+        provider: The backend name (``gemini``, ``claude``, ``openai``, ``local``, ``scripted``).
+        calls: Model calls attempted (retries included).
+    """
+
+    provider: ClassVar[str] = "base"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        max_retries: int = MAX_RETRIES,
+        stall_timeout_s: float = STALL_TIMEOUT_S,
+        backoff_cap_s: float = BACKOFF_CAP_S,
+    ) -> None:
+        self.model = model
+        self.max_retries = max_retries
+        self.stall_timeout_s = stall_timeout_s
+        self.backoff_cap_s = backoff_cap_s
+        self.calls = 0
+
+    # -- the template ----------------------------------------------------------------------------
+
+    def history_to_turns(self, history: Sequence[Message]) -> list[LLMTurn]:
+        """Translate stored messages to IR turns (repaired to satisfy the transcript invariant)."""
+        return to_turns(history)
+
+    async def build_request(
+        self, history: Sequence[Message], *, system: str, tools: Sequence[ToolSpec] = ()
+    ) -> LLMRequest:
+        """Build the request a model call is given from stored history (see :meth:`request_from_turns`)."""
+        return await self.request_from_turns(self.history_to_turns(history), system=system, tools=tools)
+
+    async def request_from_turns(
+        self,
+        turns: Sequence[LLMTurn],
+        *,
+        system: str,
+        tools: Sequence[ToolSpec] = (),
+        checker: TurnChecker | None = None,
+    ) -> LLMRequest:
+        """Build a request from IR turns, checking the transcript invariant.
+
+        Attachments are read in a worker thread so a large file never blocks the event loop.
+
+        Args:
+            turns: The request turns.
+            system: The system prompt.
+            tools: The tools offered.
+            checker: A session's checker, which re-checks only the turns that changed since its
+                last request (the result is the same as a full check).
+
+        Raises:
+            TranscriptError: The turns break the invariant (a bug in Kesoku).
+            OSError: An attachment cannot be read.
+        """
+        checker = checker if checker is not None else TurnChecker()
+        problems = checker.check(turns)
+        if problems:
+            raise TranscriptError("; ".join(problems))
+        if checker.attachments:
+            turns = await trio.to_thread.run_sync(_load_attachments, list(turns))
+        return LLMRequest(system=system, turns=tuple(turns), tools=tuple(tools))
+
+    async def stream(self, request: LLMRequest) -> AsyncGenerator[LLMEvent, None]:
+        """Stream one model step.
+
+        Args:
+            request: From :meth:`build_request` or :meth:`request_from_turns`.
+
+        Yields:
+            Text and thought deltas, complete tool calls, usage.
+
+        Raises:
+            BackendError: The call failed and was not retried (not retryable, the retries ran out, or
+                the stream had already yielded events: a retry would repeat them).
+
+        Cancellation:
+            Cancelling the consumer closes the provider stream; use ``contextlib.aclosing``.
+        """
+        native = self._build_native_input(request)
+        attempt = 0
+        while True:
+            attempt += 1
+            self.calls += 1
+            started = False
+            try:
+                raw_items = self._call(native)
+                try:
+                    while True:
+                        with trio.fail_after(self.stall_timeout_s):
+                            try:
+                                raw = await anext(raw_items)
+                            except StopAsyncIteration:
+                                break
+                        for event in self._parse(raw):
+                            started = True
+                            yield event
+                finally:
+                    aclose = getattr(raw_items, "aclose", None)
+                    if aclose is not None:
+                        with trio.CancelScope(shield=True):  # closing is quick and must release the HTTP stream
+                            await aclose()
+                return
+            except trio.TooSlowError:
+                error = BackendError(
+                    f"{self.provider}: no data for {self.stall_timeout_s:g} s (stream stalled)", retryable=True
+                )
+            except BackendError as exc:
+                error = exc
+            except Exception as exc:  # each backend maps its SDK's errors
+                error = self._map_error(exc)
+            if started or not error.retryable or attempt > self.max_retries:
+                raise error
+            await trio.sleep(self._backoff_s(attempt, error))
+
+    async def generate(self, request: LLMRequest) -> LLMResponse:
+        """Run one model step to the end and return it assembled (no streaming)."""
+        builder = ResponseBuilder()
+        async for event in self.stream(request):
+            builder.add(event)
+        return builder.build()
+
+    async def aclose(self) -> None:
+        """Release what the backend holds (HTTP clients, caches); the runtime calls it at shutdown."""
+        await trio.lowlevel.checkpoint()
+
+    def _backoff_s(self, attempt: int, error: BackendError) -> float:
+        delay = random.uniform(0, min(self.backoff_cap_s, BACKOFF_BASE_S * 2 ** (attempt - 1)))
+        if error.retry_after_s is not None:
+            if error.retry_after_s > RETRY_AFTER_CAP_S:
+                raise error
+            delay = max(delay, error.retry_after_s)
+        return delay
+
+    def _map_error(self, exc: Exception) -> BackendError:
+        """Map a provider SDK exception to a :class:`BackendError`; backends override it.
+
+        The default treats connection errors as retryable and anything else as not.
+        """
+        retryable = isinstance(exc, ConnectionError | TimeoutError)
+        return BackendError(f"{self.provider}: {type(exc).__name__}: {exc}", retryable=retryable)
+
+    @abstractmethod
+    def _build_native_input(self, request: LLMRequest) -> Any:
+        """Translate the IR request to the provider's request."""
+
+    @abstractmethod
+    def _call(self, native: Any) -> AsyncIterator[Any]:
+        """Start the call; return an async iterator of raw stream items."""
+
+    @abstractmethod
+    def _parse(self, raw: Any) -> Iterable[LLMEvent]:
+        """Return the events in one raw stream item."""
+
+
+def _load_attachments(turns: Sequence[LLMTurn]) -> list[LLMTurn]:
+    """Read attachment bytes (in a worker thread)."""
+    loaded: list[LLMTurn] = []
+    for turn in turns:
+        blocks = tuple(
+            msgspec.structs.replace(b, data=Path(b.path).read_bytes())
+            if isinstance(b, ImageBlock | DocumentBlock) and not b.data
+            else b
+            for b in turn.blocks
+        )
+        loaded.append(LLMTurn(turn.role, blocks))
+    return loaded
+
+
+__all__ = ["BackendError", "BaseLLM", "TranscriptError"]

@@ -1,0 +1,93 @@
+"""Pick and build the model backend a config names (DESIGN §7).
+
+Provider modules (and their SDKs) are imported inside :func:`create_llm`, so a daemon pays only for
+the backend it uses. With ``agent.llm`` unset the backend follows the credentials present (Gemini,
+then Claude, then an OpenAI-compatible server), and the offline ``local`` model when there are none.
+``agent.fallback`` wraps the choice in a :class:`~kesoku.llm.fallback.FallbackLLM`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from typing import TYPE_CHECKING, get_args
+
+from kesoku.config import Backend
+from kesoku.errors import ConfigError, OperatorError
+
+if TYPE_CHECKING:
+    from kesoku.config import Config
+    from kesoku.llm.base import BaseLLM
+
+log = logging.getLogger(__name__)
+
+_CLASSES: dict[str, tuple[str, str]] = {
+    "claude": ("kesoku.llm.claude", "ClaudeLLM"),
+    "gemini": ("kesoku.llm.gemini", "GeminiLLM"),
+    "openai": ("kesoku.llm.openai", "OpenAILLM"),
+    "local": ("kesoku.llm.local", "LocalLLM"),
+}
+"""Where each provider backend lives; imported only when chosen."""
+
+
+def default_backend(config: Config) -> tuple[str, str]:
+    """The backend used when ``agent.llm`` is unset, and why (for the one-line notice).
+
+    Returns:
+        ``(name, reason)``.
+    """
+    if config.gemini.api_key or (config.gemini.auth_mode == "vertex" and config.gemini.project_id):
+        return "gemini", "a Gemini API key (or Vertex AI project) is configured"
+    claude = config.claude
+    if claude.api_key or (claude.resolved_auth_mode == "vertex" and claude.project_id):
+        return "claude", "an Anthropic API key (or Vertex AI project) is configured"
+    if config.openai.api_key or config.openai.base_url:
+        return "openai", "an OpenAI key or base_url is configured"
+    return "local", "no API key is configured, so the offline local model answers"
+
+
+def create_llm(name: str | None, config: Config) -> BaseLLM:
+    """Build the backend ``name`` (else ``agent.llm``, else the default) with the configured fallbacks.
+
+    Args:
+        name: A backend name (``kesoku chat --llm``, a session's or channel's override); None:
+            ``agent.llm``, and when that is unset too, :func:`default_backend` (logged once, INFO).
+        config: The loaded config; file paths in it are already absolute.
+
+    Returns:
+        The backend, ready to stream; a FallbackLLM when ``agent.fallback`` names others.
+
+    Raises:
+        ConfigError: The scripted backend has no ``scripted.path``, or its scenario file is invalid.
+        OperatorError: The name is unknown, or a backend cannot be built (a missing extra or key);
+            the message is one line naming the config key to fix.
+    """
+    chosen = name or config.agent.llm
+    if chosen is None:
+        chosen, reason = default_backend(config)
+        log.info("agent.llm is not set: using %s (%s)", chosen, reason)
+    primary = _build(chosen, config)
+    fallbacks = [b for b in config.agent.fallback if b != chosen]
+    if not fallbacks:
+        return primary
+    from kesoku.llm.fallback import FallbackLLM
+
+    return FallbackLLM([primary, *(_build(b, config) for b in fallbacks)])
+
+
+def _build(name: str, config: Config) -> BaseLLM:
+    if name == "scripted":
+        if config.scripted.path is None:
+            raise ConfigError("scripted.path: not set; the 'scripted' backend replays the scenario file it names")
+        from kesoku.llm.scripted import ScriptedLLM
+
+        llm: BaseLLM = ScriptedLLM.from_yaml(config.scripted.path)
+    elif name in _CLASSES:
+        module_name, class_name = _CLASSES[name]
+        cls = getattr(importlib.import_module(module_name), class_name)
+        llm = cls.from_config(config)
+    else:
+        raise OperatorError(f"agent.llm: unknown backend {name!r} (known: {', '.join(get_args(Backend))})")
+    llm.max_retries = config.agent.max_retries
+    llm.backoff_cap_s = config.agent.retry_cap_s
+    return llm

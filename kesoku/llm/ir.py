@@ -1,0 +1,199 @@
+"""The provider-neutral intermediate representation (IR) every backend translates from.
+
+A request is a system prompt, a list of :class:`LLMTurn` (user and assistant, strictly alternating) and
+the tool specs. Backends map it to their wire format (``_build_native_input``) and their stream back to
+:data:`LLMEvent` values (``_parse``). See ../shared/seeds/004 ("Intermediate Representation").
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from kesoku.model import Outcome, Usage
+
+
+class TextBlock(msgspec.Struct, frozen=True, tag="text"):
+    """Plain text from the user or the model."""
+
+    text: str
+
+
+class ThoughtBlock(msgspec.Struct, frozen=True, tag="thought"):
+    """The model's visible reasoning; ``signature`` is the provider's opaque token, sent back as received."""
+
+    text: str
+    signature: bytes | None = None
+
+
+class ImageBlock(msgspec.Struct, frozen=True, tag="image"):
+    """An image attachment. ``data`` is loaded (off the event loop) just before the request is built."""
+
+    path: str
+    mime_type: str
+    data: bytes = b""
+
+
+class DocumentBlock(msgspec.Struct, frozen=True, tag="document"):
+    """A non-image attachment (PDF, text); ``data`` as for :class:`ImageBlock`."""
+
+    path: str
+    mime_type: str
+    filename: str = ""
+    data: bytes = b""
+
+
+class ToolCallBlock(msgspec.Struct, frozen=True, tag="tool_call"):
+    """A request of the model to run a tool.
+
+    Attributes:
+        id: The provider's call id (Claude ``tool_use.id``, OpenAI ``tool_calls[].id``); for a call
+            read back from the store without one, ``call_<message id>``.
+        name: The tool's name.
+        arguments: The arguments, decoded from the model's JSON.
+        signature: Gemini's thought signature on this function-call part (Gemini API, "Thought
+            signatures": it must be returned on the same part).
+    """
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+    signature: bytes | None = None
+
+
+class ToolResultBlock(msgspec.Struct, frozen=True, tag="tool_result"):
+    """The result of one tool call; ``call_id`` is its :attr:`ToolCallBlock.id`."""
+
+    call_id: str
+    name: str
+    content: str
+    outcome: Outcome = Outcome.COMPLETED
+
+    @property
+    def is_error(self) -> bool:
+        """True unless the tool completed."""
+        return self.outcome is not Outcome.COMPLETED
+
+
+LLMBlock = TextBlock | ThoughtBlock | ImageBlock | DocumentBlock | ToolCallBlock | ToolResultBlock
+
+
+class LLMTurn(msgspec.Struct, frozen=True):
+    """One side's turn: a role and its blocks, in order."""
+
+    role: Literal["user", "assistant"]
+    blocks: tuple[LLMBlock, ...]
+
+
+class ToolSpec(msgspec.Struct, frozen=True):
+    """A tool as the model sees it.
+
+    Attributes:
+        name: The tool's name.
+        description: What it does and when to use it.
+        parameters: A JSON Schema object for its arguments.
+    """
+
+    name: str
+    description: str
+    parameters: dict[str, Any] = msgspec.field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
+class LLMRequest(msgspec.Struct, frozen=True):
+    """Everything one model call is given: exactly what the turn log records as sent."""
+
+    system: str
+    turns: tuple[LLMTurn, ...]
+    tools: tuple[ToolSpec, ...] = ()
+
+
+# -- streaming events -------------------------------------------------------------------------------
+
+
+class TextDelta(msgspec.Struct, frozen=True, tag="text_delta"):
+    """A chunk of visible answer text."""
+
+    text: str
+
+
+class ThoughtDelta(msgspec.Struct, frozen=True, tag="thought_delta"):
+    """A chunk of reasoning text, or (with empty text) a signature that closes a thought."""
+
+    text: str
+    signature: bytes | None = None
+
+
+class ToolCallEvent(msgspec.Struct, frozen=True, tag="tool_call"):
+    """A complete tool call (backends assemble streamed argument fragments before emitting it)."""
+
+    call: ToolCallBlock
+
+
+class UsageEvent(msgspec.Struct, frozen=True, tag="usage"):
+    """Token counts of the call so far; a later event replaces an earlier one."""
+
+    usage: Usage
+
+
+LLMEvent = TextDelta | ThoughtDelta | ToolCallEvent | UsageEvent
+
+
+class LLMResponse(msgspec.Struct, frozen=True, kw_only=True):
+    """A whole model step, assembled from its events.
+
+    Attributes:
+        text: The visible answer text.
+        thoughts: The reasoning text.
+        thought_signature: The last signature of a thought (Gemini, Claude thinking).
+        tool_calls: The tool calls, in the order the model made them.
+        usage: Token counts.
+    """
+
+    text: str = ""
+    thoughts: str = ""
+    thought_signature: bytes | None = None
+    tool_calls: tuple[ToolCallBlock, ...] = ()
+    usage: Usage = msgspec.field(default_factory=Usage)
+
+
+class ResponseBuilder:
+    """Accumulates a stream's events; :meth:`build` gives the response so far (also after a cut)."""
+
+    def __init__(self) -> None:
+        self._text: list[str] = []
+        self._thoughts: list[str] = []
+        self._signature: bytes | None = None
+        self._calls: list[ToolCallBlock] = []
+        self._usage = Usage()
+        self.events = 0
+        """How many events were added."""
+
+    def add(self, event: LLMEvent) -> None:
+        """Fold one event in."""
+        self.events += 1
+        if isinstance(event, TextDelta):
+            self._text.append(event.text)
+        elif isinstance(event, ThoughtDelta):
+            self._thoughts.append(event.text)
+            if event.signature is not None:
+                self._signature = event.signature
+        elif isinstance(event, ToolCallEvent):
+            self._calls.append(event.call)
+        else:
+            self._usage = event.usage
+
+    def build(self) -> LLMResponse:
+        """Return the response assembled so far."""
+        return LLMResponse(
+            text="".join(self._text),
+            thoughts="".join(self._thoughts),
+            thought_signature=self._signature,
+            tool_calls=tuple(self._calls),
+            usage=self._usage,
+        )
+
+
+def estimate_tokens(text: str) -> int:
+    """A provider-free token estimate: about four characters per token for English and code."""
+    return (len(text) + 3) // 4

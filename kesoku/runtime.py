@@ -1,0 +1,153 @@
+"""The runtime: what turns need (gateway, backends, tools, settings) and the task tree that runs them.
+
+``Runtime.serve`` opens the nursery of DESIGN §3 below the root: the turn-log writer and the
+dispatcher (which owns one worker per session). Adapters post user messages to the gateway and read
+replies from it; they watch live progress through :attr:`Runtime.hub`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import trio
+
+from kesoku.config import AgentConfig, Config
+from kesoku.dispatcher import Dispatcher
+from kesoku.events import EventHub
+from kesoku.turn import session_cwd
+from kesoku.turnlog import TurnLogWriter
+
+if TYPE_CHECKING:
+    from kesoku.gateway import Gateway
+    from kesoku.llm.base import BaseLLM
+    from kesoku.model import Session
+    from kesoku.tools.base import Tool
+
+MAX_STEPS_PER_TURN = 50
+"""Model calls one turn may make (``agent.max_steps_per_turn``)."""
+WORKER_IDLE_S = 600.0
+"""An idle session worker is reaped after this long (``agent.worker_idle_s``)."""
+DEFAULT_PERSONA = AgentConfig().persona
+"""``agent.persona`` when nothing else is given."""
+CLOSE_TIMEOUT_S = 5.0
+"""How long closing the backends (HTTP clients, provider caches) may take at shutdown."""
+
+
+class Runtime:
+    """The agent runtime of one process.
+
+    Args:
+        gateway: The durable log.
+        llm: A backend for every session, or a factory ``(session) -> BaseLLM`` (a session's ``llm``
+            override picks another); the factory's result is cached per backend name.
+        tools: The tools offered to the model.
+        persona: The opening of the system prompt.
+        max_steps_per_turn: Model calls allowed in one turn.
+        worker_idle_s: Idle time after which a session worker is reaped.
+        project_dir: The working directory (and AGENTS.md source) instead of each session workspace.
+        skills: Returns ``(name, description)`` of the available skills, read at each turn.
+        turnlog: Writes ``llm-turn-{idx}.log.yaml``; None turns logging off.
+        hub: Live turn events for adapters.
+    """
+
+    def __init__(
+        self,
+        gateway: Gateway,
+        llm: BaseLLM | Callable[[Session], BaseLLM],
+        *,
+        tools: Sequence[Tool] = (),
+        persona: str = DEFAULT_PERSONA,
+        max_steps_per_turn: int = MAX_STEPS_PER_TURN,
+        worker_idle_s: float = WORKER_IDLE_S,
+        project_dir: Path | None = None,
+        skills: Callable[[], Sequence[tuple[str, str]]] = tuple,
+        turnlog: TurnLogWriter | None = None,
+        hub: EventHub | None = None,
+    ) -> None:
+        self.gateway = gateway
+        self._llm = llm
+        self._used: dict[int, BaseLLM] = {}  # backends handed out, closed at shutdown
+        self.tools = tuple(tools)
+        self.tools_by_name = {t.name: t for t in self.tools}
+        if len(self.tools_by_name) != len(self.tools):
+            raise ValueError("two tools share a name")
+        self.persona = persona
+        self.max_steps_per_turn = max_steps_per_turn
+        self.worker_idle_s = worker_idle_s
+        self.project_dir = project_dir
+        self.skills = skills
+        self.turnlog = turnlog
+        self.hub = hub if hub is not None else EventHub()
+        self.dispatcher = Dispatcher(self)
+
+    @classmethod
+    def from_config(
+        cls, config: Config, gateway: Gateway, *, tools: Sequence[Tool] = (), llm_name: str | None = None
+    ) -> Runtime:
+        """Build the runtime kesoku.toml describes (blocking: backends load their SDKs; call it at start-up).
+
+        Args:
+            config: The loaded config.
+            gateway: The gateway over ``workspace.db_path``.
+            tools: The tools to offer.
+            llm_name: A backend that overrides ``agent.llm`` (``kesoku chat --llm``).
+
+        Raises:
+            OperatorError: The chosen backend cannot be built (missing key, unknown name).
+        """
+        from kesoku.llm.factory import create_llm
+
+        default = create_llm(llm_name, config)  # fail at start, not at the first message
+        cache: dict[str, BaseLLM] = {}
+
+        def llm_for(session: Session) -> BaseLLM:
+            if llm_name is not None or session.llm is None or session.llm == default.provider:
+                return default
+            if session.llm not in cache:
+                cache[session.llm] = create_llm(session.llm, config)
+            return cache[session.llm]
+
+        agent = config.agent
+        return cls(
+            gateway,
+            llm_for,
+            tools=tools,
+            persona=agent.persona,
+            max_steps_per_turn=agent.max_steps_per_turn,
+            worker_idle_s=agent.worker_idle_s,
+            project_dir=Path(agent.project_dir) if agent.project_dir else None,
+            turnlog=TurnLogWriter(),
+        )
+
+    def llm_for(self, session: Session) -> BaseLLM:
+        """The backend of a session."""
+        from kesoku.llm.base import BaseLLM
+
+        llm = self._llm if isinstance(self._llm, BaseLLM) else self._llm(session)
+        self._used[id(llm)] = llm
+        return llm
+
+    def cwd(self, session: Session) -> Path:
+        """The working directory of a session's tools."""
+        return session_cwd(session, self.project_dir)
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the turn-log writer and the dispatcher until cancelled.
+
+        Cancellation:
+            See :meth:`Dispatcher.serve`; queued turn logs are written before the writer returns, and
+            the backends used are closed (bounded by :data:`CLOSE_TIMEOUT_S`).
+        """
+        try:
+            async with trio.open_nursery() as nursery:
+                if self.turnlog is not None:
+                    await nursery.start(self.turnlog.serve)
+                await nursery.start(self.dispatcher.serve)
+                task_status.started()
+        finally:
+            # Shielded: a cancelled daemon still releases HTTP clients and provider-side caches; bounded.
+            with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT_S):
+                for llm in list(self._used.values()):
+                    await llm.aclose()

@@ -1,0 +1,369 @@
+"""One turn: build the context, stream the model, run each step's tool calls as a batch, repeat (DESIGN §6).
+
+Interruption and stop act through two scopes the turn exposes to its worker:
+
+- the *stream scope* wraps one model call. An interruption (a new user message) or a stop cancels it:
+  the partial answer is kept as an ``interrupted`` message and the turn ends.
+- the *batch scope* wraps one step's tool calls. It is shielded, so an interruption or a first stop
+  never cuts a running tool: it finishes (or hits its own ``timeout_s``) and its result is posted;
+  calls that had not started get ``skipped`` results. A second stop (or ``force``) cancels the batch's
+  kill scope: running tools are cancelled and their results say ``killed``.
+
+Every tool call of a step is posted before the batch runs and every result is posted together after
+it, so parallel calls and their results stay grouped (the Gemini rule) and a crash leaves calls the
+next turn can answer with ``lost``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from contextlib import aclosing
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import msgspec
+import trio
+
+from kesoku.errors import BackendError, ToolError
+from kesoku.events import ModelDelta, ToolFinished, ToolStarted
+from kesoku.history import SessionHistory
+from kesoku.llm.ir import LLMRequest, LLMResponse, LLMTurn, ResponseBuilder
+from kesoku.metrics import TurnMetrics, TurnState
+from kesoku.model import Kind, Message, Metadata, Outcome, Role, Session, Status, Usage, in_turn
+from kesoku.prompt import build_system_prompt, read_notes
+from kesoku.tools.base import ToolContext
+from kesoku.transcript import LOST_RESULT, call_id_of
+from kesoku.turnlog import TurnLogEntry
+
+if TYPE_CHECKING:
+    from kesoku.llm.base import BaseLLM
+    from kesoku.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+BATCH_BOUND_S = 6 * 3600.0
+"""Outer bound of a shielded tool batch, for a tool that ignores its own timeout."""
+
+_ROOT_STATUS = {
+    TurnState.DONE: Status.DONE,
+    TurnState.STEP_LIMIT: Status.DONE,
+    TurnState.INTERRUPTED: Status.INTERRUPTED,
+    TurnState.STOPPED: Status.INTERRUPTED,
+    TurnState.FAILED: Status.FAILED,
+}
+_SKIPPED = "[skipped] Not run: the turn was interrupted or stopped before this call started."
+
+
+class Turn:
+    """One turn of a session, opened on the newest of its pending user messages.
+
+    Args:
+        rt: The runtime (gateway, tools, settings).
+        session: The session.
+        roots: The user messages this turn answers, oldest first; the newest is the turn's root, so
+            the turn's messages sort after all of them.
+        llm: The backend for this session.
+        history: The worker's cached history of the session (a fresh one is read when None).
+        session_turns: User messages of the session processed before this turn.
+    """
+
+    def __init__(
+        self,
+        rt: Runtime,
+        session: Session,
+        roots: Sequence[Message],
+        llm: BaseLLM,
+        *,
+        history: SessionHistory | None = None,
+        session_turns: int = 0,
+    ) -> None:
+        self.rt = rt
+        self.history = history if history is not None else SessionHistory(rt.gateway.store, session.id)
+        self.session_turns = session_turns
+        self.session = session
+        self.roots = list(roots)
+        self.root = self.roots[-1]
+        self.llm = llm
+        self.interrupted = False
+        self.stops = 0
+        self.model_calls = 0
+        self.tool_calls = 0
+        self.tokens = 0
+        self.context_tokens = 0
+        self._stream_scope: trio.CancelScope | None = None
+        self._batch_scope: trio.CancelScope | None = None
+        self._last_ts = 0.0
+
+    # -- control, called by the worker ------------------------------------------------------------
+
+    @property
+    def cut(self) -> bool:
+        """True once an interruption or a stop asked the turn to end."""
+        return self.interrupted or self.stops > 0
+
+    def interrupt(self) -> None:
+        """A new user message arrived: cut the model stream; let running tools finish."""
+        self.interrupted = True
+        if self._stream_scope is not None:
+            self._stream_scope.cancel()
+
+    def stop(self, *, force: bool = False) -> None:
+        """Stop the turn without pivoting; the second stop (or ``force``) kills running tools."""
+        self.stops += 2 if force else 1
+        if self._stream_scope is not None:
+            self._stream_scope.cancel()
+        if self.stops >= 2 and self._batch_scope is not None:
+            self._batch_scope.cancel()
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    async def run(self) -> TurnMetrics:
+        """Run the turn to its end and set its roots' status.
+
+        Returns:
+            The turn's metrics.
+
+        Raises:
+            Exception: A bug; the worker marks the turn failed and tells the user.
+
+        Cancellation:
+            Cancelling the caller (daemon shutdown) leaves the roots ``processing`` so the turn
+            resumes at the next start; a running tool batch still finishes and posts its results.
+        """
+        started = trio.current_time()
+        store = self.rt.gateway.store
+        store.set_status((r.id for r in self.roots if r.status is not Status.PROCESSING), Status.PROCESSING)
+        state = await self._loop()
+        store.set_status((r.id for r in self.roots), _ROOT_STATUS[state])
+        return TurnMetrics(
+            session_id=self.session.id,
+            root_id=self.root.id,
+            state=state,
+            session_turns=self.session_turns + len(self.roots),
+            context_tokens=self.context_tokens,
+            tool_calls=self.tool_calls,
+            turn_tokens=self.tokens,
+            model_calls=self.model_calls,
+            turn_s=trio.current_time() - started,
+        )
+
+    async def _loop(self) -> TurnState:
+        await self._heal()
+        system = self._system_prompt()
+        specs = [t.spec for t in self.rt.tools]
+        while True:
+            if self.cut:
+                return self._cut_state()
+            if self.model_calls >= self.rt.max_steps_per_turn:
+                limit = self.rt.max_steps_per_turn
+                await self._post_system(
+                    f"Stopped after {limit} model calls in one turn (agent.max_steps_per_turn = {limit}). "
+                    "Send a message to let it continue."
+                )
+                return TurnState.STEP_LIMIT
+            turns = self._turns()
+            request = await self.llm.request_from_turns(turns, system=system, tools=specs, checker=self.history.checker)
+            response, error, cancelled = await self._stream(request)
+            if error is not None:
+                await self._post_system(f"⚠ The model call failed: {error}")
+                return TurnState.FAILED
+            if cancelled:
+                await self._post_partial(response)
+                return self._cut_state()
+            calls = [self._call_message(c.id, c.name, c.arguments, c.signature) for c in response.tool_calls]
+            answer = self._answer_messages(response, Status.DONE)
+            if not calls:
+                await self._post(answer)
+                return TurnState.DONE
+            posted = await self._post([*answer, *calls])
+            await self._run_batch(posted[len(answer) :])
+
+    def _cut_state(self) -> TurnState:
+        return TurnState.STOPPED if self.stops else TurnState.INTERRUPTED
+
+    async def _stream(self, request: LLMRequest) -> tuple[LLMResponse, BackendError | None, bool]:
+        """One model call inside the stream scope; returns (response so far, error, cut short)."""
+        builder = ResponseBuilder()
+        error: BackendError | None = None
+        started_at, t0 = time.time(), trio.current_time()
+        publish = self.rt.hub.publish
+        sid = self.session.id
+        with trio.CancelScope() as scope:
+            self._stream_scope = scope
+            if self.cut:
+                scope.cancel()
+            try:
+                async with aclosing(self.llm.stream(request)) as events:
+                    async for event in events:
+                        builder.add(event)
+                        publish(ModelDelta(sid, event))
+            except BackendError as exc:
+                error = exc
+        self._stream_scope = None
+        self.model_calls += 1
+        response = builder.build()
+        self._account(response.usage)
+        if self.rt.turnlog is not None:
+            await self.rt.turnlog.submit(
+                TurnLogEntry(
+                    folder=self.session.workspace,
+                    session_id=sid,
+                    provider=self.llm.provider,
+                    model=self.llm.model,
+                    started_at=started_at,
+                    duration_s=trio.current_time() - t0,
+                    request=request,
+                    response=response,
+                    error=None if error is None else str(error),
+                )
+            )
+        return response, error, scope.cancelled_caught
+
+    def _account(self, usage: Usage) -> None:
+        self.tokens += usage.total_tokens
+        if usage.input_tokens:
+            self.context_tokens = usage.input_tokens
+
+    # -- tools ------------------------------------------------------------------------------------
+
+    async def _run_batch(self, calls: list[Message]) -> None:
+        results: dict[int, Message] = {}
+        # Shielded: an interruption or a first stop never cuts a running tool (DESIGN §6); each call has
+        # its own timeout_s, and BATCH_BOUND_S bounds a tool that ignores it. Only a forced stop cancels
+        # the inner kill scope: the tools are cancelled and report `killed`.
+        with trio.CancelScope(shield=True):
+            with trio.CancelScope() as kill_scope, trio.move_on_after(BATCH_BOUND_S):
+                self._batch_scope = kill_scope
+                if self.stops >= 2:
+                    kill_scope.cancel()
+                if not self.cut:
+                    async with trio.open_nursery() as nursery:
+                        for call in calls:
+                            nursery.start_soon(self._run_call, call, results)
+            self._batch_scope = None
+            messages = [results.get(c.id) or self._result(c, _SKIPPED, Outcome.SKIPPED) for c in calls]
+            # Still shielded: the effects happened, so their results must be written even at shutdown.
+            posted = await self._post(messages)
+        for result in posted:
+            self.rt.hub.publish(ToolFinished(self.session.id, result))
+
+    async def _run_call(self, call: Message, results: dict[int, Message]) -> None:
+        name = call.metadata.tool_name or ""
+        tool = self.rt.tools_by_name.get(name)
+        self.tool_calls += 1
+        self.rt.hub.publish(ToolStarted(self.session.id, call))
+        try:
+            if tool is None:
+                known = ", ".join(sorted(self.rt.tools_by_name)) or "none"
+                raise ToolError(f"there is no tool named {name!r} (tools: {known})")
+            ctx = ToolContext(session=self.session, cwd=self.rt.cwd(self.session), call_id=call_id_of(call))
+            arguments: Mapping[str, object] = call.metadata.tool_arguments or {}
+            with trio.move_on_after(tool.timeout_s) as deadline:
+                content = await tool.run(arguments, ctx)
+            if deadline.cancelled_caught:
+                content = f"[timed_out] {name} ran longer than {tool.timeout_s:g} s and was cancelled."
+                outcome = Outcome.TIMED_OUT
+            else:
+                outcome = Outcome.COMPLETED
+        except ToolError as exc:
+            content, outcome = f"[failed] {exc}", Outcome.FAILED
+        except trio.Cancelled:
+            if self.stops >= 2:
+                content, outcome = f"[killed] {name} was stopped by the user.", Outcome.KILLED
+            else:
+                content, outcome = f"[timed_out] {name} exceeded the batch bound.", Outcome.TIMED_OUT
+            results[call.id] = self._result(call, content, outcome)
+            raise
+        except Exception as exc:
+            log.exception("tool %s failed in session %s", name, self.session.id)
+            content, outcome = f"[failed] internal error in {name}: {type(exc).__name__}: {exc}", Outcome.FAILED
+        results[call.id] = self._result(call, content, outcome)
+
+    def _result(self, call: Message, content: str, outcome: Outcome) -> Message:
+        name = call.metadata.tool_name or "tool"
+        meta = Metadata(tool_name=name, call_id=call.metadata.call_id, outcome=outcome)
+        return in_turn(self.root, Role.TOOL, Kind.TOOL_RESULT, content, parent_id=call.id, metadata=meta)
+
+    # -- posting ----------------------------------------------------------------------------------
+
+    def _call_message(self, call_id: str, name: str, arguments: dict[str, object], signature: bytes | None) -> Message:
+        meta = Metadata(tool_name=name, tool_arguments=arguments, call_id=call_id, thought_signature=signature)
+        return in_turn(self.root, Role.ASSISTANT, Kind.TOOL_CALL, _call_summary(name, arguments), metadata=meta)
+
+    def _answer_messages(self, response: LLMResponse, status: Status) -> list[Message]:
+        out: list[Message] = []
+        if response.thoughts or response.thought_signature is not None:
+            meta = Metadata(thought_signature=response.thought_signature)
+            thought = in_turn(self.root, Role.ASSISTANT, Kind.THOUGHT, response.thoughts, status=status, metadata=meta)
+            out.append(thought)
+        if response.text.strip():
+            out.append(in_turn(self.root, Role.ASSISTANT, Kind.TEXT, response.text, status=status))
+        if out and response.usage.total_tokens:
+            out[-1] = _with_usage(out[-1], response.usage)
+        return out
+
+    async def _post_partial(self, response: LLMResponse) -> None:
+        """Keep what the model streamed before the cut; its unfinished tool calls are dropped unrun."""
+        await self._post(self._answer_messages(response, Status.INTERRUPTED))
+
+    async def _post_system(self, text: str) -> None:
+        await self._post([in_turn(self.root, Role.SYSTEM, Kind.TEXT, text)])
+
+    async def _post(self, messages: list[Message]) -> list[Message]:
+        if not messages:
+            return []
+        # One timestamp per post, never behind the previous one: history sorts by (root_ts, ts, id), so
+        # the messages of a post stay in posting order even if the wall clock steps back.
+        ts = self._last_ts = max(time.time(), self._last_ts + 1e-6)
+        return await self.rt.gateway.post_many([msgspec.structs.replace(m, ts=ts) for m in messages])
+
+    # -- context ----------------------------------------------------------------------------------
+
+    def _turns(self) -> list[LLMTurn]:
+        """The request turns: the cached history, caught up with what was written since the last call."""
+        self.history.sync()
+        return self.history.turns(self.root)
+
+    async def _heal(self) -> None:
+        """Answer tool calls left without a result (a crash, a failed worker) with ``lost`` before anything else."""
+        self.history.sync()
+        orphans = self.history.unanswered()
+        if not orphans:
+            return
+        results = []
+        for call in orphans:
+            name = call.metadata.tool_name or "tool"
+            meta = Metadata(tool_name=name, call_id=call.metadata.call_id, outcome=Outcome.LOST)
+            results.append(in_turn(call, Role.TOOL, Kind.TOOL_RESULT, LOST_RESULT, parent_id=call.id, metadata=meta))
+        log.warning("session %s: %d tool call(s) without results marked lost", self.session.id, len(results))
+        await self.rt.gateway.post_many(results)
+
+    def _system_prompt(self) -> str:
+        cwd = self.rt.cwd(self.session)
+        return build_system_prompt(
+            persona=self.rt.persona,
+            tools=self.rt.tools,
+            skills=self.rt.skills(),
+            notes=read_notes(cwd),
+            cwd=cwd,
+            now=dt.datetime.now().astimezone(),
+        )
+
+
+def _with_usage(message: Message, usage: Usage) -> Message:
+    return msgspec.structs.replace(message, metadata=msgspec.structs.replace(message.metadata, usage=usage))
+
+
+def _call_summary(name: str, arguments: Mapping[str, object]) -> str:
+    """The human-readable content of a tool_call message: ``name(key=value, …)``, cut at 200 characters."""
+    args = ", ".join(f"{k}={v!r}" for k, v in arguments.items())
+    text = f"{name}({args})"
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
+def session_cwd(session: Session, project_dir: Path | None) -> Path:
+    """The working directory of a session's tools: ``agent.project_dir`` if set, else its workspace."""
+    return project_dir if project_dir is not None else Path(session.workspace)

@@ -1,0 +1,170 @@
+"""SessionWorker: one session's queue of user messages, its running turn, interruption and stop (DESIGN §6).
+
+The dispatcher hands the worker every new user message of its session. While a turn runs, a new
+message interrupts it (the model stream is cut; running tools finish) and the worker pivots: the next
+turn answers every message still waiting, rooted on the newest, so the turn's messages sort after all
+of them and the model sees the whole history. An idle worker returns after ``worker_idle_s``; the
+dispatcher starts a new one when the session speaks again.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import TYPE_CHECKING
+
+import trio
+
+from kesoku.events import TurnEnded, TurnStarted
+from kesoku.history import SessionHistory
+from kesoku.metrics import TurnMetrics
+from kesoku.model import Kind, Message, Role, Session, Status
+from kesoku.turn import Turn
+
+if TYPE_CHECKING:
+    from kesoku.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+TITLE_MAX_CHARS = 48
+"""Longest generated session title."""
+
+
+class SessionWorker:
+    """Runs the turns of one session, one at a time.
+
+    Args:
+        rt: The runtime.
+        session: The session.
+    """
+
+    def __init__(self, rt: Runtime, session: Session) -> None:
+        self.rt = rt
+        self.session = session
+        self.turn: Turn | None = None
+        """The running turn, if any."""
+        self.pending: dict[int, Message] = {}
+        """User messages waiting for the next turn, by id (their text is in the store too)."""
+        self.current_roots: list[Message] = []
+        """The user messages of the turn being prepared or run (what a crash marks failed)."""
+        self.metrics: list[TurnMetrics] = []
+        """Metrics of the last turns this worker ran (at most ten)."""
+        self.history = SessionHistory(rt.gateway.store, session.id)
+        """The session's history, read once per worker and then kept up to date incrementally."""
+        self._wakeup = trio.Event()
+        self._session_turns: int | None = None
+
+    def submit(self, message: Message) -> None:
+        """Queue a user message; if a turn is running, interrupt it.
+
+        A ``processing`` message (a turn a crash left open) queues without interrupting: it resumes.
+        """
+        if message.id in self.pending or (self.turn is not None and message.id in {r.id for r in self.turn.roots}):
+            return
+        self.pending[message.id] = message
+        if self.turn is not None and message.status is Status.PENDING:
+            self.turn.interrupt()
+        self._wakeup.set()
+
+    def stop(self, *, force: bool = False) -> bool:
+        """Stop the running turn (a second stop, or ``force``, kills running tools).
+
+        Returns:
+            False when no turn was running.
+        """
+        if self.turn is None:
+            return False
+        self.turn.stop(force=force)
+        return True
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run turns while messages wait; return after ``worker_idle_s`` without any.
+
+        Raises:
+            Exception: A bug in a turn; the dispatcher marks the turn failed and tells the user.
+
+        Cancellation:
+            Cancelling (daemon shutdown) leaves the running turn ``processing``; it resumes at the next
+            start.
+        """
+        task_status.started()
+        while True:
+            if not self.pending:
+                self._wakeup = trio.Event()
+                with trio.move_on_after(self.rt.worker_idle_s):
+                    await self._wakeup.wait()
+                if not self.pending:
+                    return
+            roots = [self.pending.pop(i) for i in sorted(self.pending)]
+            await self._run_turn(roots)
+
+    async def _run_turn(self, roots: list[Message]) -> None:
+        self.current_roots = roots
+        roots = self._drop_answered(roots)
+        if not roots:
+            return
+        self._ensure_title(roots[0])
+        if self._session_turns is None:  # counted once per worker, then kept up to date
+            self._session_turns = self.rt.gateway.store.count_turns(self.session.id)
+        llm = self.rt.llm_for(self.session)
+        turn = Turn(self.rt, self.session, roots, llm, history=self.history, session_turns=self._session_turns)
+        self.turn = turn
+        try:
+            self.rt.hub.publish(TurnStarted(self.session.id, turn.root))
+            metrics = await turn.run()
+        finally:
+            self.turn = None
+        self.current_roots = []
+        self._session_turns = metrics.session_turns
+        self.metrics = [*self.metrics[-9:], metrics]
+        self.rt.hub.publish(TurnEnded(self.session.id, metrics))
+
+    def _drop_answered(self, roots: list[Message]) -> list[Message]:
+        """Mark done the resumed roots whose turn already ended with an answer (a crash after answering).
+
+        Only ``processing`` roots (left open by a crash) are checked, so a normal turn costs no read.
+        """
+        resumed = [r for r in roots if r.status is Status.PROCESSING]
+        if not resumed:
+            return roots
+        last_of_turn: dict[int, Message] = {}
+        self.history.sync()
+        for msg in self.history.messages:
+            if msg.role is not Role.USER:
+                last_of_turn[msg.root_id] = msg
+        answered = {
+            r.id
+            for r in resumed
+            if (last := last_of_turn.get(r.id)) is not None
+            and last.role is Role.ASSISTANT
+            and last.kind is Kind.TEXT
+            and last.status is Status.DONE
+        }
+        if answered:
+            log.info("session %s: %d resumed turn(s) had already been answered", self.session.id, len(answered))
+            self.rt.gateway.store.set_status(answered, Status.DONE)
+        return [r for r in roots if r.id not in answered]
+
+    def _ensure_title(self, first: Message) -> None:
+        """Give a new session a short title from its first message (no model call: free and instant)."""
+        if self.session.title:
+            return
+        current = self.rt.gateway.store.get_session(self.session.id)
+        if current is not None and current.title:
+            self.session = current
+            return
+        title = make_title(first.content)
+        self.rt.gateway.store.set_session_title(self.session.id, title)
+        self.session = self.rt.gateway.store.get_session(self.session.id) or self.session
+
+
+def make_title(text: str) -> str:
+    """A short title: the first line of ``text``, whitespace collapsed, cut at a word near 48 characters."""
+    line = next((ln for ln in text.splitlines() if ln.strip()), "")
+    words = re.sub(r"\s+", " ", line).strip()
+    if not words:
+        return "Untitled"
+    if len(words) <= TITLE_MAX_CHARS:
+        return words
+    cut = words[: TITLE_MAX_CHARS - 1].rsplit(" ", 1)[0] or words[: TITLE_MAX_CHARS - 1]
+    return cut.rstrip(" ,.;:") + "…"
