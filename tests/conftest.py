@@ -1,12 +1,17 @@
-"""Shared fixtures: real SQLite files in tmp_path, a gateway over them."""
+"""Shared fixtures: real SQLite files in tmp_path, a gateway over them; every trio test runs under the
+blocking detector (kesoku.blocking) and fails if one task step holds the event loop too long."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import inspect
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
+import trio
 
+from kesoku.blocking import BlockingDetector
 from kesoku.gateway import Gateway
 from kesoku.model import Session
 from kesoku.store import Store
@@ -32,3 +37,21 @@ def gateway(store: Store, tmp_path: Path) -> Gateway:
 @pytest.fixture
 def session(gateway: Gateway) -> Session:
     return gateway.open_session("terminal", "chan-1")
+
+
+def _run_watched(
+    fn: Callable[[], Any], *, clock: trio.abc.Clock | None, instruments: Sequence[trio.abc.Instrument]
+) -> Any:
+    """trio.run with a BlockingDetector; fails the test on any step over the threshold."""
+    detector = BlockingDetector()
+    result = trio.run(fn, clock=clock, instruments=[*instruments, detector])
+    if detector.violations:
+        pytest.fail(detector.report())
+    return result
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if isinstance(item, pytest.Function) and inspect.iscoroutinefunction(item.obj):
+            # pytest-trio takes the runner from the first trio marker that names one.
+            item.add_marker(pytest.mark.trio(run=_run_watched))

@@ -1,0 +1,84 @@
+"""A runtime over a real SQLite file with the scripted model, for tests and benchmarks."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from kesoku.events import Subscription, TurnEnded
+from kesoku.gateway import Gateway
+from kesoku.llm.base import BaseLLM
+from kesoku.metrics import TurnMetrics
+from kesoku.model import Message, Session, user_text
+from kesoku.runtime import Runtime
+from kesoku.store import Store
+from kesoku.tools.base import Tool, ToolContext
+
+
+def sleeper(name: str = "sleep", *, timeout_s: float = 600.0, log: list[str] | None = None) -> Tool:
+    """A tool that sleeps ``seconds`` (virtual time under autojump_clock) and says so."""
+
+    async def run(arguments: Mapping[str, Any], ctx: ToolContext) -> str:
+        seconds = float(arguments.get("seconds", 0))
+        if log is not None:
+            log.append(f"start {ctx.call_id}")
+        await trio.sleep(seconds)
+        if log is not None:
+            log.append(f"end {ctx.call_id}")
+        return f"slept {seconds:g} s"
+
+    return Tool(name, "Sleep for a while.\nArguments: seconds.", run, timeout_s=timeout_s)
+
+
+def echo() -> Tool:
+    async def run(arguments: Mapping[str, Any], ctx: ToolContext) -> str:
+        await trio.lowlevel.checkpoint()
+        return str(arguments.get("text", ""))
+
+    return Tool("echo", "Repeat the text.", run)
+
+
+class Harness:
+    """A served runtime and helpers to talk to it."""
+
+    def __init__(self, rt: Runtime, session: Session, events: Subscription) -> None:
+        self.rt = rt
+        self.gateway = rt.gateway
+        self.store = rt.gateway.store
+        self.session = session
+        self.events = events
+
+    async def say(self, text: str, session: Session | None = None) -> Message:
+        return await self.gateway.post(user_text((session or self.session).id, text))
+
+    async def turn_end(self) -> TurnMetrics:
+        """Wait for the next TurnEnded event."""
+        async for event in self.events:
+            if isinstance(event, TurnEnded):
+                return event.metrics
+        raise AssertionError("event stream closed")
+
+    def history(self, session: Session | None = None) -> list[Message]:
+        return self.store.history((session or self.session).id)
+
+
+@asynccontextmanager
+async def serve_runtime(
+    tmp: Path, llm: BaseLLM, *, tools: Sequence[Tool] = (), **kwargs: Any
+) -> AsyncIterator[Harness]:
+    store = Store(tmp / "kesoku.db")
+    gateway = Gateway(store, tmp / "sessions")
+    rt = Runtime(gateway, llm, tools=tools, **kwargs)
+    session = gateway.open_session("terminal", "chan-1")
+    try:
+        async with trio.open_nursery() as nursery:
+            with rt.hub.subscribe() as events:
+                await nursery.start(rt.serve)
+                yield Harness(rt, session, events)
+                nursery.cancel_scope.cancel()
+    finally:
+        store.close()
