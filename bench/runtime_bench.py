@@ -1,0 +1,184 @@
+"""Runtime benchmark: interrupt latency, and agent-loop overhead per tool round trip.
+
+Run: .venv/bin/python bench/runtime_bench.py [--interrupts N] [--round-trips N] [--rounds R] [--no-turnlog]
+
+1. Interrupt latency: a model streams forever; a new user message is posted; we time (a) post → the
+   old stream closed and (b) post → the new model call started. Target: p99 of (b) <= 5 ms.
+2. Loop overhead: one turn of N round trips (model → a no-op tool → result → next call), with a real
+   SQLite file and turn logs on. The overhead of a round trip is the time between two model calls (the
+   model and the tool take ~0 s). Reported for the first and the last 10% of the turn: the target is
+   <= 1 ms and flat (the cost must not grow with the history).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import trio
+from kesoku.events import TurnEnded
+from kesoku.gateway import Gateway
+from kesoku.llm.base import BaseLLM
+from kesoku.llm.ir import LLMEvent, LLMRequest, TextDelta, ToolCallBlock, ToolCallEvent
+from kesoku.model import user_text
+from kesoku.runtime import Runtime
+from kesoku.store import Store
+from kesoku.tools.base import Tool, ToolContext
+from kesoku.turnlog import TurnLogWriter
+
+from _util import median, pct, report
+
+
+class EndlessLLM(BaseLLM):
+    """Streams a chunk every 1 ms until cancelled; records when each call starts and when it closes."""
+
+    provider = "bench"
+
+    def __init__(self) -> None:
+        super().__init__("endless")
+        self.started: list[float] = []
+        self.closed: list[float] = []
+        self.call_started = trio.Event()
+
+    def _build_native_input(self, request: LLMRequest) -> LLMRequest:
+        return request
+
+    async def _call(self, native: LLMRequest) -> AsyncIterator[LLMEvent]:
+        self.started.append(time.perf_counter())
+        self.call_started.set()
+        try:
+            while True:
+                await trio.sleep(0.001)
+                yield TextDelta("word ")
+        finally:
+            self.closed.append(time.perf_counter())
+
+    def _parse(self, raw: LLMEvent) -> Iterable[LLMEvent]:
+        return (raw,)
+
+
+class LoopLLM(BaseLLM):
+    """Calls the no-op tool ``round_trips`` times, then answers; records when each call starts."""
+
+    provider = "bench"
+
+    def __init__(self, round_trips: int) -> None:
+        super().__init__("loop")
+        self.round_trips = round_trips
+        self.started: list[float] = []
+
+    def _build_native_input(self, request: LLMRequest) -> LLMRequest:
+        return request
+
+    async def _call(self, native: LLMRequest) -> AsyncIterator[LLMEvent]:
+        self.started.append(time.perf_counter())
+        n = len(self.started)
+        await trio.lowlevel.checkpoint()
+        if n <= self.round_trips:
+            yield ToolCallEvent(ToolCallBlock(f"call_{n}", "noop", {"n": n}))
+        else:
+            yield TextDelta("done")
+
+    def _parse(self, raw: LLMEvent) -> Iterable[LLMEvent]:
+        return (raw,)
+
+
+async def noop(arguments: Mapping[str, Any], ctx: ToolContext) -> str:
+    await trio.lowlevel.checkpoint()
+    return "ok"
+
+
+async def interrupt_round(folder: Path, n: int) -> tuple[list[float], list[float]]:
+    """Post n interrupting messages; returns (post → old stream closed, post → new call started) in s."""
+    store = Store(folder / "kesoku.db")
+    llm = EndlessLLM()
+    rt = Runtime(Gateway(store, folder / "sessions"), llm)
+    session = rt.gateway.open_session("bench", "interrupt")
+    to_closed: list[float] = []
+    to_started: list[float] = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(rt.serve)
+        await rt.gateway.post(user_text(session.id, "start"))
+        await llm.call_started.wait()
+        for i in range(n):
+            await trio.sleep(0.005)  # let the stream run a little
+            llm.call_started = trio.Event()
+            t0 = time.perf_counter()
+            await rt.gateway.post(user_text(session.id, f"interrupt {i}"))
+            await llm.call_started.wait()
+            to_closed.append(llm.closed[-1] - t0)
+            to_started.append(llm.started[-1] - t0)
+        nursery.cancel_scope.cancel()
+    store.close()
+    return to_closed, to_started
+
+
+async def loop_round(folder: Path, round_trips: int, turnlog: bool) -> tuple[list[float], float, int]:
+    """One turn of round_trips tool round trips; returns (gaps between model calls in s, total s, logs)."""
+    store = Store(folder / "kesoku.db")
+    llm = LoopLLM(round_trips)
+    writer = TurnLogWriter() if turnlog else None
+    rt = Runtime(
+        Gateway(store, folder / "sessions"),
+        llm,
+        tools=[Tool("noop", "Do nothing.", noop)],
+        max_steps_per_turn=round_trips + 10,
+        turnlog=writer,
+    )
+    session = rt.gateway.open_session("bench", "loop")
+    async with trio.open_nursery() as nursery:
+        with rt.hub.subscribe(session.id) as events:
+            await nursery.start(rt.serve)
+            start = time.perf_counter()
+            await rt.gateway.post(user_text(session.id, "go"))
+            async for event in events:
+                if isinstance(event, TurnEnded):
+                    break
+            total = time.perf_counter() - start
+        nursery.cancel_scope.cancel()
+    store.close()
+    gaps = [b - a for a, b in zip(llm.started, llm.started[1:], strict=False)]
+    return gaps, total, writer.written if writer else 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--interrupts", type=int, default=200)
+    parser.add_argument("--round-trips", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--no-turnlog", action="store_true", help="measure the loop without turn logs")
+    args = parser.parse_args()
+    closed_p50, closed_p99, started_p50, started_p99 = [], [], [], []
+    first, last, totals = [], [], []
+    logs = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.rounds):
+            to_closed, to_started = trio.run(interrupt_round, Path(tmp) / f"i{r}", args.interrupts)
+            closed_p50.append(pct(to_closed, 50))
+            closed_p99.append(pct(to_closed, 99))
+            started_p50.append(pct(to_started, 50))
+            started_p99.append(pct(to_started, 99))
+            gaps, total, logs = trio.run(loop_round, Path(tmp) / f"l{r}", args.round_trips, not args.no_turnlog)
+            tenth = max(1, len(gaps) // 10)
+            first.append(median(gaps[:tenth]))
+            last.append(median(gaps[-tenth:]))
+            totals.append(total)
+    print(f"runtime benchmark: {args.rounds} rounds, medians (Python {sys.version.split()[0]})")
+    report("interrupt: post -> old stream closed, p50", median(closed_p50) * 1e3, "ms")
+    report("interrupt: post -> old stream closed, p99", median(closed_p99) * 1e3, "ms")
+    report("interrupt: post -> new model call started, p50", median(started_p50) * 1e3, "ms")
+    report("interrupt: post -> new model call started, p99", median(started_p99) * 1e3, "ms", "<= 5 ms")
+    on = "off" if args.no_turnlog else f"on, {logs} logs"
+    report(f"loop overhead per round trip, first 10% (turn logs {on})", median(first) * 1e3, "ms", "<= 1 ms")
+    report("loop overhead per round trip, last 10%", median(last) * 1e3, "ms", "<= 1 ms, flat")
+    report("  growth, last / first", median(last) / median(first), "x", "~1.0")
+    report(f"whole turn of {args.round_trips} round trips", median(totals), "s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""Turn logs: indexes across restarts and writers, the YAML content, the writer thread, the render cache."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+import trio
+import yaml
+
+from kesoku import turnlog
+from kesoku.llm.ir import ImageBlock, LLMRequest, LLMResponse, LLMTurn, TextBlock, ToolCallBlock, ToolSpec
+from kesoku.model import Usage
+from kesoku.turnlog import TurnLogEntry, TurnLogRenderer, TurnLogWriter, write_turn_log
+
+
+def entry(folder: Path, *turns: LLMTurn, session_id: str = "s", error: str | None = None) -> TurnLogEntry:
+    request = LLMRequest(
+        system="You are\nKesoku.",
+        turns=turns or (LLMTurn("user", (TextBlock("hi"),)),),
+        tools=(ToolSpec("echo", "Repeat.", {"type": "object", "properties": {"text": {"type": "string"}}}),),
+    )
+    response = LLMResponse(
+        text="answer",
+        thoughts="because",
+        tool_calls=(ToolCallBlock("c1", "echo", {"text": "x"}),),
+        usage=Usage(input_tokens=10, output_tokens=2),
+    )
+    return TurnLogEntry(
+        folder=str(folder),
+        session_id=session_id,
+        provider="scripted",
+        model="m",
+        started_at=1_700_000_000.0,
+        duration_s=0.25,
+        request=request,
+        response=None if error else response,
+        error=error,
+    )
+
+
+def test_indexes_start_at_one_and_continue_after_a_restart(tmp_path: Path) -> None:
+    folder = tmp_path / "s"
+    paths = [write_turn_log(entry(folder)).name for _ in range(3)]
+    assert paths == ["llm-turn-1.log.yaml", "llm-turn-2.log.yaml", "llm-turn-3.log.yaml"]
+    (folder / "llm-turn-9.log.yaml.bak").write_text("not a log")
+    (folder / "notes.txt").write_text("x")
+    turnlog._next_idx.clear()  # a new process: nothing cached
+    (folder / "llm-turn-7.log.yaml").write_text("left by another process")
+    assert write_turn_log(entry(folder)).name == "llm-turn-8.log.yaml"
+
+
+def test_two_threads_never_share_an_index(tmp_path: Path) -> None:
+    folder = tmp_path / "s"
+    folder.mkdir()
+    names: list[str] = []
+    lock = threading.Lock()
+
+    def write_many() -> None:
+        for _ in range(50):
+            name = write_turn_log(entry(folder)).name
+            with lock:
+                names.append(name)
+
+    threads = [threading.Thread(target=write_many) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(names)) == 100
+    assert sorted(int(n.split("-")[2].split(".")[0]) for n in names) == list(range(1, 101))
+
+
+def test_the_yaml_holds_metadata_request_tools_and_response(tmp_path: Path) -> None:
+    big = ImageBlock("/tmp/p.png", "image/png", b"x" * 5000)
+    path = write_turn_log(entry(tmp_path, LLMTurn("user", (TextBlock("line one\nline two"), big))))
+    text = path.read_text()
+    assert "|-" in text or "|\n" in text  # multi-line strings as literal blocks
+    doc = yaml.safe_load(text)
+    meta = doc["metadata"]
+    assert (meta["idx"], meta["session_id"], meta["provider"], meta["model"]) == (1, "s", "scripted", "m")
+    assert meta["iso_time"].startswith("2023-11-14T22:13:20")
+    assert doc["request"]["system"] == "You are\nKesoku."
+    blocks = doc["request"]["turns"][0]["blocks"]
+    assert blocks[0] == {"type": "text", "text": "line one\nline two"}
+    assert blocks[1]["data"] == "<5000 bytes>"
+    assert doc["tools"][0]["parameters"]["properties"]["text"]["type"] == "string"
+    response = doc["response"]
+    assert (response["text"], response["thoughts"]) == ("answer", "because")
+    assert response["tool_calls"][0]["arguments"] == {"text": "x"}
+    assert response["usage"]["input_tokens"] == 10
+    failed = yaml.safe_load(write_turn_log(entry(tmp_path, error="boom")).read_text())
+    assert failed["metadata"]["error"] == "boom"
+    assert failed["response"] is None
+
+
+def test_the_renderer_reuses_earlier_turns_and_changes_nothing(tmp_path: Path) -> None:
+    renderer = TurnLogRenderer()
+    first = LLMTurn("user", (TextBlock("line one\nline two"),))
+    turns = [first, LLMTurn("assistant", (TextBlock("ok"),)), LLMTurn("user", (TextBlock("more"),))]
+    renderer.body(entry(tmp_path, *turns[:1]))
+    cached = renderer._sessions["s"].texts[0]
+    body = renderer.body(entry(tmp_path, *turns))
+    assert renderer._sessions["s"].texts[0] is cached  # not rendered again
+    assert body == TurnLogRenderer().body(entry(tmp_path, *turns))
+    doc = yaml.safe_load(body)
+    assert [t["blocks"][0]["text"] for t in doc["request"]["turns"]] == ["line one\nline two", "ok", "more"]
+
+
+async def test_the_writer_writes_in_a_thread_drains_on_cancel_and_counts_failures(tmp_path: Path) -> None:
+    writer = TurnLogWriter(buffer=8)
+    with pytest.raises(RuntimeError, match="before serve"):
+        await writer.submit(entry(tmp_path / "a"))
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("x")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(writer.serve)
+        for _ in range(3):
+            await writer.submit(entry(tmp_path / "a"))
+        await writer.submit(entry(not_a_folder))
+        nursery.cancel_scope.cancel()  # the queued entries are still written
+    assert (writer.written, writer.failed) == (3, 1)
+    assert len(list((tmp_path / "a").glob("llm-turn-*.log.yaml"))) == 3
+    await writer.submit(entry(tmp_path / "a"))  # after serve stopped: dropped, counted
+    assert writer.dropped == 1
