@@ -101,7 +101,7 @@ class GeminiConfig(_Section, frozen=True, kw_only=True):
 class ClaudeConfig(_Section, frozen=True, kw_only=True):
     """Anthropic Claude: direct with an API key, or on Vertex AI."""
 
-    model_name: Annotated[str, _doc("Model id; Vertex AI form: 'claude-sonnet-4-5@20250929'.")] = "claude-sonnet-4-5"
+    model_name: Annotated[str, _doc("Model id (Vertex AI may want a dated form).")] = "claude-sonnet-4-6"
     auth_mode: Annotated[AuthMode | None, _doc("Unset: vertex if project_id and no api_key.")] = None
     api_key: Annotated[Secret | None, _doc("API key; else ANTHROPIC_API_KEY.")] = None
     project_id: Annotated[str | None, _doc("GCP project for Vertex AI; else GOOGLE_CLOUD_PROJECT.")] = None
