@@ -79,7 +79,7 @@ class CappedBuffer:
         self._head = bytearray()
         self._tail = bytearray()
 
-    def add(self, chunk: bytes) -> None:
+    def add(self, chunk: bytes | bytearray) -> None:
         """Append a chunk; memory stays under about ``2 * max_bytes``."""
         self.total_bytes += len(chunk)
         room = self.max_bytes - len(self._head)
