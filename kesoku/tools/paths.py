@@ -222,8 +222,18 @@ class SecretMatcher:
     """
 
     def __init__(self, gates: PathGates) -> None:
+        self._gates = gates
         self._roots = _secret_roots(gates)
         self._protected = _protected_names(gates)
+        self._inodes: set[tuple[int, int]] | None = None
+
+    def hard_link(self, st: os.stat_result) -> bool:
+        """Whether a file with this stat is a hard link to a secret file (the secret inodes are read once)."""
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink < 2:
+            return False
+        if self._inodes is None:
+            self._inodes = _secret_inodes(self._gates)
+        return (st.st_dev, st.st_ino) in self._inodes
 
     def reason(self, written: Path) -> str | None:
         """Why an absolute, normalised path (as written or resolved) is secret, or None."""
@@ -381,8 +391,9 @@ def require_write(path: str | os.PathLike[str], ctx: ToolContext, gates: PathGat
     if isinstance(decision, NeedsApproval):
         # The [question: …] flow through the adapters lands with them; until then the answer is no.
         raise ToolError(
-            f"writing {decision.path} needs the user's approval ({decision.reason}), and approval cannot be "
-            f"asked for yet: the file was not written. Write inside the workspace ({ctx.cwd}) instead."
+            f"writing {decision.path} needs the user's approval ({decision.reason}). Asking the user from a "
+            "tool comes later, with the adapters' [question: …] flow, so the file was not written. Write "
+            f"inside the workspace ({ctx.cwd}) instead, or ask the user in your answer."
         )
     return decision
 

@@ -1,0 +1,481 @@
+"""File tools: read_file, write_file, edit_file, list_dir, glob and grep, all through the path gates (DESIGN §8).
+
+Every path goes through :mod:`kesoku.tools.paths` first: reads pass inside the workspace (the working
+directory and the session workspace) and the readable roots; writes pass inside the workspace; secret
+paths (``~/.ssh``, ``.env``, Kesoku's config and database …) are denied to every tool. A write outside
+the workspace needs the user's approval, which cannot be asked for from a tool yet: it is refused with
+a :class:`~kesoku.errors.ToolError` saying so. Files are opened with :func:`~kesoku.tools.paths.open_checked`,
+which re-checks what was opened, so a symlink swapped in after the check does not lead outside.
+
+All file-system work runs in a worker thread (``trio.to_thread``); outputs are capped (lines, bytes,
+matches, entries) and say where they were cut and how to go on.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from kesoku.errors import ToolError
+from kesoku.tools.base import Tool, ToolContext
+from kesoku.tools.output import cap_output
+from kesoku.tools.paths import PathGates, SecretMatcher, check_read, open_checked, require_write, workspaces
+
+DEFAULT_MAX_OUTPUT_BYTES = 32_000
+"""Bytes of text a file tool returns at most (the shell's ``max_output_bytes`` is a good value)."""
+READ_MAX_LINES = 2000
+"""Lines read_file returns when the model gives no limit."""
+LINE_MAX_CHARS = 2000
+"""A longer line is cut (minified files, data on one line)."""
+LIST_MAX_ENTRIES = 1000
+GLOB_MAX_RESULTS = 500
+GREP_MAX_MATCHES = 200
+SCAN_MAX_ENTRIES = 200_000
+"""Folder entries glob and grep look at before they stop and say the result is partial."""
+GREP_MAX_FILE_BYTES = 10_000_000
+"""grep skips larger files (logs, data dumps): read them with read_file ranges or the shell."""
+BINARY_SNIFF_BYTES = 8192
+SKIPPED_DIRS = frozenset({".git", "node_modules", ".venv", "venv", "__pycache__", ".mypy_cache", ".pytest_cache"})
+"""Folders grep does not descend into unless it is pointed at them."""
+FILE_TOOL_TIMEOUT_S = 60.0
+
+_Impl = Callable[["_Env", Mapping[str, Any], ToolContext], str]
+
+
+@dataclass(frozen=True, slots=True)
+class _Env:
+    gates: PathGates
+    max_output_bytes: int
+
+
+def file_tools(gates: PathGates, *, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES) -> tuple[Tool, ...]:
+    """The file tools: read_file, write_file, edit_file, list_dir, glob and grep.
+
+    Args:
+        gates: Readable roots and Kesoku's own files (see :class:`~kesoku.tools.paths.PathGates`).
+        max_output_bytes: The cap of each result's text.
+
+    Returns:
+        The six tools, in that order.
+    """
+    env = _Env(gates, max_output_bytes)
+
+    def tool(
+        name: str, description: str, fn: Callable[[_Env, Mapping[str, Any], ToolContext], str], **props: Any
+    ) -> Tool:
+        required = [key for key, spec in props.items() if spec.pop("required", False)]
+        parameters = {"type": "object", "properties": props, "required": required}
+        # Writes finish even if the call is cancelled (a half-written file is worse than a late result);
+        # reads and scans are abandoned at once.
+        abandon = name not in ("write_file", "edit_file")
+
+        async def run(arguments: Mapping[str, Any], ctx: ToolContext) -> str:
+            return await trio.to_thread.run_sync(fn, env, arguments, ctx, abandon_on_cancel=abandon)
+
+        return Tool(name, description, run, parameters, timeout_s=FILE_TOOL_TIMEOUT_S)
+
+    path = {"type": "string", "description": "File path, relative to the working directory or absolute."}
+    return (
+        tool(
+            "read_file",
+            "Read a text file, with line numbers (`N<tab>text`), from start_line for at most max_lines lines.",
+            _read_file,
+            path={**path, "required": True},
+            start_line={"type": "integer", "description": "First line to return (1-based). Default 1."},
+            max_lines={"type": "integer", "description": f"Lines to return at most. Default {READ_MAX_LINES}."},
+        ),
+        tool(
+            "write_file",
+            "Create or overwrite a text file with the given content (folders are created). Inside the workspace.",
+            _write_file,
+            path={**path, "required": True},
+            content={"type": "string", "description": "The whole new content of the file.", "required": True},
+        ),
+        tool(
+            "edit_file",
+            "Replace one exact occurrence of old_text with new_text in a file; old_text must match exactly once.",
+            _edit_file,
+            path={**path, "required": True},
+            old_text={"type": "string", "description": "Text to replace, exactly as in the file.", "required": True},
+            new_text={"type": "string", "description": "The replacement text.", "required": True},
+        ),
+        tool(
+            "list_dir",
+            "List a folder: sub-folders end with /, symlinks show their target, files their size in bytes.",
+            _list_dir,
+            path={"type": "string", "description": "Folder to list. Default: the working directory."},
+        ),
+        tool(
+            "glob",
+            "Find files by name pattern (`*.py`, `src/**/*.md`; ** spans folders), relative to a folder.",
+            _glob,
+            pattern={"type": "string", "description": "Glob pattern, relative.", "required": True},
+            path={"type": "string", "description": "Folder to search from. Default: the working directory."},
+        ),
+        tool(
+            "grep",
+            "Search file contents with a regular expression (Python syntax); prints path:line: text.",
+            _grep,
+            pattern={"type": "string", "description": "Regular expression.", "required": True},
+            path={"type": "string", "description": "File or folder to search. Default: the working directory."},
+            glob={"type": "string", "description": "Only files whose path matches this glob (`*.py`)."},
+            ignore_case={"type": "boolean", "description": "Match without regard to case."},
+        ),
+    )
+
+
+# -- arguments ----------------------------------------------------------------------------------------
+
+
+def _str(arguments: Mapping[str, Any], key: str, default: str | None = None, *, empty: bool = False) -> str:
+    value = arguments.get(key, default)
+    if not isinstance(value, str) or (not value and not empty):
+        raise ToolError(f"`{key}` must be a non-empty string")
+    return value
+
+
+def _int(arguments: Mapping[str, Any], key: str, default: int) -> int:
+    value = arguments.get(key, default)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ToolError(f"`{key}` must be a positive integer, got {value!r}")
+    return value
+
+
+def _shown(real: Path, ctx: ToolContext) -> str:
+    """A path as the model should see it: relative to the working directory when inside it."""
+    try:
+        return os.fspath(real.relative_to(os.path.realpath(ctx.cwd))) or "."
+    except ValueError:
+        return os.fspath(real)
+
+
+def _open_read(real: Path, ctx: ToolContext, gates: PathGates) -> tuple[int, os.stat_result]:
+    """Open a checked path for reading; it must be a regular file (not a folder, device or pipe)."""
+    try:
+        fd = open_checked(real, os.O_RDONLY | os.O_NONBLOCK, ctx, gates, write=False)
+    except FileNotFoundError:
+        raise ToolError(f"no such file: {real}") from None
+    except PermissionError:
+        raise ToolError(f"permission denied: {real}") from None
+    return fd, _regular(fd, real)
+
+
+def _regular(fd: int, real: Path) -> os.stat_result:
+    """The stat of an open regular file; any other kind closes the descriptor and is a ToolError."""
+    st = os.fstat(fd)
+    if stat.S_ISREG(st.st_mode):
+        return st
+    os.close(fd)
+    if stat.S_ISDIR(st.st_mode):
+        raise ToolError(f"{real} is a folder: use list_dir")
+    raise ToolError(f"{real} is not a regular file (a device, pipe or socket)")
+
+
+# -- read, write, edit --------------------------------------------------------------------------------
+
+
+def _read_file(env: _Env, arguments: Mapping[str, Any], ctx: ToolContext) -> str:
+    given = _str(arguments, "path")
+    start = _int(arguments, "start_line", 1)
+    limit = _int(arguments, "max_lines", READ_MAX_LINES)
+    real = check_read(given, ctx, env.gates)
+    fd, st = _open_read(real, ctx, env.gates)
+    with os.fdopen(fd, "rb") as file:
+        if b"\x00" in file.read(BINARY_SNIFF_BYTES):
+            raise ToolError(f"{_shown(real, ctx)} is a binary file ({st.st_size} bytes); it cannot be shown as text")
+        file.seek(0)
+        out: list[str] = []
+        used = 0
+        number = 0
+        cut_at: int | None = None
+        more = False
+        for number, raw in enumerate(file, start=1):
+            if number < start:
+                continue
+            if len(out) >= limit:
+                more = True
+                break
+            text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+            if len(text) > LINE_MAX_CHARS:
+                text = text[:LINE_MAX_CHARS] + f" … [line cut: {len(text)} characters]"
+            entry = f"{number}\t{text}"
+            used += len(entry.encode()) + 1
+            if used > env.max_output_bytes and out:
+                cut_at = number
+                break
+            out.append(entry)
+    shown = _shown(real, ctx)
+    if not out:
+        if number == 0:
+            return f"{shown} is empty"
+        raise ToolError(f"{shown} has {number} lines; start_line {start} is past the end")
+    first, last = start, start + len(out) - 1
+    body = "\n".join(out)
+    if cut_at is not None:
+        body += f"\n[output cap reached: read on with start_line={cut_at}]"
+    elif more:
+        body += f"\n[more lines follow: read on with start_line={last + 1}]"
+    return f"{shown} (lines {first}-{last}):\n{body}"
+
+
+def _write_bytes(real: Path, data: bytes, ctx: ToolContext, gates: PathGates) -> None:
+    """Write a checked path whole: open (re-checked), truncate, write, sync."""
+    real.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        # O_NONBLOCK: a FIFO without a reader fails at once instead of holding the thread forever.
+        fd = open_checked(real, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK, ctx, gates, write=True)
+    except IsADirectoryError:
+        raise ToolError(f"{real} is a folder") from None
+    except OSError as exc:
+        raise ToolError(f"cannot open {real} for writing: {exc.strerror or exc}") from None
+    _regular(fd, real)
+    with os.fdopen(fd, "wb") as file:
+        file.truncate(0)
+        file.write(data)
+        file.flush()
+        os.fsync(fd)
+
+
+def _write_file(env: _Env, arguments: Mapping[str, Any], ctx: ToolContext) -> str:
+    given = _str(arguments, "path")
+    content = _str(arguments, "content", empty=True)
+    real = require_write(given, ctx, env.gates)
+    existed = real.exists()
+    data = content.encode("utf-8", errors="surrogatepass")
+    _write_bytes(real, data, ctx, env.gates)
+    lines = content.count("\n") + (1 if content and not content.endswith("\n") else 0)
+    verb = "overwrote" if existed else "created"
+    return f"{verb} {_shown(real, ctx)}: {len(data)} bytes, {lines} lines"
+
+
+def _edit_file(env: _Env, arguments: Mapping[str, Any], ctx: ToolContext) -> str:
+    given = _str(arguments, "path")
+    old = _str(arguments, "old_text")
+    new = _str(arguments, "new_text", empty=True)
+    real = require_write(given, ctx, env.gates)
+    fd, _ = _open_read(real, ctx, env.gates)
+    with os.fdopen(fd, "rb") as file:
+        data = file.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ToolError(f"{_shown(real, ctx)} is not UTF-8 text; edit it with the shell") from None
+    shown = _shown(real, ctx)
+    count = text.count(old)
+    if count == 0:
+        raise ToolError(f"old_text was not found in {shown}; read the file and copy the text exactly")
+    if count > 1:
+        raise ToolError(f"old_text matches {count} times in {shown}; include surrounding lines so it matches once")
+    index = text.index(old)
+    updated = text[:index] + new + text[index + len(old) :]
+    _write_bytes(real, updated.encode("utf-8"), ctx, env.gates)
+    line = text.count("\n", 0, index) + 1
+    return f"edited {shown} at line {line}: {old.count(chr(10)) + 1} line(s) replaced by {new.count(chr(10)) + 1}"
+
+
+# -- list, glob, grep ---------------------------------------------------------------------------------
+
+
+def _list_dir(env: _Env, arguments: Mapping[str, Any], ctx: ToolContext) -> str:
+    real = check_read(_str(arguments, "path", "."), ctx, env.gates)
+    if not real.is_dir():
+        raise ToolError(f"{_shown(real, ctx)} is not a folder" if real.exists() else f"no such folder: {real}")
+    lines: list[str] = []
+    with os.scandir(real) as entries:
+        items = sorted(entries, key=lambda e: e.name)
+    for entry in items[:LIST_MAX_ENTRIES]:
+        if entry.is_symlink():
+            lines.append(f"{entry.name} -> {os.readlink(entry.path)}")
+        elif entry.is_dir():
+            lines.append(entry.name + "/")
+        else:
+            try:
+                lines.append(f"{entry.name}  {entry.stat().st_size} bytes")
+            except OSError:
+                lines.append(entry.name)
+    header = f"{_shown(real, ctx)}/ ({len(items)} entries)"
+    if len(items) > LIST_MAX_ENTRIES:
+        lines.append(f"[{len(items) - LIST_MAX_ENTRIES} more entries not shown: use glob to narrow]")
+    return cap_output("\n".join([header, *lines]), env.max_output_bytes)
+
+
+def glob_regex(pattern: str) -> re.Pattern[str]:
+    """A regex for a relative glob: ``*`` and ``?`` stay within a folder, ``**`` spans folders, ``[…]`` sets.
+
+    Raises:
+        ToolError: The pattern is absolute or climbs out with ``..``.
+    """
+    if not pattern or pattern.startswith(("/", "~")) or ".." in pattern.split("/"):
+        raise ToolError(f"glob pattern {pattern!r} must be relative and must not use ..; pass the folder as `path`")
+    out: list[str] = []
+    parts = pattern.split("/")
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if part == "**":
+            out.append(".*" if last else "(?:.*/)?")
+            continue
+        j = 0
+        while j < len(part):
+            c = part[j]
+            if c == "*":
+                out.append("[^/]*")
+            elif c == "?":
+                out.append("[^/]")
+            elif c == "[" and "]" in part[j + 2 :]:
+                end = part.index("]", j + 2)
+                body = part[j + 1 : end]
+                negate = body.startswith(("!", "^"))
+                body = re.escape(body[1:] if negate else body).replace("\\-", "-")
+                out.append(f"[{'^' if negate else ''}{body}]")
+                j = end
+            else:
+                out.append(re.escape(c))
+            j += 1
+        if not last:
+            out.append("/")
+    return re.compile("".join(out) + r"\Z", re.DOTALL)
+
+
+def _walk(root: Path, *, skip: frozenset[str] = frozenset()) -> Iterator[tuple[str, os.DirEntry[str]]]:
+    """(path relative to root, entry) of everything below root; symlinked folders are not entered."""
+    stack = [(root, "")]
+    seen = 0
+    while stack:
+        folder, prefix = stack.pop()
+        try:
+            with os.scandir(folder) as entries:
+                items = sorted(entries, key=lambda e: e.name)
+        except OSError:
+            continue
+        subfolders: list[tuple[Path, str]] = []
+        for entry in items:
+            seen += 1
+            if seen > SCAN_MAX_ENTRIES:
+                raise _ScanLimit
+            rel = prefix + entry.name
+            yield rel, entry
+            if entry.is_dir(follow_symlinks=False) and entry.name not in skip:
+                subfolders.append((Path(entry.path), rel + "/"))
+        stack.extend(reversed(subfolders))  # the first sub-folder is popped first
+
+
+class _ScanLimit(Exception):
+    """More than SCAN_MAX_ENTRIES entries were looked at."""
+
+
+def _readable(entry: os.DirEntry[str], secrets: SecretMatcher, roots: tuple[Path, ...]) -> bool:
+    """Whether a found entry may be shown: not secret (nor a hard link to one), its target inside the roots."""
+    if secrets.reason(Path(entry.path)) is not None:
+        return False
+    try:
+        if secrets.hard_link(entry.stat(follow_symlinks=False)):
+            return False
+    except OSError:
+        return False
+    real = os.path.realpath(entry.path)
+    return any(real == os.fspath(r) or real.startswith(os.fspath(r).rstrip("/") + "/") for r in roots)
+
+
+def _roots(ctx: ToolContext, env: _Env) -> tuple[Path, ...]:
+    return (*workspaces(ctx), *(Path(os.path.realpath(r)) for r in env.gates.readable_roots))
+
+
+def _glob(env: _Env, arguments: Mapping[str, Any], ctx: ToolContext) -> str:
+    pattern = _str(arguments, "pattern")
+    regex = glob_regex(pattern)
+    base = check_read(_str(arguments, "path", "."), ctx, env.gates)
+    if not base.is_dir():
+        raise ToolError(f"{_shown(base, ctx)} is not a folder")
+    secrets, roots = SecretMatcher(env.gates), _roots(ctx, env)
+    found: list[str] = []
+    partial = ""
+    try:
+        for rel, entry in _walk(base):
+            if regex.match(rel) and _readable(entry, secrets, roots):
+                found.append(rel + ("/" if entry.is_dir() else ""))
+                if len(found) >= GLOB_MAX_RESULTS:
+                    partial = f"[stopped at {GLOB_MAX_RESULTS} results: narrow the pattern]"
+                    break
+    except _ScanLimit:
+        partial = f"[stopped after looking at {SCAN_MAX_ENTRIES} entries: narrow `path`]"
+    where = _shown(base, ctx)
+    if not found:
+        return f"no files match {pattern!r} in {where}" + (f"\n{partial}" if partial else "")
+    lines = [f"{len(found)} match(es) for {pattern!r} in {where}:", *found]
+    if partial:
+        lines.append(partial)
+    return cap_output("\n".join(lines), env.max_output_bytes)
+
+
+def _grep(env: _Env, arguments: Mapping[str, Any], ctx: ToolContext) -> str:
+    source = _str(arguments, "pattern")
+    flags = re.IGNORECASE if arguments.get("ignore_case") else 0
+    try:
+        regex = re.compile(source, flags)
+    except re.error as exc:
+        raise ToolError(f"invalid regular expression {source!r}: {exc}") from None
+    name_filter = glob_regex(arguments["glob"]) if isinstance(arguments.get("glob"), str) else None
+    base = check_read(_str(arguments, "path", "."), ctx, env.gates)  # a single file is fully checked here
+    secrets, roots = SecretMatcher(env.gates), _roots(ctx, env)
+    if base.is_file():
+        files: Iterator[tuple[str, str]] = iter([(_shown(base, ctx), os.fspath(base))])
+    elif base.is_dir():
+        prefix = "" if _shown(base, ctx) == "." else _shown(base, ctx) + "/"
+        files = (
+            (prefix + rel, entry.path)
+            for rel, entry in _walk(base, skip=SKIPPED_DIRS)
+            if entry.is_file(follow_symlinks=False)  # a symlinked file is not followed
+            and (name_filter is None or name_filter.match(rel) or name_filter.match(entry.name))
+            and _readable(entry, secrets, roots)
+        )
+    else:
+        raise ToolError(f"no such file or folder: {base}")
+    out: list[str] = []
+    used = 0
+    partial = ""
+    try:
+        for shown, path in files:
+            for line_no, text in _matching_lines(path, regex):
+                entry = f"{shown}:{line_no}: {text}"
+                used += len(entry.encode()) + 1
+                if len(out) >= GREP_MAX_MATCHES or used > env.max_output_bytes:
+                    partial = f"[stopped at {len(out)} matches: narrow the pattern, `path` or `glob`]"
+                    raise _ScanLimit
+                out.append(entry)
+    except _ScanLimit:
+        partial = partial or f"[stopped after looking at {SCAN_MAX_ENTRIES} entries: narrow `path`]"
+    if not out:
+        return f"no matches for {source!r}" + (f"\n{partial}" if partial else "")
+    return "\n".join([*out, partial] if partial else out)
+
+
+def _matching_lines(path: str, regex: re.Pattern[str]) -> Iterator[tuple[int, str]]:
+    """(line number, text) of the lines of a text file that match; binary and huge files are skipped."""
+    try:
+        # O_NOFOLLOW: a file swapped for a symlink after the walk looked at it is not read.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as file:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > GREP_MAX_FILE_BYTES:
+                return
+            if b"\x00" in file.read(BINARY_SNIFF_BYTES):
+                return
+            file.seek(0)
+            for number, raw in enumerate(file, start=1):
+                text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+                if regex.search(text):
+                    yield number, text if len(text) <= 500 else text[:500] + " …"
+    except OSError:
+        return
+
+
+__all__ = ["DEFAULT_MAX_OUTPUT_BYTES", "file_tools", "glob_regex"]
