@@ -19,6 +19,10 @@ app = App(
     version=__version__,
 )
 
+app.command("kesoku.cli.chat_cmd:chat", name="chat", help='Talk to the agent, or ask once: kesoku chat "question"')
+app.command("kesoku.cli.start_cmd:start", name="start", help="Run the daemon in the foreground (what systemd runs).")
+app.command("kesoku.cli.service_cmd:service_app", name="service", help="Install and control the systemd service.")
+
 config_app = App(name="config", help="Check kesoku.toml and print its JSON Schema.")
 config_app.command(
     "kesoku.cli.config_cmd:check", name="check", help="Validate a kesoku.toml; exit 2 with one line naming the problem."

@@ -1,0 +1,150 @@
+"""``kesoku chat``: open the store, gateway and runtime in this process, then ask or converse.
+
+The runtime here answers only the sessions this process opened (a :class:`~kesoku.daemon.ScopedDispatcher`),
+and a daemon on the same database leaves terminal sessions alone, so a chat and ``kesoku start`` can
+share one ``kesoku.db`` without both answering a message.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import trio
+
+from kesoku.daemon import INTERACTIVE_ADAPTER, build_runtime
+from kesoku.errors import OperatorError
+
+if TYPE_CHECKING:
+    from kesoku.config import Config
+    from kesoku.gateway import Gateway
+    from kesoku.model import Session
+
+SESSION_PREFIX_MIN_CHARS = 4
+"""``--session`` accepts a unique prefix of an id this long or longer."""
+
+
+def chat(
+    config: Config, *, config_file: Path | None, prompt: str | None, session_id: str | None, llm_name: str | None
+) -> int:
+    """Answer one prompt (given, or piped on stdin) or, on a terminal without one, hold a conversation.
+
+    Args:
+        config: The loaded config.
+        config_file: The file it came from (the agent's tools may not read it).
+        prompt: The question; None: read stdin when it is not a terminal, else interactive.
+        session_id: A terminal session (id or unique prefix) to continue; None: a new session.
+        llm_name: A backend overriding ``agent.llm``.
+
+    Returns:
+        The exit code: 0 answered, 1 the turn failed, 130 stopped with Ctrl-C.
+
+    Raises:
+        OperatorError: Nothing to ask, no terminal for the interactive mode, an unknown session, or a
+            config, database or backend problem (one line, exit 2).
+    """
+    from kesoku.store import Store
+
+    interactive = prompt is None and sys.stdin.isatty()
+    question = None if interactive else read_question(prompt)
+    if interactive and not sys.stdout.isatty():
+        raise OperatorError("chat: the interactive mode needs a terminal; give a PROMPT for a one-shot answer")
+    _log_warnings_only()
+    store = Store(config.workspace.db_path)
+    try:
+        serving: set[str] = set()
+        rt = build_runtime(config, store, config_file=config_file, llm_name=llm_name, serves=serving.__contains__)
+        session = open_session(rt.gateway, session_id)
+        serving.add(session.id)
+        if question is not None:
+            from kesoku_terminal.oneshot import run_oneshot
+
+            return _guard_pipe(lambda: trio.run(run_oneshot, rt, session, question))
+        from kesoku_terminal.interactive import run_interactive
+
+        return trio.run(run_interactive, rt, session, serving, session_id is not None)
+    finally:
+        store.close()
+
+
+def read_question(prompt: str | None) -> str:
+    """The one-shot question: the prompt, with stdin appended when stdin is not a terminal.
+
+    ``echo text | kesoku chat "summarize"`` asks "summarize", a blank line, then the text.
+
+    Raises:
+        OperatorError: Both are empty.
+    """
+    text = prompt or ""
+    if not sys.stdin.isatty():
+        piped = sys.stdin.buffer.read().decode("utf-8", errors="replace")
+        if piped.strip():
+            text = f"{text}\n\n{piped}" if text.strip() else piped
+    if not text.strip():
+        raise OperatorError("chat: nothing to ask; give a PROMPT or pipe text on stdin")
+    return text
+
+
+def open_session(gateway: Gateway, session_id: str | None) -> Session:
+    """A new terminal session, or the terminal session ``--session`` names (id or unique prefix).
+
+    Raises:
+        OperatorError: No such session, an ambiguous prefix, or a session of another adapter (the
+            daemon answers those; two processes answering one session would both reply).
+    """
+    if session_id is None:
+        return gateway.open_session(INTERACTIVE_ADAPTER, f"tty-{uuid.uuid4().hex}")
+    store = gateway.store
+    session = store.get_session(session_id)
+    if session is None and len(session_id) >= SESSION_PREFIX_MIN_CHARS:
+        matches = [s for s in store.list_sessions() if s.id.startswith(session_id)]
+        if len(matches) > 1:
+            raise OperatorError(f"--session {session_id}: {len(matches)} sessions start with it; give more of the id")
+        session = matches[0] if matches else None
+    if session is None:
+        raise OperatorError(f"--session {session_id}: no such session (/sessions in kesoku chat lists them)")
+    if session.adapter != INTERACTIVE_ADAPTER:
+        raise OperatorError(
+            f"--session {session_id}: a {session.adapter} session; kesoku chat continues terminal sessions only"
+        )
+    Path(session.workspace).mkdir(parents=True, exist_ok=True)
+    return session
+
+
+class _OneLine(logging.Formatter):
+    """``kesoku: message``, without the traceback: the turn already told the user what failed."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return "kesoku: " + " ".join(record.getMessage().split())
+
+
+def _log_warnings_only() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_OneLine())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.WARNING)
+
+
+def _guard_pipe(run: Callable[[], int]) -> int:
+    """Run; a reader that closed stdout early (``| head -1``) ends the chat quietly, as in other tools."""
+    try:
+        return run()
+    except (BrokenPipeError, ExceptionGroup) as exc:
+        if not _broken_pipe(exc):
+            raise
+        # Python would report the pipe again when flushing stdout at exit: point it at /dev/null.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader left
+
+
+def _broken_pipe(exc: BaseException) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_broken_pipe(e) for e in exc.exceptions)
+    return isinstance(exc, BrokenPipeError)

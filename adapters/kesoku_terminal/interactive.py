@@ -1,0 +1,350 @@
+"""``kesoku chat`` without a prompt: a conversation in the terminal.
+
+The trio thread runs the runtime, follows the session (:class:`~kesoku_terminal.view.Follower`) and
+prints through prompt-toolkit's ``StdoutProxy`` so output appears above the input line; the input runs
+in a worker thread (:mod:`kesoku_terminal.prompt`). Keys:
+
+- Enter sends the line. During a turn that interrupts it (the runtime pivots to the new message).
+- Ctrl-C during a turn stops it (``gateway.stop``); a second Ctrl-C in the same turn kills running
+  tools. Ctrl-C on an empty prompt, or Ctrl-D, exits (a running turn is stopped first).
+- Alt-Enter inserts a newline; a pasted block is one message.
+- Slash commands: :mod:`kesoku_terminal.commands` (``/help``).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import time
+from collections.abc import Callable
+from typing import IO, TYPE_CHECKING, cast
+
+import trio
+from rich.console import Console
+from rich.text import Text
+
+from kesoku.events import TurnEnded, TurnStarted
+from kesoku.model import user_text
+from kesoku_terminal.commands import run_command
+from kesoku_terminal.prompt import (
+    THOUGHT_STYLE,
+    AboveOutput,
+    Eof,
+    InputEvent,
+    Line,
+    LiveState,
+    PromptThread,
+    history_file,
+)
+from kesoku_terminal.render import THOUGHT_ICON, tool_call_line, tool_result_line
+from kesoku_terminal.view import Follower
+
+if TYPE_CHECKING:
+    from kesoku.events import TurnEvent
+    from kesoku.metrics import TurnMetrics
+    from kesoku.model import Message, Session
+    from kesoku.runtime import Runtime
+
+INPUT_BUFFER = 16
+"""Lines typed ahead while the trio side is busy (the prompt thread waits beyond it)."""
+EXIT_STOP_WAIT_S = 10.0
+"""At exit, how long a stopped turn may take to end (a running tool finishing) before tools are killed."""
+EXIT_KILL_WAIT_S = 5.0
+"""After killing tools at exit, how long their results may take to be written."""
+PROMPT_CLOSE_WAIT_S = 2.0
+"""How long the input thread gets to restore the terminal at exit."""
+PROMPT_CLOSE_POLL_S = 0.05
+
+
+class LiveSink:
+    """Shows a turn: finished lines scroll up above the prompt, the unfinished one stays in the live area.
+
+    Args:
+        console: A rich console writing to the output proxy.
+        live: The live area's state.
+        redraw: Asks the prompt to redraw (thread-safe).
+    """
+
+    def __init__(self, console: Console, live: LiveState, redraw: Callable[[], None]) -> None:
+        self.console = console
+        self.live = live
+        self.redraw = redraw
+        self._open: str | None = None  # "answer" or "thought"
+        self._running: dict[int, str] = {}  # tool call id → tool name
+
+    # -- streamed text ----------------------------------------------------------------------------
+
+    def answer(self, chunk: str) -> None:
+        """Stream a piece of the answer."""
+        self._stream("answer", chunk, "", "")
+
+    def answer_end(self) -> None:
+        """End the answer line."""
+        self._end("answer")
+
+    def thought(self, chunk: str) -> None:
+        """Stream a piece of reasoning."""
+        self._stream("thought", chunk, "dim italic", THOUGHT_STYLE)
+
+    def thought_end(self) -> None:
+        """End the reasoning line."""
+        self._end("thought")
+
+    def _stream(self, kind: str, chunk: str, rich_style: str, live_style: str) -> None:
+        if self._open != kind:
+            self._end_open()
+            self._open = kind
+            self.live.partial_style = live_style
+            if kind == "thought":
+                chunk = f"{THOUGHT_ICON} {chunk}"
+            else:
+                self.live.status = None  # the streaming text shows progress now
+        text = self.live.partial + chunk
+        if "\n" in text:
+            done, text = text.rsplit("\n", 1)
+            self.print(done, rich_style)
+        self.live.partial = text
+        self.redraw()
+
+    def _end(self, kind: str) -> None:
+        if self._open == kind:
+            self._end_open()
+
+    def _end_open(self) -> None:
+        if self._open is None:
+            return
+        style = "dim italic" if self._open == "thought" else ""
+        partial, self.live.partial = self.live.partial, ""
+        self._open = None
+        if partial:
+            self.print(partial, style)
+        self.redraw()
+
+    # -- activity ---------------------------------------------------------------------------------
+
+    def tool_call(self, call: Message) -> None:
+        """Show a posted tool call."""
+        self.notice(tool_call_line(call))
+
+    def tool_started(self, call: Message) -> None:
+        """A tool started running."""
+        self._running[call.id] = call.metadata.tool_name or "tool"
+        self.set_status("running " + ", ".join(sorted(set(self._running.values()))))
+
+    def tool_result(self, result: Message) -> None:
+        """Show a tool result with its outcome."""
+        self._running.pop(result.parent_id or 0, None)
+        self.notice(tool_result_line(result))
+        names = sorted(set(self._running.values()))
+        self.set_status("running " + ", ".join(names) if names else "thinking")
+
+    def system(self, text: str) -> None:
+        """Show a system notice."""
+        self.notice(text, "yellow")
+
+    def turn_started(self, root: Message) -> None:
+        """A turn opened."""
+        self._running.clear()
+        self.set_status("thinking")
+
+    def turn_ended(self, metrics: TurnMetrics) -> None:
+        """Show the metrics line."""
+        self._end_open()
+        self._running.clear()
+        self.notice(metrics.render())
+        self.set_status("thinking")  # the chat clears it when no message of ours is left waiting
+
+    # -- output -----------------------------------------------------------------------------------
+
+    def notice(self, text: str, style: str = "dim") -> None:
+        """Print a whole line of activity (ending any streamed line first)."""
+        self._end_open()
+        self.print(text, style)
+
+    def print(self, text: str, style: str = "") -> None:
+        """Print text above the prompt (no markup, no wrapping by rich: the terminal wraps)."""
+        self.console.print(Text(text, style=style), soft_wrap=True)
+
+    def set_status(self, status: str | None) -> None:
+        """Show what the agent is doing under the output (None: nothing), timed from now."""
+        if status != self.live.status:
+            self.live.status_since = time.monotonic()
+            self.live.status = status
+        self.redraw()
+
+
+class ChatUI:
+    """An interactive conversation over a runtime.
+
+    Args:
+        rt: The runtime (not yet serving: :meth:`run` serves it).
+        session: The session to talk in.
+        serving: Session ids this process answers; ``/new`` adds to it.
+        resumed: The session existed before (``--session``).
+    """
+
+    def __init__(self, rt: Runtime, session: Session, serving: set[str], *, resumed: bool) -> None:
+        self.rt = rt
+        self.session = session
+        self.serving = serving
+        self.resumed = resumed
+        self.live = LiveState()
+        self.prompt = PromptThread(self.live, history_file())
+        self.proxy = AboveOutput(self.prompt, sys.stdout)
+        self.console = Console(
+            file=proxy_file(self.proxy), force_terminal=True, highlight=False, markup=False, emoji=False
+        )
+        self.sink = LiveSink(self.console, self.live, self.prompt.invalidate)
+        self.follower = Follower(rt.hub, rt.gateway, session.id, self.sink, on_event=self._on_event)
+        self.exiting = False
+        self._last_posted = 0
+        self._stops = 0
+        self._idle = trio.Event()
+        self._idle.set()
+
+    @property
+    def busy(self) -> bool:
+        """A message of ours waits for its turn to end."""
+        return self.follower.ended_root_id < self._last_posted
+
+    async def run(self) -> int:
+        """Converse until Ctrl-D, Ctrl-C on an empty prompt, or ``/exit``.
+
+        Returns:
+            0.
+        """
+        handler = logging.StreamHandler(proxy_file(self.proxy))  # log lines must not tear the prompt either
+        handler.setFormatter(logging.Formatter("kesoku: %(message)s"))
+        root = logging.getLogger()
+        saved = root.handlers[:]
+        root.handlers[:] = [handler]
+        try:
+            send, receive = trio.open_memory_channel[InputEvent](INPUT_BUFFER)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(self.follower.run)
+                await nursery.start(self.rt.serve)
+                nursery.start_soon(self._watch_sigint)
+                nursery.start_soon(trio.to_thread.run_sync, self.prompt.run, send)
+                self._banner()
+                async with receive:
+                    async for event in receive:
+                        if isinstance(event, Line):
+                            await self.on_line(event.text)
+                        elif isinstance(event, Eof) or not self.busy:
+                            self.exiting = True
+                        else:
+                            self.stop_turn()
+                        if self.exiting:
+                            break
+                await self._leave()
+                nursery.cancel_scope.cancel()
+        finally:
+            root.handlers[:] = saved
+            self.proxy.close()
+        return 0
+
+    async def on_line(self, text: str) -> None:
+        """A line entered: a slash command, or a message (which interrupts a running turn)."""
+        stripped = text.strip()
+        if not stripped:
+            return
+        if stripped.startswith("//"):
+            text = text.replace("/", "", 1)  # `//etc/hosts ...` sends "/etc/hosts ..."
+        elif stripped.startswith("/"):
+            await run_command(self, stripped)
+            return
+        await self.send(text)
+
+    async def send(self, text: str) -> None:
+        """Post a message to the current session."""
+        posted = await self.rt.gateway.post(user_text(self.session.id, text))
+        self._last_posted = posted.id
+        self._update_busy()
+        self.sink.set_status("thinking")
+
+    def stop_turn(self) -> None:
+        """Stop the running turn; called again in the same turn, kill its running tools."""
+        if not self.busy:
+            self.sink.notice("no turn is running")
+            return
+        self._stops += 1
+        self.rt.gateway.stop(self.session.id, force=self._stops > 1)
+        hint = "stopping the turn (Ctrl-C again kills running tools)" if self._stops == 1 else "killing running tools"
+        self.sink.notice(hint, "yellow")
+
+    def switch(self, session: Session) -> None:
+        """Talk in another session from now on (``/new``, ``/clear``)."""
+        self.serving.add(session.id)
+        self.session = session
+        self.follower.switch(session.id)
+        self._last_posted = 0
+        self._update_busy()
+
+    async def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no turn of ours runs; False on timeout."""
+        with trio.move_on_after(timeout_s):
+            await self._idle.wait()
+        return not self.busy
+
+    # -- tasks ------------------------------------------------------------------------------------
+
+    def _on_event(self, event: TurnEvent) -> None:
+        """After the follower showed an event of the current session."""
+        if isinstance(event, TurnStarted) and self._stops:
+            # A stop asked before the turn opened applies to it.
+            self.rt.gateway.stop(self.session.id, force=self._stops > 1)
+        elif isinstance(event, TurnEnded):
+            self._update_busy()
+
+    async def _watch_sigint(self) -> None:
+        # The prompt turns Ctrl-C into a key; SIGINT arrives only in the instant between two prompts.
+        with trio.open_signal_receiver(signal.SIGINT) as signals:
+            async for _ in signals:
+                if self.busy:
+                    self.stop_turn()
+
+    async def _leave(self) -> None:
+        """Exit cleanly: stop a running turn (so it does not resume later), then restore the terminal."""
+        if self.busy:
+            self.sink.notice("stopping the turn before exit", "yellow")
+            self.rt.gateway.stop(self.session.id)
+            if not await self.wait_idle(EXIT_STOP_WAIT_S):
+                self.rt.gateway.stop(self.session.id, force=True)
+                await self.wait_idle(EXIT_KILL_WAIT_S)
+        with trio.move_on_after(PROMPT_CLOSE_WAIT_S):
+            while not self.prompt.done.is_set():
+                self.prompt.close()
+                await trio.sleep(PROMPT_CLOSE_POLL_S)
+
+    def _update_busy(self) -> None:
+        busy = self.busy
+        self.live.busy = busy
+        if busy and self._idle.is_set():
+            self._idle = trio.Event()
+        elif not busy:
+            self._stops = 0
+            self._idle.set()
+            self.sink.set_status(None)
+
+    def _banner(self) -> None:
+        llm = self.rt.llm_for(self.session)
+        state = f"resumed ({self.session.title or 'untitled'})" if self.resumed else "new"
+        self.sink.notice(
+            f"Kesoku · session {self.session.id} {state} · {llm.provider}/{llm.model} · "
+            "/help for commands · Ctrl-D to exit"
+        )
+
+
+def proxy_file(output: AboveOutput) -> IO[str]:
+    """The output as the text stream it behaves as (write, flush, isatty, fileno, encoding)."""
+    return cast("IO[str]", output)
+
+
+async def run_interactive(rt: Runtime, session: Session, serving: set[str], resumed: bool) -> int:
+    """Run an interactive conversation (see :class:`ChatUI`).
+
+    Returns:
+        The exit code.
+    """
+    return await ChatUI(rt, session, serving, resumed=resumed).run()

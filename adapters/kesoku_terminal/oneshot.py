@@ -1,0 +1,197 @@
+"""``kesoku chat "prompt"``: one question, the answer on stdout, everything else on stderr, an exit code.
+
+stdout carries only the model's answer text (so ``kesoku chat "..." > answer.txt`` and pipes work);
+thoughts, tool calls and results, system notices and the metrics line go to stderr, dimmed when stderr
+is a terminal. The metrics line is printed to a terminal, or when the turn was stopped, so a script
+reading stderr sees one line per event that matters.
+
+Exit codes: 0 answered; 1 the turn failed (the model call failed, the step limit) or was interrupted
+by another message; 130 stopped by Ctrl-C (the shell's code for SIGINT).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from typing import TYPE_CHECKING, TextIO
+
+import trio
+
+from kesoku.events import TurnStarted
+from kesoku.metrics import TurnState
+from kesoku.model import user_text
+from kesoku_terminal.render import THOUGHT_ICON, tool_call_line, tool_result_line
+from kesoku_terminal.view import Follower
+
+if TYPE_CHECKING:
+    from kesoku.events import TurnEvent
+    from kesoku.metrics import TurnMetrics
+    from kesoku.model import Message, Session
+    from kesoku.runtime import Runtime
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_STOPPED = 130
+_EXIT_CODES = {
+    TurnState.DONE: EXIT_OK,
+    TurnState.FAILED: EXIT_FAILED,
+    TurnState.STEP_LIMIT: EXIT_FAILED,
+    TurnState.INTERRUPTED: EXIT_FAILED,
+    TurnState.STOPPED: EXIT_STOPPED,
+}
+DIM, RESET = "\x1b[2m", "\x1b[0m"
+
+
+class PlainSink:
+    """Writes a turn to two text streams, keeping lines whole across them.
+
+    When stdout and stderr are the same terminal, a thought left open on stderr would run into the
+    answer on stdout; so before writing to one stream, the line open on the other is ended.
+
+    Args:
+        out: The answer's stream (stdout).
+        err: Everything else (stderr).
+        err_tty: stderr is a terminal: dim the activity and always show the metrics line.
+    """
+
+    def __init__(self, out: TextIO, err: TextIO, *, err_tty: bool) -> None:
+        self.out = out
+        self.err = err
+        self.err_tty = err_tty
+        self.metrics: TurnMetrics | None = None
+        self._open: str | None = None  # "answer" or "thought": the line left open
+        self._answer_at_bol = True
+
+    # -- the answer, streamed to stdout ---------------------------------------------------------
+
+    def answer(self, chunk: str) -> None:
+        """Stream a piece of the answer."""
+        if self._open == "thought":
+            self._end_thought()
+        self.out.write(chunk)
+        self.out.flush()
+        self._open = "answer"
+        self._answer_at_bol = chunk.endswith("\n")
+
+    def answer_end(self) -> None:
+        """End the answer line."""
+        if self._open == "answer":
+            if not self._answer_at_bol:
+                self.out.write("\n")
+                self.out.flush()
+            self._open = None
+            self._answer_at_bol = True
+
+    # -- activity, on stderr --------------------------------------------------------------------
+
+    def thought(self, chunk: str) -> None:
+        """Stream a piece of reasoning."""
+        if self._open == "answer":
+            self.answer_end()
+        if self._open != "thought":
+            self._err(f"{THOUGHT_ICON} ")
+            self._open = "thought"
+        self._err(chunk)
+
+    def thought_end(self) -> None:
+        """End the reasoning line."""
+        if self._open == "thought":
+            self._end_thought()
+
+    def tool_call(self, call: Message) -> None:
+        """Show a posted tool call."""
+        self._line(tool_call_line(call))
+
+    def tool_started(self, call: Message) -> None:
+        """A tool started running."""
+        pass  # the call's line was printed when it was posted; a pipe needs no spinner
+
+    def tool_result(self, result: Message) -> None:
+        """Show a tool result with its outcome."""
+        self._line(tool_result_line(result))
+
+    def system(self, text: str) -> None:
+        """Show a system notice."""
+        self._line(text, dim=False)
+
+    def turn_started(self, root: Message) -> None:
+        """A turn opened."""
+        pass
+
+    def turn_ended(self, metrics: TurnMetrics) -> None:
+        """Show the metrics line."""
+        self.metrics = metrics
+        if self.err_tty or metrics.state is TurnState.STOPPED:
+            self._line(metrics.render())
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    def _end_thought(self) -> None:
+        self._err("\n")
+        self._open = None
+
+    def _line(self, text: str, *, dim: bool = True) -> None:
+        self.answer_end()
+        self.thought_end()
+        self._err(text + "\n", dim=dim)
+
+    def _err(self, text: str, *, dim: bool = True) -> None:
+        if self.err_tty and dim and text.strip():
+            text = f"{DIM}{text}{RESET}"
+        self.err.write(text)
+        self.err.flush()
+
+
+async def run_oneshot(rt: Runtime, session: Session, prompt: str) -> int:
+    """Ask one question in ``session`` and show the turn that answers it.
+
+    Args:
+        rt: The runtime (not yet serving: this runs it).
+        session: The session to ask in.
+        prompt: The question (stdin already appended).
+
+    Returns:
+        The exit code (see the module docstring).
+
+    Cancellation:
+        Ctrl-C (SIGINT) stops the turn (a second one kills running tools); the turn ends ``stopped``
+        and its metrics line is printed before 130 is returned.
+    """
+    sink = PlainSink(sys.stdout, sys.stderr, err_tty=sys.stderr.isatty())
+    stops = _Stops(rt, session.id)
+    follower = Follower(rt.hub, rt.gateway, session.id, sink, on_event=stops.on_event)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(follower.run)
+        await nursery.start(rt.serve)
+        nursery.start_soon(stops.watch_sigint)
+        mine = await rt.gateway.post(user_text(session.id, prompt))
+        # The turn that answers `mine` is rooted on it or on a later message.
+        await follower.wait_ended(mine.id)
+        nursery.cancel_scope.cancel()
+    assert sink.metrics is not None
+    return _EXIT_CODES[sink.metrics.state]
+
+
+class _Stops:
+    """Ctrl-C in one-shot mode: the first stops the turn (running tools finish), the next kill tools."""
+
+    def __init__(self, rt: Runtime, session_id: str) -> None:
+        self.rt = rt
+        self.session_id = session_id
+        self.count = 0
+
+    def apply(self) -> None:
+        if self.count:
+            self.rt.gateway.stop(self.session_id, force=self.count > 1)
+
+    def on_event(self, event: TurnEvent) -> None:
+        if isinstance(event, TurnStarted):
+            self.apply()  # a Ctrl-C that came before the turn opened
+
+    async def watch_sigint(self) -> None:
+        with trio.open_signal_receiver(signal.SIGINT) as signals:
+            async for _ in signals:
+                self.count += 1
+                self.apply()
+                hint = "stopping the turn (Ctrl-C again kills running tools)" if self.count == 1 else "killing tools"
+                print(hint, file=sys.stderr, flush=True)

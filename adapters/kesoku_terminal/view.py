@@ -1,0 +1,259 @@
+"""Follow one session's turns: live deltas from the event hub, the truth from the durable log.
+
+The model's text is shown as it streams (``ModelDelta`` events), but what was *said* is the message
+the turn persisted. The two are reconciled so every answer is shown exactly once: when the persisted
+message arrives, only the part the stream did not show (normally nothing) is added.
+
+Ordering. The turn publishes each hub event right after the posts it follows (a step's text and
+tool calls are posted before ``ToolStarted``, the results before ``ToolFinished``, the answer before
+``TurnEnded``), and every such event names its place in the log (the call, the result, the turn's
+root). At each one the view reads the log up to that place and no further, so a view that lags
+behind a fast turn still shows each step's persisted text right after that step's deltas. That read
+is a synchronous ``messages_after(cursor)`` on the gateway's store rather than a second
+``gateway.listen`` task: two independent iterators could not be put back in the turn's order.
+
+Lost events. The hub drops events for a subscriber that falls a whole buffer behind (it never
+blocks the turn). The view then subscribes anew, reads the log up to that moment, and ignores
+deltas until the next step boundary, so a step whose start was lost is shown from the log: late,
+never twice, never garbled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+import trio
+
+from kesoku.events import EventHub, ModelDelta, ToolFinished, ToolStarted, TurnEnded, TurnEvent, TurnStarted
+from kesoku.llm.ir import TextDelta, ThoughtDelta
+from kesoku.model import Kind, Message, Role
+from kesoku.store import MessageFilter
+
+if TYPE_CHECKING:
+    from kesoku.gateway import Gateway
+    from kesoku.metrics import TurnMetrics
+
+LOG_BATCH = 256
+"""Messages read from the log per query while catching up (a turn posts a handful at a time)."""
+EVENT_BUFFER = 4096
+"""Hub events a terminal view may fall behind before some are lost: a long burst of deltas (a
+scripted step, a fast local model) while the terminal is slow to print still fits."""
+
+
+class Sink(Protocol):
+    """Where a view puts what it shows; every ``*_end`` must be harmless when nothing is open."""
+
+    def answer(self, chunk: str) -> None:
+        """A piece of the model's visible answer."""
+
+    def answer_end(self) -> None:
+        """The answer text of one model step is complete."""
+
+    def thought(self, chunk: str) -> None:
+        """A piece of the model's reasoning."""
+
+    def thought_end(self) -> None:
+        """The reasoning of one model step is complete."""
+
+    def tool_call(self, call: Message) -> None:
+        """A tool call was posted."""
+
+    def tool_started(self, call: Message) -> None:
+        """A tool call started running."""
+
+    def tool_result(self, result: Message) -> None:
+        """A tool result was posted (every call gets one: completed, failed, skipped, killed...)."""
+
+    def system(self, text: str) -> None:
+        """A system notification (a failed model call, the step limit, an internal error)."""
+
+    def turn_started(self, root: Message) -> None:
+        """A turn opened."""
+
+    def turn_ended(self, metrics: TurnMetrics) -> None:
+        """A turn ended."""
+
+
+class Follower:
+    """Renders the turns of the current session to a sink, each message exactly once.
+
+    Args:
+        hub: The runtime's event hub.
+        gateway: The gateway (its store is the log read at each event).
+        session_id: The session to show.
+        sink: Where to show it.
+        on_event: Called with each event of the shown session after it was shown (the chat's own
+            bookkeeping: busy, a pending stop).
+
+    Attributes:
+        session_id: The session shown; change it with :meth:`switch`.
+        ended_root_id: The highest turn root whose ``TurnEnded`` was shown: user messages up to it
+            have been answered (or failed, or stopped).
+        lossy: Events were lost and no step boundary has been seen since: deltas are not shown.
+        gaps: How many times events were lost.
+    """
+
+    def __init__(
+        self,
+        hub: EventHub,
+        gateway: Gateway,
+        session_id: str,
+        sink: Sink,
+        *,
+        on_event: Callable[[TurnEvent], None] | None = None,
+    ) -> None:
+        self.hub = hub
+        self.gateway = gateway
+        self.sink = sink
+        self.session_id = session_id
+        self.on_event = on_event
+        self.ended_root_id = 0
+        self.lossy = False
+        self.gaps = 0
+        self._cursor = gateway.store.last_message_id()
+        self._filter = MessageFilter.from_kwargs({"session_id": session_id})
+        self._ended = trio.Event()
+        # What the stream showed of the current step and the log has not confirmed yet (None: nothing).
+        self._text: str | None = None
+        self._thought: str | None = None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Show events until cancelled; ``started`` once subscribed (post only after that).
+
+        After a gap the subscription is replaced: the new one is contiguous from the moment it opens,
+        the log is read up to that moment, and deltas are shown again from the next step boundary.
+        """
+        while True:
+            with self.hub.subscribe(buffer=EVENT_BUFFER) as events:
+                task_status.started()
+                task_status = trio.TASK_STATUS_IGNORED
+                async for event in events:
+                    # The first event read after a drop still precedes the gap: everything in a
+                    # full buffer was published before the drop. Show it, then start over.
+                    self.handle(event)
+                    if events.dropped:
+                        break
+            self.gaps += 1
+            self._close_streams()
+            self.sync()
+            self.lossy = True
+
+    async def wait_ended(self, root_id: int) -> None:
+        """Wait until the turn that answers user message ``root_id`` has ended."""
+        while self.ended_root_id < root_id:
+            await self._ended.wait()
+
+    def switch(self, session_id: str) -> None:
+        """Show another session from now on (``/new``); its earlier messages are not shown."""
+        self.sync()
+        self._close_streams()
+        self.session_id = session_id
+        self._filter = MessageFilter.from_kwargs({"session_id": session_id})
+        self._cursor = self.gateway.store.last_message_id()
+        self.ended_root_id = 0
+
+    def handle(self, event: TurnEvent) -> None:
+        """Show one hub event, after the log messages the turn wrote before publishing it."""
+        if event.session_id != self.session_id:
+            return
+        if isinstance(event, ModelDelta):
+            delta = event.event
+            if self.lossy:
+                pass  # the start of this step was lost: the log will show it whole
+            elif isinstance(delta, TextDelta) and delta.text:
+                self._text = (self._text or "") + delta.text
+                self.sink.answer(delta.text)
+            elif isinstance(delta, ThoughtDelta) and delta.text:
+                self._thought = (self._thought or "") + delta.text
+                self.sink.thought(delta.text)
+            # tool calls and usage are shown from the log
+        else:
+            self.lossy = False  # a step boundary: the next deltas start a step
+            if isinstance(event, TurnStarted):
+                self.sync(up_to=event.root.id)
+                self.sink.turn_started(event.root)
+            elif isinstance(event, ToolStarted):
+                self.sync(up_to=event.call.id)
+                self.sink.tool_started(event.call)
+            elif isinstance(event, ToolFinished):
+                self.sync(up_to=event.result.id)
+            else:
+                assert isinstance(event, TurnEnded)
+                self.sync(turn_root=event.metrics.root_id)
+                self._close_streams()
+                self.ended_root_id = max(self.ended_root_id, event.metrics.root_id)
+                self.sink.turn_ended(event.metrics)
+                self._ended.set()
+                self._ended = trio.Event()
+        if self.on_event is not None:
+            self.on_event(event)
+
+    def sync(self, *, up_to: int | None = None, turn_root: int | None = None) -> None:
+        """Show log messages written since the last read, up to where the event being handled stands.
+
+        The view may lag behind the turn (events wait in the subscription while the turn goes on), so
+        the log can already hold what comes *after* the event; showing it now would put a later step's
+        text before this step's deltas. Each event therefore names its place in the log.
+
+        Args:
+            up_to: Stop after this message id (the call of ``ToolStarted``, the result of
+                ``ToolFinished``, the root of ``TurnStarted``).
+            turn_root: Stop before the first message of a later turn (``TurnEnded``: the turn's own
+                messages carry its root id; user messages are passed over: they interrupt this turn
+                but open the next).
+        """
+        store = self.gateway.store
+        while True:
+            batch = store.messages_after(self._cursor, self._filter, limit=LOG_BATCH)
+            for message in batch:
+                if up_to is not None and message.id > up_to:
+                    return
+                if turn_root is not None and message.role is not Role.USER and message.root_id > turn_root:
+                    return
+                self._cursor = message.id
+                self._show(message)
+            if len(batch) < LOG_BATCH:
+                return
+
+    def _show(self, message: Message) -> None:
+        if message.role is Role.ASSISTANT:
+            if message.kind is Kind.TEXT:
+                streamed, self._text = self._text, None
+                _reconcile(streamed, message.content, self.sink.answer, self.sink.answer_end)
+            elif message.kind is Kind.THOUGHT:
+                streamed, self._thought = self._thought, None
+                _reconcile(streamed, message.content, self.sink.thought, self.sink.thought_end)
+            elif message.kind is Kind.TOOL_CALL:
+                self._close_streams()  # text streamed before the call but never persisted (whitespace)
+                self.sink.tool_call(message)
+        elif message.role is Role.TOOL:
+            self.sink.tool_result(message)
+        elif message.role is Role.SYSTEM:
+            self._close_streams()
+            self.sink.system(message.content)
+        # User messages are the user's own lines: the terminal already shows them.
+
+    def _close_streams(self) -> None:
+        if self._thought is not None:
+            self._thought = None
+            self.sink.thought_end()
+        if self._text is not None:
+            self._text = None
+            self.sink.answer_end()
+
+
+def _reconcile(streamed: str | None, content: str, show: Callable[[str], None], end: Callable[[], None]) -> None:
+    """Show what the stream did not of a persisted message, then end it."""
+    if streamed is None:
+        tail = content
+    elif content.startswith(streamed):
+        tail = content[len(streamed) :]
+    else:
+        # The stream lost deltas (a subscriber that fell behind): close the garbled line and show the
+        # persisted message whole; a repeat beats a wrong answer.
+        end()
+        tail = content
+    if tail:
+        show(tail)
+    end()

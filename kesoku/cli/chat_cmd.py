@@ -1,0 +1,50 @@
+"""``kesoku chat``: parse, load the config, and hand over to the terminal adapter.
+
+The adapter is found through the ``kesoku.adapters`` entry points (the core never imports an adapter
+package by name), and everything heavy loads after parsing: ``kesoku chat --help`` stays light.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from cyclopts import Parameter
+
+from kesoku.config import Backend
+
+
+def chat(
+    prompt: str | None = None,
+    /,
+    *,
+    session: Annotated[str | None, Parameter(name=["--session", "-s"])] = None,
+    llm: Annotated[Backend | None, Parameter(name="--llm")] = None,
+    config: Annotated[Path | None, Parameter(name=["--config", "-c"])] = None,
+) -> None:
+    """Talk to the agent in the terminal, or ask one question.
+
+    With PROMPT: the answer streams to stdout; thoughts and tool activity go to stderr; exit 0, or 1
+    with one line on stderr when the turn fails, or 130 after Ctrl-C. Piped stdin is appended to the
+    prompt: `git diff | kesoku chat "review this"`. Without PROMPT on a terminal: an interactive
+    conversation (/help lists its commands). The whole runtime runs in this process; a daemon on the
+    same database leaves terminal sessions to it.
+
+    Args:
+        prompt: The question. Omit it for an interactive conversation.
+        session: Continue a terminal session (its id, or a unique prefix of it); default: a new one.
+        llm: A model backend overriding agent.llm for this chat.
+        config: The TOML file. Default: $KESOKU_CONFIG, else ./kesoku.toml, else built-in defaults.
+    """
+    from kesoku.adapters import ChatAdapter, find_adapter
+    from kesoku.config import default_config_path, load_config, set_config
+    from kesoku.errors import OperatorError
+
+    path = config if config is not None else default_config_path()
+    cfg = load_config(path)
+    set_config(cfg)
+    entry = find_adapter("terminal")
+    adapter = entry.load()
+    if not isinstance(adapter, ChatAdapter):
+        raise OperatorError(f"the terminal adapter ({entry.value}) has no chat(); reinstall kesoku")
+    raise SystemExit(adapter.chat(cfg, config_file=path, prompt=prompt, session_id=session, llm_name=llm))

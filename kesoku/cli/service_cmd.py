@@ -1,0 +1,143 @@
+"""``kesoku service``: install, remove and control Kesoku as a systemd unit (kesoku.service).
+
+A cyclopts sub-app, imported only when ``kesoku service ...`` runs. The work (unit rendering,
+systemctl, journalctl) is in :mod:`kesoku.service`. Without systemd every command but
+``install --dry-run`` says so in one line and exits 2.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+from cyclopts import App, Parameter
+
+from kesoku import service as svc
+from kesoku.service import UNIT_NAME, Scope
+
+service_app = App(name="service", help="Install and control Kesoku as a systemd service (kesoku.service).")
+
+UserFlag = Annotated[
+    bool,
+    Parameter(
+        name="--user",
+        negative="--system",
+        help="A user unit (~/.config/systemd/user, the default), or --system (/etc/systemd/system).",
+    ),
+]
+
+
+@service_app.command(name="install")
+def install_cmd(
+    *,
+    config: Annotated[Path, Parameter(name=["--config", "-c"])] = Path("kesoku.toml"),
+    env: Annotated[tuple[str, ...], Parameter(name=["--env", "-e"], negative="")] = (),
+    user: UserFlag = True,
+    dry_run: Annotated[bool, Parameter(name="--dry-run", negative="")] = False,
+) -> None:
+    """Write kesoku.service, reload systemd and enable it for boot (without starting it).
+
+    The unit runs `kesoku start -c CONFIG` from CONFIG's folder with this Python, restarts always, and
+    allows 210 s to stop. PATH, HTTP_PROXY, HTTPS_PROXY, GOOGLE_API_KEY, GOOGLE_CLOUD_PROJECT,
+    GOOGLE_CLOUD_LOCATION, GOOGLE_GENAI_USE_VERTEXAI and DISCORD_TOKEN are copied from this shell when
+    set. Secrets (every -e value, and variables whose name contains KEY, TOKEN, SECRET or PASSWORD) go to
+    an EnvironmentFile readable only by its owner (~/.config/kesoku/kesoku.env, or
+    /etc/kesoku/kesoku.env), never into the unit.
+
+    Args:
+        config: The config file the service reads; resolved to an absolute path.
+        env: KEY=VALUE for the service's environment (repeat the option for more).
+        user: See above.
+        dry_run: Print the unit and write nothing.
+    """
+    from kesoku.config import load_config
+
+    load_config(config)  # a service that crash-loops on a config typo helps nobody: check it now
+    unit = svc.plan_unit(config, env, user=user)
+    if dry_run:
+        sys.stdout.write(unit.render())
+        if unit.secret_env:
+            names = ", ".join(sorted(unit.secret_env))
+            print(f"# would write {unit.env_file} (mode 0600) with: {names}", file=sys.stderr)
+        return
+    svc.install(unit)
+    print(f"installed {unit.unit_path} ({unit.scope.name} unit, enabled at boot, not started)")
+    if unit.secret_env:
+        print(f"secrets in {unit.env_file} (mode 0600): {', '.join(sorted(unit.secret_env))}")
+    print(f"start it with: kesoku service start{'' if user else ' --system'}")
+
+
+@service_app.command(name="uninstall")
+def uninstall_cmd(*, user: UserFlag = True) -> None:
+    """Stop and disable the service, remove its unit and secrets file, and reload systemd.
+
+    Args:
+        user: See `kesoku service install --help`.
+    """
+    removed = svc.uninstall(Scope(user))
+    print(f"removed {removed}")
+
+
+def _control(action: str, user: bool) -> None:
+    code = svc.control(Scope(user), action)
+    if code == 0:
+        print(f"{action} {UNIT_NAME}: done; `kesoku service status{'' if user else ' --system'}` shows it")
+    raise SystemExit(code)
+
+
+@service_app.command(name="start")
+def start_cmd(*, user: UserFlag = True) -> None:
+    """Start the service now (systemctl start kesoku.service).
+
+    Args:
+        user: See `kesoku service install --help`.
+    """
+    _control("start", user)
+
+
+@service_app.command(name="stop")
+def stop_cmd(*, user: UserFlag = True) -> None:
+    """Stop the service (running tools get up to agent.shutdown_grace_s to finish).
+
+    Args:
+        user: See `kesoku service install --help`.
+    """
+    _control("stop", user)
+
+
+@service_app.command(name="restart")
+def restart_cmd(*, user: UserFlag = True) -> None:
+    """Restart the service (after changing kesoku.toml; SIGHUP applies only some keys live).
+
+    Args:
+        user: See `kesoku service install --help`.
+    """
+    _control("restart", user)
+
+
+@service_app.command(name="status")
+def status_cmd(*, user: UserFlag = True) -> None:
+    """Show the service's state and its last log lines (systemctl status).
+
+    Args:
+        user: See `kesoku service install --help`.
+    """
+    svc.exec_command(svc.status_command(Scope(user)))
+
+
+@service_app.command(name="logs")
+def logs_cmd(
+    *,
+    follow: Annotated[bool, Parameter(name=["--follow", "-f"], negative="")] = False,
+    lines: Annotated[int, Parameter(name=["--lines", "-n"])] = 50,
+    user: UserFlag = True,
+) -> None:
+    """Show the service's log from journald (journalctl -u kesoku.service).
+
+    Args:
+        follow: Keep printing new lines as they come.
+        lines: How many recent lines to show.
+        user: See `kesoku service install --help`.
+    """
+    svc.exec_command(svc.logs_command(Scope(user), follow=follow, lines=lines))

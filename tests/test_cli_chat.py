@@ -1,0 +1,336 @@
+"""`kesoku chat`, run as the real CLI in a subprocess with the scripted model.
+
+One-shot runs use pipes; the interactive mode runs on a pseudo-terminal (the standard ``pty``
+module), typing keys and reading the screen as a person would.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import select
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import time
+from pathlib import Path
+
+import pyte
+import yaml
+
+from kesoku.model import Kind, Role
+from kesoku.store import Store
+
+REPO = Path(__file__).resolve().parent.parent
+SCENARIOS = Path(__file__).resolve().parent / "data" / "scenarios"
+CLEARED = ("KESOKU_CONFIG", "GEMINI_API_KEY", "GOOGLE_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_API_KEY")
+
+
+def setup(tmp_path: Path, scenario: str | Path, *, agent_llm: bool = True) -> Path:
+    """A folder with a kesoku.toml replaying a scenario; the database lands beside it."""
+    shutil.copy(SCENARIOS / scenario if isinstance(scenario, str) else scenario, tmp_path / "scenario.yaml")
+    llm = 'llm = "scripted"\n' if agent_llm else ""
+    (tmp_path / "kesoku.toml").write_text(f'[agent]\n{llm}[scripted]\npath = "scenario.yaml"\n')
+    return tmp_path / "kesoku.toml"
+
+
+def environ(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in CLEARED}
+    return env | {"XDG_STATE_HOME": str(tmp_path / "state"), **extra}
+
+
+def chat(tmp_path: Path, *args: str, stdin: str = "", timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kesoku", "chat", "-c", str(tmp_path / "kesoku.toml"), *args],
+        cwd=tmp_path,
+        env=environ(tmp_path),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+
+
+def history(tmp_path: Path) -> list[tuple[str, str, str, str]]:
+    """(session, role, kind, content) of every stored message, oldest first."""
+    store = Store(tmp_path / "kesoku.db")
+    try:
+        sessions = store.list_sessions()
+        return [(s.id, m.role, m.kind, m.content) for s in sessions for m in store.history(s.id)]
+    finally:
+        store.close()
+
+
+# -- one-shot --------------------------------------------------------------------------------------
+
+
+def test_one_shot_answer_on_stdout_activity_on_stderr(tmp_path: Path) -> None:
+    setup(tmp_path, "answer.yaml")
+    result = chat(tmp_path, "What is the capital of France?")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "The capital of France is Paris.\n"
+    assert result.stderr.splitlines() == [
+        "💭 The user asks about France.",
+        "🛠 shell(command='echo hi')",
+        "📥 shell · completed · hi (+1 lines)",
+    ]
+    rows = history(tmp_path)
+    assert [(r[1], r[2]) for r in rows] == [
+        (Role.USER, Kind.TEXT),
+        (Role.ASSISTANT, Kind.THOUGHT),
+        (Role.ASSISTANT, Kind.TOOL_CALL),
+        (Role.TOOL, Kind.TOOL_RESULT),
+        (Role.ASSISTANT, Kind.TEXT),
+    ]
+    assert rows[-1][3] == "The capital of France is Paris."
+
+
+def test_a_failed_model_call_exits_1_with_one_line(tmp_path: Path) -> None:
+    setup(tmp_path, "fail.yaml")
+    result = chat(tmp_path, "hello")
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr == "⚠ The model call failed: scripted: the model is down\n"
+
+
+def test_piped_stdin_is_appended_to_the_prompt(tmp_path: Path) -> None:
+    setup(tmp_path, "echo.yaml")
+    result = chat(tmp_path, "summarize", stdin="line one\nline two\n")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "noted.\n"
+    assert history(tmp_path)[0][3] == "summarize\n\nline one\nline two\n"
+    alone = chat(tmp_path, stdin="just stdin\n")  # no PROMPT: stdin is the question
+    assert alone.returncode == 0, alone.stderr
+    assert [r[3] for r in history(tmp_path) if r[1] == Role.USER][-1] == "just stdin\n"
+
+
+def test_nothing_to_ask_and_unknown_session_are_one_line(tmp_path: Path) -> None:
+    setup(tmp_path, "echo.yaml")
+    empty = chat(tmp_path)
+    assert (empty.returncode, empty.stdout) == (2, "")
+    assert empty.stderr == "kesoku: chat: nothing to ask; give a PROMPT or pipe text on stdin\n"
+    unknown = chat(tmp_path, "--session", "nope1234", "hi")
+    assert unknown.returncode == 2
+    assert unknown.stderr == "kesoku: --session nope1234: no such session (/sessions in kesoku chat lists them)\n"
+
+
+def test_each_one_shot_is_a_new_session_unless_resumed(tmp_path: Path) -> None:
+    setup(tmp_path, "echo.yaml")
+    assert chat(tmp_path, "first").returncode == 0
+    assert chat(tmp_path, "second").returncode == 0
+    sessions = {r[0] for r in history(tmp_path)}
+    assert len(sessions) == 2
+    first = history(tmp_path)[0][0]
+    resumed = chat(tmp_path, "--session", first[:6], "third")  # a unique prefix is enough
+    assert resumed.returncode == 0, resumed.stderr
+    assert [r[3] for r in history(tmp_path) if r[0] == first] == ["first", "noted.", "third", "noted."]
+    # The model saw the earlier exchange: the second turn's log holds the whole history.
+    store = Store(tmp_path / "kesoku.db")
+    workspace = Path(next(s.workspace for s in store.list_sessions() if s.id == first))
+    store.close()
+    log = yaml.safe_load((workspace / "llm-turn-2.log.yaml").read_text())
+    assert "first" in str(log) and "third" in str(log)
+
+
+def test_llm_option_overrides_the_config(tmp_path: Path) -> None:
+    setup(tmp_path, "echo.yaml", agent_llm=False)
+    result = chat(tmp_path, "--llm", "scripted", "hi")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "noted.\n"
+
+
+def test_the_answer_is_printed_once_even_when_the_view_falls_behind(tmp_path: Path) -> None:
+    # 6,000 chunks in one burst overflow the view's event buffer: the lost part comes from the log.
+    words = [f"w{i} " for i in range(6000)]
+    scenario = tmp_path / "burst.yaml"
+    scenario.write_text(yaml.safe_dump({"steps": [{"text": [*words, "end."]}]}))
+    setup(tmp_path, scenario)
+    result = chat(tmp_path, "go")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "".join(words) + "end.\n"
+
+
+def test_ctrl_c_stops_a_one_shot_turn_with_130(tmp_path: Path) -> None:
+    setup(tmp_path, "slow.yaml")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kesoku", "chat", "-c", str(tmp_path / "kesoku.toml"), "count"],
+        cwd=tmp_path,
+        env=environ(tmp_path),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.read(4) == "one "  # streaming has begun
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "six." not in out
+    lines = err.splitlines()
+    assert lines[0] == "stopping the turn (Ctrl-C again kills running tools)"
+    assert lines[-1].startswith("🛑 turn 1 ·") and lines[-1].endswith("(Stopped)")
+
+
+# -- interactive, on a pseudo-terminal -------------------------------------------------------------
+
+
+class Terminal:
+    """A child process on a pseudo-terminal, its screen kept by a terminal emulator (pyte).
+
+    The prompt redraws only the cells that change, so the raw byte stream never holds a status line
+    whole; the emulated screen shows what a person would see.
+    """
+
+    ROWS, COLUMNS = 100, 120  # tall enough that nothing scrolls away during a test
+
+    def __init__(self, tmp_path: Path, *args: str) -> None:
+        argv = [sys.executable, "-m", "kesoku", "chat", "-c", str(tmp_path / "kesoku.toml"), *args]
+        # No cursor-position requests: nobody answers them here (a real terminal does).
+        env = environ(tmp_path, TERM="xterm-256color", PROMPT_TOOLKIT_NO_CPR="1")
+        pid, fd = pty.fork()
+        if pid == 0:  # the child: the pty is its controlling terminal
+            os.chdir(tmp_path)
+            os.execve(argv[0], argv, env)
+        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", self.ROWS, self.COLUMNS, 0, 0))
+        self.pid = pid
+        self.fd = fd
+        self._screen = pyte.Screen(self.COLUMNS, self.ROWS)
+        self._stream = pyte.ByteStream(self._screen)
+
+    @property
+    def screen(self) -> str:
+        return "\n".join(line.rstrip() for line in self._screen.display).rstrip()
+
+    def type(self, keys: str) -> None:
+        os.write(self.fd, keys.encode())
+
+    def wait_for(self, text: str, *, timeout_s: float = 20) -> int:
+        """Wait until ``text`` is on the screen; return where it is in :attr:`screen`."""
+        deadline = time.monotonic() + timeout_s
+        while (found := self.screen.find(text)) < 0:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self._read(remaining):
+                raise AssertionError(f"{text!r} never appeared; the screen:\n{self.screen}")
+        return found
+
+    def wait_exit(self, timeout_s: float = 20) -> int:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.pid = 0
+                return os.waitstatus_to_exitcode(status)
+            self._read(0.05)  # keep draining the screen: a full pty buffer would block the child
+        raise AssertionError(f"the chat did not exit; the screen:\n{self.screen}")
+
+    def kill(self) -> None:
+        if self.pid:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        os.close(self.fd)
+
+    def _read(self, timeout_s: float) -> bool:
+        ready, _, _ = select.select([self.fd], [], [], timeout_s)
+        if not ready:
+            return False
+        try:
+            data = os.read(self.fd, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            return False
+        self._stream.feed(data)
+        return bool(data)
+
+
+def test_interactive_streams_the_answer_and_exits_on_ctrl_d(tmp_path: Path) -> None:
+    setup(tmp_path, "answer.yaml")
+    term = Terminal(tmp_path)
+    try:
+        term.wait_for("Ctrl-D to exit")
+        term.wait_for("›")
+        term.type("What is the capital of France?\r")
+        term.wait_for("🛠 shell(command='echo hi')")
+        term.wait_for("📥 shell · completed · hi")
+        term.wait_for("The capital of France is Paris.")
+        term.wait_for("⚡ turn 1 · context 2K · 1 tool call · 3K tokens")
+        assert term.screen.count("The capital of France is Paris.") == 1  # streamed, then never again
+        term.type("/compact\r")
+        term.wait_for("compaction is not built yet")
+        term.type("\x04")  # Ctrl-D on an empty line
+        assert term.wait_exit() == 0
+    finally:
+        term.kill()
+    answers = [r for r in history(tmp_path) if r[1] == Role.ASSISTANT and r[2] == Kind.TEXT]
+    assert [a[3] for a in answers] == ["The capital of France is Paris."]
+
+
+def test_a_line_typed_during_a_turn_interrupts_it(tmp_path: Path) -> None:
+    setup(tmp_path, "slow.yaml")
+    term = Terminal(tmp_path)
+    try:
+        term.wait_for("Ctrl-D to exit")
+        term.wait_for("›")
+        term.type("count for me\r")
+        term.wait_for("two")  # drawn in the live area above the prompt
+        term.type("stop counting\r")
+        term.wait_for("(Interrupted)")
+        term.wait_for("one two three four five six.")
+        term.wait_for("⚡ turn 2")
+        assert term.screen.count("one two three four five six.") == 1
+        term.type("\x04")
+        assert term.wait_exit() == 0
+    finally:
+        term.kill()
+    rows = history(tmp_path)
+    assert [r[3] for r in rows if r[1] == Role.USER] == ["count for me", "stop counting"]
+    partial, full = [r[3] for r in rows if r[1] == Role.ASSISTANT]
+    assert "one two " in partial and not partial.endswith("six.")
+    assert full == "one two three four five six."
+
+
+def test_ctrl_c_stops_the_turn_then_exits_at_an_empty_prompt(tmp_path: Path) -> None:
+    setup(tmp_path, "slow.yaml")
+    term = Terminal(tmp_path)
+    try:
+        term.wait_for("Ctrl-D to exit")
+        term.wait_for("›")
+        term.type("count\r")
+        term.wait_for("two")  # drawn in the live area above the prompt
+        term.type("\x03")
+        term.wait_for("stopping the turn (Ctrl-C again kills running tools)")
+        term.wait_for("(Stopped)")
+        term.wait_for("›")
+        term.type("\x03")  # idle, nothing typed: leave
+        assert term.wait_exit() == 0
+    finally:
+        term.kill()
+    partial = next(r[3] for r in history(tmp_path) if r[1] == Role.ASSISTANT)
+    assert "two" in partial and "six." not in partial
+
+
+def test_a_running_tool_shows_a_spinner_and_two_ctrl_c_kill_it(tmp_path: Path) -> None:
+    setup(tmp_path, "tool.yaml")
+    term = Terminal(tmp_path)
+    try:
+        term.wait_for("Ctrl-D to exit")
+        term.wait_for("›")
+        term.type("take your time\r")
+        term.wait_for("🛠 shell(command='sleep 4; echo slept')")
+        term.wait_for("running shell · 1 s")  # the spinner counts seconds
+        term.type("\x03")
+        term.wait_for("stopping the turn (Ctrl-C again kills running tools)")
+        term.type("\x03")
+        term.wait_for("killing running tools")
+        term.wait_for("📥 shell · killed")
+        term.wait_for("1 tool call · 0K tokens")
+        term.wait_for("(Stopped)")
+        term.type("\x04")
+        assert term.wait_exit() == 0
+    finally:
+        term.kill()
+    assert "The tool is done." not in [r[3] for r in history(tmp_path)]

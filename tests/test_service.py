@@ -1,0 +1,287 @@
+"""`kesoku service`, run as the real CLI in a subprocess.
+
+systemctl and journalctl are replaced by small fake executables on PATH that record their arguments
+(the real ones need a running systemd, which test machines do not have); the rendered unit is checked
+by the real ``systemd-analyze verify``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+CLEARED = (
+    "KESOKU_CONFIG",
+    "XDG_CONFIG_HOME",
+    "SUDO_USER",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "GOOGLE_API_KEY",
+    "GOOGLE_CLOUD_PROJECT",
+    "GOOGLE_CLOUD_LOCATION",
+    "GOOGLE_GENAI_USE_VERTEXAI",
+    "DISCORD_TOKEN",
+)
+FAKE = """#!/bin/sh
+echo "$(basename "$0") $*" >> "$FAKE_LOG"
+if [ -n "$FAKE_FAIL" ]; then echo "$FAKE_FAIL" >&2; exit 1; fi
+if [ "$1" = "--user" ]; then shift; fi
+case "$1" in show) echo "Version=252";; status) echo "kesoku.service - fake status"; exit 3;; esac
+exit 0
+"""
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    folder = tmp_path / "home"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    folder = tmp_path / "my agent"  # a space: ExecStart must quote it
+    folder.mkdir()
+    path = folder / "kesoku.toml"
+    path.write_text('[agent]\npersona = "You are a test."\n')
+    return path
+
+
+@pytest.fixture
+def fake_bin(tmp_path: Path) -> Path:
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    for name in ("systemctl", "journalctl"):
+        exe = folder / name
+        exe.write_text(FAKE)
+        exe.chmod(0o755)
+    return folder
+
+
+def kesoku(*args: str, home: Path, path: str, **env: str) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if k not in CLEARED}
+    environ |= {"HOME": str(home), "PATH": path, **env}
+    return subprocess.run(
+        [sys.executable, "-m", "kesoku", "service", *args],
+        cwd=REPO,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 2, result
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def expected_user_unit(config: Path, home: Path, *, path: str, env_file: bool) -> str:
+    quoted = f'"{config}"'
+    lines = [
+        "# Written by `kesoku service install`; run it again rather than editing this file.",
+        "[Unit]",
+        "Description=Kesoku autonomous agent daemon",
+        "",
+        "[Service]",
+        "Type=exec",
+        f"WorkingDirectory={config.parent}",
+        f"ExecStart={sys.executable} -m kesoku start -c {quoted}",
+        'Environment="GOOGLE_CLOUD_PROJECT=proj-1"',
+        f'Environment="PATH={path}"',
+    ]
+    if env_file:
+        lines.append(f"EnvironmentFile={home}/.config/kesoku/kesoku.env")
+    lines += [
+        "Restart=always",
+        "RestartSec=5",
+        "TimeoutStopSec=210",
+        "KillMode=mixed",
+        "SyslogIdentifier=kesoku",
+        "StandardOutput=journal",
+        "StandardError=journal",
+        "",
+        "[Install]",
+        "WantedBy=default.target",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def test_dry_run_prints_the_exact_unit_and_keeps_secrets_out(
+    config: Path, home: Path, fake_bin: Path, tmp_path: Path
+) -> None:
+    path = f"{fake_bin}:/usr/bin:/bin"
+    log = tmp_path / "calls.log"
+    result = kesoku(
+        "install", "-c", str(config), "-e", "EXTRA=x-secret-1", "--dry-run",
+        home=home, path=path, FAKE_LOG=str(log), GOOGLE_API_KEY="g-secret-2", DISCORD_TOKEN="d-secret-3",
+        GOOGLE_CLOUD_PROJECT="proj-1", HTTPS_PROXY="http://bob:p-secret-4@proxy:3128",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == expected_user_unit(config, home, path=path, env_file=True)
+    assert "secret" not in result.stdout + result.stderr  # names only, never values
+    assert result.stderr == (
+        f"# would write {home}/.config/kesoku/kesoku.env (mode 0600) with: DISCORD_TOKEN, EXTRA, GOOGLE_API_KEY, "
+        "HTTPS_PROXY\n"
+    )
+    assert not (home / ".config").exists()  # a dry run writes nothing and calls no systemctl
+    assert not log.exists()
+
+
+def test_dry_run_without_secrets_has_no_environment_file(config: Path, home: Path) -> None:
+    result = kesoku("install", "-c", str(config), "--dry-run", home=home, path="/usr/bin:/bin",
+                    GOOGLE_CLOUD_PROJECT="proj-1")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == expected_user_unit(config, home, path="/usr/bin:/bin", env_file=False)
+    assert result.stderr == ""
+
+
+def test_system_unit_runs_as_the_invoking_user_after_the_network(config: Path, home: Path) -> None:
+    result = kesoku("install", "-c", str(config), "--system", "--dry-run", home=home, path="/usr/bin:/bin",
+                    SUDO_USER="alice", DISCORD_TOKEN="tok")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    unit = result.stdout.splitlines()
+    assert unit[3:5] == ["After=network-online.target", "Wants=network-online.target"]
+    assert "User=alice" in unit
+    assert "EnvironmentFile=/etc/kesoku/kesoku.env" in unit
+    assert unit[-1] == "WantedBy=multi-user.target"
+    assert "tok" not in result.stdout
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
+@pytest.mark.parametrize("scope", ["--user", "--system"])
+def test_the_rendered_unit_passes_systemd_analyze_verify(scope: str, config: Path, home: Path, tmp_path: Path) -> None:
+    # Public values with the characters unit files treat specially: %, quotes, backslash, $.
+    path = '/usr/bin:/bin:/opt/we ird/%h/"q"/\\/$HOME'
+    result = kesoku("install", "-c", str(config), scope, "--dry-run", "-e", "K=%h $HOME \"q\" \\",
+                    home=home, path=path, GOOGLE_CLOUD_LOCATION="us $east %i")  # fmt: skip
+    assert 'Environment="PATH=/usr/bin:/bin:/opt/we ird/%%h/\\"q\\"/\\\\/$HOME"' in result.stdout
+    assert result.returncode == 0, result.stderr
+    unit = tmp_path / "kesoku.service"
+    unit.write_text(result.stdout)
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    flags = ["--user"] if scope == "--user" else []
+    # --user needs a runtime folder; an empty one is enough for an offline check.
+    verify = subprocess.run(
+        ["systemd-analyze", *flags, "verify", str(unit)],
+        env={**os.environ, "XDG_RUNTIME_DIR": str(runtime)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    # systemd-analyze exits 0 even for some bad lines: it must say nothing about our file.
+    assert verify.returncode == 0, verify.stderr
+    assert "kesoku.service" not in verify.stdout + verify.stderr, verify.stderr
+
+
+def test_install_writes_the_unit_and_a_private_secrets_file_then_enables(
+    config: Path, home: Path, fake_bin: Path, tmp_path: Path
+) -> None:
+    log = tmp_path / "calls.log"
+    path = f"{fake_bin}:/usr/bin:/bin"
+    result = kesoku("install", "-c", str(config), "-e", "A=it's $x", "-e", "B=plain",
+                    home=home, path=path, FAKE_LOG=str(log), GOOGLE_API_KEY="key-1")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    unit = home / ".config/systemd/user/kesoku.service"
+    secrets = home / ".config/kesoku/kesoku.env"
+    assert "EnvironmentFile=" + str(secrets) in unit.read_text()
+    assert stat.S_IMODE(secrets.stat().st_mode) == 0o600
+    assert stat.S_IMODE(secrets.parent.stat().st_mode) == 0o700
+    assert secrets.read_text().splitlines()[1:] == ['A="it\'s \\$x"', "B='plain'", "GOOGLE_API_KEY='key-1'"]
+    assert log.read_text().splitlines() == [
+        "systemctl --user show --property=Version",
+        "systemctl --user daemon-reload",
+        "systemctl --user enable kesoku.service",
+    ]
+    assert f"installed {unit} (user unit, enabled at boot, not started)" in result.stdout
+    assert "key-1" not in result.stdout + result.stderr
+
+    # Reinstalling without secrets leaves no secrets file behind.
+    again = kesoku("install", "-c", str(config), home=home, path=path, FAKE_LOG=str(log))
+    assert again.returncode == 0, again.stderr
+    assert not secrets.exists()
+    assert "EnvironmentFile" not in unit.read_text()
+
+
+def test_uninstall_stops_disables_removes_and_reloads(config: Path, home: Path, fake_bin: Path, tmp_path: Path) -> None:
+    log = tmp_path / "calls.log"
+    path = f"{fake_bin}:/usr/bin:/bin"
+    assert kesoku("install", "-c", str(config), "-e", "A=1", home=home, path=path, FAKE_LOG=str(log)).returncode == 0
+    log.unlink()
+    result = kesoku("uninstall", home=home, path=path, FAKE_LOG=str(log))
+    assert result.returncode == 0, result.stderr
+    assert not (home / ".config/systemd/user/kesoku.service").exists()
+    assert not (home / ".config/kesoku/kesoku.env").exists()
+    assert log.read_text().splitlines() == [
+        "systemctl --user show --property=Version",
+        "systemctl --user stop kesoku.service",
+        "systemctl --user disable kesoku.service",
+        "systemctl --user daemon-reload",
+    ]
+    missing = one_line_error(kesoku("uninstall", home=home, path=path, FAKE_LOG=str(log)))
+    assert missing.startswith("kesoku: kesoku.service is not installed")
+
+
+def test_start_stop_restart_status_and_logs_call_systemd(home: Path, fake_bin: Path, tmp_path: Path) -> None:
+    log = tmp_path / "calls.log"
+    path = f"{fake_bin}:/usr/bin:/bin"
+    for action in ("start", "stop", "restart"):
+        result = kesoku(action, home=home, path=path, FAKE_LOG=str(log))
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.startswith(f"{action} kesoku.service: done")
+    status = kesoku("status", "--system", home=home, path=path, FAKE_LOG=str(log))
+    assert status.returncode == 3  # systemctl's own code (3: not running) passes through
+    assert status.stdout == "kesoku.service - fake status\n"
+    assert kesoku("logs", home=home, path=path, FAKE_LOG=str(log)).returncode == 0
+    assert kesoku("logs", "-f", "-n", "7", home=home, path=path, FAKE_LOG=str(log)).returncode == 0
+    calls = [c for c in log.read_text().splitlines() if "show --property" not in c]
+    assert calls == [
+        "systemctl --user start kesoku.service",
+        "systemctl --user stop kesoku.service",
+        "systemctl --user restart kesoku.service",
+        "systemctl status kesoku.service",
+        "journalctl --user -u kesoku.service -n 50",
+        "journalctl --user -u kesoku.service -n 7 -f",
+    ]
+
+
+def test_without_systemd_every_command_says_so_in_one_line(config: Path, home: Path, tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for args in (("install", "-c", str(config)), ("uninstall",), ("start",), ("stop",), ("restart",), ("status",)):
+        line = one_line_error(kesoku(*args, home=home, path=str(empty)))
+        assert line == "kesoku: systemd is not available here (no systemctl on PATH)", args
+    line = one_line_error(kesoku("logs", "-f", home=home, path=str(empty)))
+    assert line == "kesoku: systemd's journal is not available here (no journalctl on PATH)"
+    assert not (home / ".config").exists()
+
+
+def test_an_unreachable_user_manager_is_one_line(config: Path, home: Path, fake_bin: Path, tmp_path: Path) -> None:
+    result = kesoku("install", "-c", str(config), home=home, path=f"{fake_bin}:/usr/bin:/bin",
+                    FAKE_LOG=str(tmp_path / "log"), FAKE_FAIL="Failed to connect to bus: No medium found")  # fmt: skip
+    line = one_line_error(result)
+    assert line.startswith(
+        "kesoku: the systemd user manager is not reachable: Failed to connect to bus: No medium found"
+    )
+    assert not (home / ".config").exists()
+
+
+def test_bad_options_are_one_line(config: Path, home: Path, tmp_path: Path) -> None:
+    line = one_line_error(kesoku("install", "-c", str(config), "-e", "NOEQUALS", "--dry-run", home=home, path="/bin"))
+    assert line == "kesoku: -e 'NOEQUALS': expected KEY=VALUE with KEY made of letters, digits and _"
+    missing = tmp_path / "nope.toml"
+    line = one_line_error(kesoku("install", "-c", str(missing), "--dry-run", home=home, path="/bin"))
+    assert line.startswith(f"kesoku: {missing}: no such file")

@@ -1,0 +1,69 @@
+"""Start-up stays light: help screens and a scripted chat import no model SDK, discord or Pub/Sub.
+
+Each case runs the real CLI entry point in a fresh interpreter and reports ``sys.modules`` at exit
+(the import costs are in ../shared/STACK.md; bench/startup_bench.py measures the time).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+HEAVY = ("anthropic", "google.genai", "openai", "discord", "google.cloud.pubsub_v1", "llama_cpp")
+# What a help screen never needs either: the runtime, the event loop, the input library.
+HELP_NEEDS_NONE_OF = (*HEAVY, "trio", "prompt_toolkit", "kesoku.runtime", "kesoku.daemon")
+
+PROBE = """
+import json, sys
+from kesoku.cli import main
+try:
+    main(json.loads(sys.argv[1]))
+except SystemExit:
+    pass
+sys.stdout.flush()
+with open(sys.argv[2], "w") as out:
+    json.dump(sorted(sys.modules), out)
+"""
+
+
+def loaded_modules(args: list[str], tmp_path: Path, *, cwd: Path = REPO) -> set[str]:
+    report = tmp_path / "modules.json"
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and k != "KESOKU_CONFIG"}
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(args), str(report)],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert report.exists(), result.stderr
+    return set(json.loads(report.read_text()))
+
+
+def present(modules: set[str], names: tuple[str, ...]) -> list[str]:
+    return [name for name in names if name in modules]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--help"], ["chat", "--help"], ["start", "--help"], ["service", "--help"], ["service", "install", "--help"]],
+)
+def test_help_screens_import_nothing_heavy(args: list[str], tmp_path: Path) -> None:
+    assert present(loaded_modules(args, tmp_path), HELP_NEEDS_NONE_OF) == []
+
+
+def test_a_scripted_one_shot_chat_imports_no_sdk(tmp_path: Path) -> None:
+    (tmp_path / "scenario.yaml").write_text("steps: [{text: 'hi there'}]\n")
+    (tmp_path / "kesoku.toml").write_text('[agent]\nllm = "scripted"\n[scripted]\npath = "scenario.yaml"\n')
+    modules = loaded_modules(["chat", "-c", str(tmp_path / "kesoku.toml"), "hello"], tmp_path, cwd=tmp_path)
+    assert "kesoku.runtime" in modules  # it really ran
+    assert present(modules, (*HEAVY, "prompt_toolkit")) == []
