@@ -67,18 +67,22 @@ _COLORS = {logging.DEBUG: "2", logging.INFO: "36", logging.WARNING: "33", loggin
 def default_tools(config: Config, *, config_file: Path | None = None) -> tuple[Tool, ...]:
     """The tools kesoku.toml enables, the same for the daemon and ``kesoku chat``.
 
-    Today the shell tool (``[shell] enabled``); the files, skills and MCP tools join here as they land.
+    Today the file tools (read, write, edit, list, glob, grep: always, through the path gates) and the
+    shell tool (``[shell] enabled``); the skills and MCP tools join here as they land.
 
     Args:
         config: The loaded config.
         config_file: The file it came from: the tools may not read it (it can hold keys).
     """
-    tools: list[Tool] = []
+    from kesoku.tools.files import file_tools
+    from kesoku.tools.paths import PathGates
+
+    gates = PathGates.from_config(config, config_file=config_file)
+    tools = list(file_tools(gates, max_output_bytes=config.shell.max_output_bytes))
     if config.shell.enabled:
-        from kesoku.tools.paths import PathGates
         from kesoku.tools.shell import shell_tool
 
-        tools.append(shell_tool(config.shell, gates=PathGates.from_config(config, config_file=config_file)))
+        tools.append(shell_tool(config.shell, gates=gates))
     return tuple(tools)
 
 
