@@ -171,7 +171,7 @@ def test_stop_lets_a_running_tool_finish_and_the_turn_resumes_at_the_next_start(
     daemon = Daemon(tmp_path)
     try:
         daemon.wait_line("ready")
-        session, root = post(tmp_path, "test", "take your time")
+        session, _ = post(tmp_path, "test", "take your time")
         eventually(lambda: any(m.kind is Kind.TOOL_CALL for m in messages(tmp_path, session)))
         started = time.monotonic()
         assert daemon.stop() == 0
