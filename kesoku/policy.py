@@ -10,19 +10,30 @@ full path. In allowlist mode both must be allowed; in blocklist mode either one 
 
 Refused in both modes, because no pattern can judge them: a program name decided at run time (a
 variable, substitution, glob, brace or ANSI-C quoted word), a command substitution inside ``${…}``,
-assignments that make a program run other code (``PATH``, ``LD_PRELOAD``, ``GIT_SSH_COMMAND``,
-``PAGER`` …, :data:`DANGEROUS_VARIABLE`), ``git`` options and settings that run commands, ``hash -p``
-and ``enable -f``, literal words naming a secret path (see :mod:`kesoku.tools.paths`), and writes —
-redirections, ``tee`` or any other program's arguments — into shell start-up files, ``/etc`` and other
-system folders, or ``.git/hooks``.
+variables that make a program run other code (``PATH``, ``LD_PRELOAD``, ``GIT_SSH_COMMAND``,
+``PAGER`` …, :data:`DANGEROUS_VARIABLE`) whether assigned, exported, ``read``, or a ``for`` loop's,
+``git`` options and settings that run commands, ``hash -p`` and ``enable -f``, words naming a secret
+path (see :mod:`kesoku.tools.paths`; ``~``, ``$HOME``, variables set earlier in the line, braces and
+globs are expanded first, and a word decided at run time that names a secret folder is refused), files
+sed reads or writes by name when secret or protected, and writes — redirections, ``tee``, ``find
+-fprint``, sed's ``w`` or any other program's arguments — into shell start-up files, ``/etc`` and other
+system folders, ``.git/hooks`` or ``.git/config``.
 
 Refused in allowlist mode only: a line that does not parse (bashlex error, ``[[ ]]``, ``case``,
-``$(( ))``), function definitions, ``eval``, ``source``/``.``, ``alias``, ``trap``. Blocklist mode
-looks through ``eval``, ``alias`` and ``trap`` text instead, and matches an unparsable line's raw text.
+``$(( ))``, ``coproc``, nested backticks), ``$'…'`` and ``$"…"`` quoting, function definitions,
+``eval``, ``source``/``.``, ``alias``, ``trap``; a shell without ``-c`` (it runs a script file or
+standard input: ``echo rm x | sh``), ``su`` without ``-c`` and ``sudo -s``; awk programs that can run
+commands or redirect (``system()``, ``|``, ``getline <``, ``print >``) and sed's ``e`` command and
+``s///e``; wrapper options the policy does not know. Blocklist mode looks through ``eval``, ``alias``
+and ``trap`` text instead, and matches an unparsable line's raw text.
+
+In allowlist mode the wrappers themselves must be allowed too (``env``, ``timeout`` …; ``time`` is a
+keyword, not a program), and a few builtins that run and write nothing pass without a pattern
+(:data:`NEUTRAL_BUILTINS`: ``cd``, ``true``, ``test`` …).
 
 Blocklist mode is a guard rail against accidents; only allowlist mode is a boundary, and only as
-strong as its list: an allowed interpreter (``python``, ``awk``, ``sed``'s ``e`` command, ``find``
-with ``-exec`` is checked) runs whatever its script says.
+strong as its list: an allowed interpreter (``python``, ``node``, ``uv run python``) runs whatever its
+script says, and the default allowlist holds ``python``.
 """
 
 from __future__ import annotations
