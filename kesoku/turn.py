@@ -271,16 +271,27 @@ class Turn:
         except ToolError as exc:
             content, outcome = f"[failed] {exc}", Outcome.FAILED
         except trio.Cancelled:
-            if self.stops >= 2:
-                content, outcome = f"[killed] {name} was stopped by the user.", Outcome.KILLED
-            else:
-                content, outcome = f"[timed_out] {name} exceeded the batch bound.", Outcome.TIMED_OUT
-            results[call.id] = self._result(call, content, outcome)
+            results[call.id] = self._cancelled_result(call, name)
             raise
+        except BaseExceptionGroup as group:
+            # A tool with a nursery inside reports a cancellation from outside as a group of Cancelled.
+            cancelled, rest = group.split(trio.Cancelled)
+            if rest is None:
+                results[call.id] = self._cancelled_result(call, name)
+                raise
+            if cancelled is not None or not isinstance(rest, ExceptionGroup):
+                raise
+            log.error("tool %s failed in session %s", name, self.session.id, exc_info=group)
+            content, outcome = f"[failed] internal error in {name}: {group!r}", Outcome.FAILED
         except Exception as exc:
             log.exception("tool %s failed in session %s", name, self.session.id)
             content, outcome = f"[failed] internal error in {name}: {type(exc).__name__}: {exc}", Outcome.FAILED
         results[call.id] = self._result(call, content, outcome)
+
+    def _cancelled_result(self, call: Message, name: str) -> Message:
+        if self.stops >= 2:
+            return self._result(call, f"[killed] {name} was stopped by the user.", Outcome.KILLED)
+        return self._result(call, f"[timed_out] {name} exceeded the batch bound.", Outcome.TIMED_OUT)
 
     def _result(self, call: Message, content: str, outcome: Outcome) -> Message:
         name = call.metadata.tool_name or "tool"

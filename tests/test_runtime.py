@@ -367,3 +367,19 @@ async def test_a_runtime_from_the_config_file(tmp_path: Path) -> None:
     assert rt.persona == "You are Conf."
     assert rt.turnlog is not None  # from_config turns the turn logs on
     store.close()
+
+
+async def test_a_forced_stop_kills_a_tool_that_runs_a_nursery(tmp_path: Path, autojump_clock: Clock) -> None:
+    async def fan_out(arguments: Mapping[str, Any], ctx: ToolContext) -> str:
+        async with trio.open_nursery() as nursery:  # its Cancelled arrives wrapped in a group
+            nursery.start_soon(trio.sleep, 100)
+            nursery.start_soon(trio.sleep, 100)
+        return "never"
+
+    llm = ScriptedLLM([{"tool_calls": [{"name": "fan_out"}]}])
+    async with serve_runtime(tmp_path, llm, tools=[Tool("fan_out", "Waits twice.", fan_out)]) as h:
+        await h.say("go")
+        await trio.sleep(5)
+        assert h.gateway.stop(h.session.id, force=True)
+        assert (await h.turn_end()).state is TurnState.STOPPED
+        assert h.history()[-1].metadata.outcome is Outcome.KILLED
