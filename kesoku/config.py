@@ -47,6 +47,10 @@ class WorkspaceConfig(_Section, frozen=True, kw_only=True):
     db_path: Annotated[str, _doc("SQLite database file (messages, sessions, cursors).")] = "kesoku.db"
     skills_dir: Annotated[str, _doc("Folder of skills, one sub-folder with a SKILL.md each.")] = "skills"
     sessions_dir: Annotated[str, _doc("Folder of per-session workspaces (sessions/<id>/).")] = "sessions"
+    readable_roots: Annotated[tuple[str, ...], _doc("Folders every tool may read besides the workspace.")] = ()
+    shareable_roots: Annotated[
+        tuple[str, ...], _doc("Folders [file: /abs/path] may send from besides the session workspace.")
+    ] = ()
 
 
 class AgentConfig(_Section, frozen=True, kw_only=True):
@@ -427,6 +431,9 @@ def _resolve_paths(cfg: Config, base: Path) -> Config:
         value = getattr(getattr(cfg, section), key)
         if value is not None:
             cfg = _replace(cfg, section, key, os.fspath(base / Path(value).expanduser()))
+    for key in ("readable_roots", "shareable_roots"):
+        roots = getattr(cfg.workspace, key)
+        cfg = _replace(cfg, "workspace", key, tuple(os.fspath(base / Path(r).expanduser()) for r in roots))
     return cfg
 
 

@@ -342,3 +342,16 @@ def test_get_config_before_set_config_says_what_to_do(monkeypatch: pytest.Monkey
     cfg = Config(agent=config_module.AgentConfig(llm="scripted"))
     set_config(cfg)
     assert get_config() is cfg
+
+
+def test_readable_and_shareable_roots_resolve_and_reach_the_path_gates(tmp_path: Path) -> None:
+    from kesoku.tools.paths import PathGates
+
+    conf = tmp_path / "kesoku.toml"
+    conf.write_text('[workspace]\nreadable_roots = ["docs"]\nshareable_roots = ["/srv/out"]\n')
+    cfg = load_config(conf, env={})
+    assert cfg.workspace.readable_roots == (str(tmp_path / "docs"),)
+    assert cfg.workspace.shareable_roots == ("/srv/out",)
+    gates = PathGates.from_config(cfg, config_file=conf)
+    assert Path(tmp_path / "docs") in gates.readable_roots
+    assert Path("/srv/out") in gates.shareable_roots

@@ -104,8 +104,8 @@ class PathGates:
         Args:
             cfg: The config (its paths absolute, as :func:`kesoku.config.load_config` returns them).
             config_file: The file it was loaded from, denied to the tools.
-            readable_roots: Extra readable folders.
-            shareable_roots: Extra shareable folders.
+            readable_roots: Readable folders besides ``workspace.readable_roots``.
+            shareable_roots: Shareable folders besides ``workspace.shareable_roots``.
 
         Returns:
             Gates protecting the config file, ``workspace.db_path`` and ``gchat.credentials_file``;
@@ -116,8 +116,9 @@ class PathGates:
             protected.append(Path(config_file).absolute())
         if cfg.gchat.credentials_file:
             protected.append(Path(cfg.gchat.credentials_file))
-        readable = (Path(cfg.workspace.skills_dir), *readable_roots)
-        return cls(tuple(readable), tuple(shareable_roots), tuple(protected))
+        readable = (Path(cfg.workspace.skills_dir), *map(Path, cfg.workspace.readable_roots), *readable_roots)
+        shareable = (*map(Path, cfg.workspace.shareable_roots), *shareable_roots)
+        return cls(tuple(readable), tuple(shareable), tuple(protected))
 
     def home_dir(self) -> Path:
         """The home folder the secret rules are relative to."""
