@@ -61,6 +61,20 @@ def test_help_screens_import_nothing_heavy(args: list[str], tmp_path: Path) -> N
     assert present(loaded_modules(args, tmp_path), HELP_NEEDS_NONE_OF) == []
 
 
+@pytest.mark.parametrize("args", [[], ["--help"], ["-h"], ["--version"]])
+def test_the_overview_needs_neither_cyclopts_nor_rich(args: list[str], tmp_path: Path) -> None:
+    assert present(loaded_modules(args, tmp_path), ("cyclopts", "rich", "msgspec", "trio")) == []
+
+
+def test_the_overview_lists_exactly_the_commands_of_the_cli() -> None:
+    from kesoku.cli import COMMANDS, build_app, overview
+
+    registered = {name for name in build_app() if not name.startswith("-")}
+    assert registered == {name for name, _, _ in COMMANDS}
+    listed = overview().split("Commands:\n", 1)[1].split("\n\n", 1)[0]
+    assert {line.split()[0] for line in listed.splitlines()} == registered
+
+
 def test_a_scripted_one_shot_chat_imports_no_sdk(tmp_path: Path) -> None:
     (tmp_path / "scenario.yaml").write_text("steps: [{text: 'hi there'}]\n")
     (tmp_path / "kesoku.toml").write_text('[agent]\nllm = "scripted"\n[scripted]\npath = "scenario.yaml"\n')

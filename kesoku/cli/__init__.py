@@ -1,34 +1,64 @@
 """The ``kesoku`` command line (cyclopts).
 
 Only the light set is imported here: every command lives in its own module and is loaded lazily by
-cyclopts (``app.command("module:function")``), so ``kesoku --help`` starts fast and SDKs, discord and
-Pub/Sub are imported only by the code that uses them.
+cyclopts (``app.command("module:function")``), so SDKs, discord and Pub/Sub are imported only by the
+code that uses them. The bare overview (``kesoku``, ``kesoku --help``, ``kesoku --version``) is printed
+without importing cyclopts and rich at all: they cost about 200 ms before the first line, several
+times the interpreter itself (bench/startup_bench.py). A test keeps that overview equal to the
+commands the cyclopts app knows.
 """
 
 from __future__ import annotations
 
 import sys
-
-from cyclopts import App
+from typing import TYPE_CHECKING, Any
 
 from kesoku import __version__
 
-app = App(
-    name="kesoku",
-    help="Kesoku: a self-hosted autonomous agent on Discord, Google Chat and the terminal.",
-    version=__version__,
-)
+if TYPE_CHECKING:
+    from cyclopts import App
 
-app.command("kesoku.cli.chat_cmd:chat", name="chat", help='Talk to the agent, or ask once: kesoku chat "question"')
-app.command("kesoku.cli.start_cmd:start", name="start", help="Run the daemon in the foreground (what systemd runs).")
-app.command("kesoku.cli.service_cmd:service_app", name="service", help="Install and control the systemd service.")
-
-config_app = App(name="config", help="Check kesoku.toml and print its JSON Schema.")
-config_app.command(
-    "kesoku.cli.config_cmd:check", name="check", help="Validate a kesoku.toml; exit 2 with one line naming the problem."
+SUMMARY = "Kesoku: a self-hosted autonomous agent on Discord, Google Chat and the terminal."
+COMMANDS: tuple[tuple[str, str, str], ...] = (
+    ("chat", "kesoku.cli.chat_cmd:chat", 'Talk to the agent, or ask once: kesoku chat "question"'),
+    ("config", "", "Check kesoku.toml and print its JSON Schema."),
+    ("service", "kesoku.cli.service_cmd:service_app", "Install and control the systemd service."),
+    ("start", "kesoku.cli.start_cmd:start", "Run the daemon in the foreground (what systemd runs)."),
 )
-config_app.command("kesoku.cli.config_cmd:schema", name="schema", help="Print the JSON Schema of kesoku.toml.")
-app.command(config_app)
+"""(name, lazy import path, one-line help) of each top-level command; ``config`` is built below."""
+_HELP_FLAGS = frozenset({"--help", "-h"})
+
+
+def build_app() -> App:
+    """The cyclopts application with every command registered lazily."""
+    from cyclopts import App
+
+    app = App(name="kesoku", help=SUMMARY, version=__version__)
+    for name, target, _ in COMMANDS:
+        if target:
+            # No help= here: a command's own --help then shows its whole docstring; the one-liners
+            # are for the overview, which main() prints without cyclopts.
+            app.command(target, name=name)
+    config_app = App(name="config", help=dict((c[0], c[2]) for c in COMMANDS)["config"])
+    config_app.command(
+        "kesoku.cli.config_cmd:check",
+        name="check",
+        help="Validate a kesoku.toml; exit 2 with one line naming the problem.",
+    )
+    config_app.command("kesoku.cli.config_cmd:schema", name="schema", help="Print the JSON Schema of kesoku.toml.")
+    app.command(config_app)
+    return app
+
+
+def overview() -> str:
+    """The top-level help, as printed without cyclopts."""
+    width = max(len(name) for name, _, _ in COMMANDS)
+    commands = "\n".join(f"  {name:<{width}}  {text}" for name, _, text in COMMANDS)
+    return (
+        f"Usage: kesoku COMMAND\n\n{SUMMARY}\n\nCommands:\n{commands}\n\n"
+        "Options:\n  --help, -h  Display this message and exit.\n  --version   Display application version.\n\n"
+        "`kesoku COMMAND --help` describes a command and its options.\n"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -37,10 +67,24 @@ def main(argv: list[str] | None = None) -> None:
     Args:
         argv: Arguments without the program name; ``sys.argv[1:]`` when None.
     """
+    args = sys.argv[1:] if argv is None else argv
+    if not args or (len(args) == 1 and args[0] in _HELP_FLAGS):
+        sys.stdout.write(overview())
+        return
+    if args == ["--version"]:
+        print(__version__)
+        return
     from kesoku.errors import OperatorError
 
     try:
-        app(argv if argv is not None else sys.argv[1:])
+        build_app()(args)
     except OperatorError as exc:
         print(f"kesoku: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def __getattr__(name: str) -> Any:
+    """``kesoku.cli.app``: the cyclopts application, built on first use."""
+    if name == "app":
+        return build_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
