@@ -21,9 +21,14 @@ from pathlib import Path
 
 import pyte
 import yaml
+from kesoku_terminal.view import Follower
+from runtime_harness import echo, serve_runtime
 
-from kesoku.model import Kind, Role
+from kesoku.events import TurnEnded
+from kesoku.metrics import TurnMetrics, TurnState
+from kesoku.model import Kind, Message, Role
 from kesoku.store import Store
+from kesoku.testing import ScriptedLLM
 
 REPO = Path(__file__).resolve().parent.parent
 SCENARIOS = Path(__file__).resolve().parent / "data" / "scenarios"
@@ -64,6 +69,89 @@ def history(tmp_path: Path) -> list[tuple[str, str, str, str]]:
         return [(s.id, m.role, m.kind, m.content) for s in sessions for m in store.history(s.id)]
     finally:
         store.close()
+
+
+# -- the view, in process -------------------------------------------------------------------------
+
+
+class Recorder:
+    """A sink that writes down what it is asked to show (consecutive chunks joined)."""
+
+    def __init__(self) -> None:
+        self.shown: list[tuple[str, str]] = []
+
+    def _add(self, what: str, text: str = "") -> None:
+        if self.shown and what in ("answer", "thought") and self.shown[-1][0] == what:
+            self.shown[-1] = (what, self.shown[-1][1] + text)
+        else:
+            self.shown.append((what, text))
+
+    def answer(self, chunk: str) -> None:
+        self._add("answer", chunk)
+
+    def answer_end(self) -> None:
+        self._add("answer_end")
+
+    def thought(self, chunk: str) -> None:
+        self._add("thought", chunk)
+
+    def thought_end(self) -> None:
+        self._add("thought_end")
+
+    def tool_call(self, call: Message) -> None:
+        self._add("tool_call", call.content)
+
+    def tool_started(self, call: Message) -> None:
+        self._add("tool_started", call.content)
+
+    def tool_result(self, result: Message) -> None:
+        self._add("tool_result", result.content)
+
+    def system(self, text: str) -> None:
+        self._add("system", text)
+
+    def turn_started(self, root: Message) -> None:
+        self._add("turn_started", root.content)
+
+    def turn_ended(self, metrics: TurnMetrics) -> None:
+        self._add("turn_ended", metrics.state)
+
+
+async def test_a_view_that_lags_a_whole_turn_still_shows_each_step_once_in_order(tmp_path: Path) -> None:
+    llm = ScriptedLLM(
+        [
+            {
+                "thought": "plan",
+                "text": ["Let me ", "look."],
+                "tool_calls": [{"name": "echo", "arguments": {"text": "hi"}}],
+            },
+            {"text": ["It ", "says ", "hi."]},
+        ]
+    )
+    async with serve_runtime(tmp_path, llm, tools=[echo()]) as h:
+        recorder = Recorder()
+        follower = Follower(h.rt.hub, h.gateway, h.session.id, recorder)
+        with h.rt.hub.subscribe() as events:
+            await h.say("what does it say?")
+            await h.turn_end()  # the turn is over before the view reads its first event
+            async for event in events:
+                follower.handle(event)
+                if isinstance(event, TurnEnded):
+                    break
+        assert follower.ended_root_id == h.history()[0].id
+    assert recorder.shown == [
+        ("turn_started", "what does it say?"),
+        ("thought", "plan"),
+        ("answer", "Let me look."),
+        ("thought_end", ""),
+        ("answer_end", ""),
+        ("tool_call", "echo(text='hi')"),
+        ("tool_started", "echo(text='hi')"),
+        ("tool_result", "hi"),
+        ("answer", "It says hi."),
+        ("answer_end", ""),
+        ("turn_ended", TurnState.DONE),
+    ]
 
 
 # -- one-shot --------------------------------------------------------------------------------------

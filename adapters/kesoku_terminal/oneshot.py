@@ -121,7 +121,9 @@ class PlainSink:
     def turn_ended(self, metrics: TurnMetrics) -> None:
         """Show the metrics line."""
         self.metrics = metrics
-        if self.err_tty or metrics.state is TurnState.STOPPED:
+        if self.err_tty:  # a person reads this: say how to continue the conversation
+            self._line(f"{metrics.render()} · continue: kesoku chat --session {metrics.session_id}")
+        elif metrics.state is TurnState.STOPPED:
             self._line(metrics.render())
 
     # -- plumbing -------------------------------------------------------------------------------
