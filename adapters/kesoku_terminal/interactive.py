@@ -1,8 +1,8 @@
 """``kesoku chat`` without a prompt: a conversation in the terminal.
 
 The trio thread runs the runtime, follows the session (:class:`~kesoku_terminal.view.Follower`) and
-prints through prompt-toolkit's ``StdoutProxy`` so output appears above the input line; the input runs
-in a worker thread (:mod:`kesoku_terminal.prompt`). Keys:
+prints through :class:`~kesoku_terminal.prompt.AboveOutput`, so output appears above the input line;
+the input runs in a worker thread (:mod:`kesoku_terminal.prompt`). Keys:
 
 - Enter sends the line. During a turn that interrupts it (the runtime pivots to the new message).
 - Ctrl-C during a turn stops it (``gateway.stop``); a second Ctrl-C in the same turn kills running
@@ -61,7 +61,7 @@ class LiveSink:
     """Shows a turn: finished lines scroll up above the prompt, the unfinished one stays in the live area.
 
     Args:
-        console: A rich console writing to the output proxy.
+        console: A rich console writing above the prompt.
         live: The live area's state.
         redraw: Asks the prompt to redraw (thread-safe).
     """
@@ -191,9 +191,9 @@ class ChatUI:
         self.resumed = resumed
         self.live = LiveState()
         self.prompt = PromptThread(self.live, history_file())
-        self.proxy = AboveOutput(self.prompt, sys.stdout)
+        self.output = AboveOutput(self.prompt, sys.stdout)
         self.console = Console(
-            file=proxy_file(self.proxy), force_terminal=True, highlight=False, markup=False, emoji=False
+            file=as_text_stream(self.output), force_terminal=True, highlight=False, markup=False, emoji=False
         )
         self.sink = LiveSink(self.console, self.live, self.prompt.invalidate)
         self.follower = Follower(rt.hub, rt.gateway, session.id, self.sink, on_event=self._on_event)
@@ -214,7 +214,7 @@ class ChatUI:
         Returns:
             0.
         """
-        handler = logging.StreamHandler(proxy_file(self.proxy))  # log lines must not tear the prompt either
+        handler = logging.StreamHandler(as_text_stream(self.output))  # log lines must not tear the prompt either
         handler.setFormatter(logging.Formatter("kesoku: %(message)s"))
         root = logging.getLogger()
         saved = root.handlers[:]
@@ -241,7 +241,7 @@ class ChatUI:
                 nursery.cancel_scope.cancel()
         finally:
             root.handlers[:] = saved
-            self.proxy.close()
+            self.output.close()
         return 0
 
     async def on_line(self, text: str) -> None:
@@ -336,7 +336,7 @@ class ChatUI:
         )
 
 
-def proxy_file(output: AboveOutput) -> IO[str]:
+def as_text_stream(output: AboveOutput) -> IO[str]:
     """The output as the text stream it behaves as (write, flush, isatty, fileno, encoding)."""
     return cast("IO[str]", output)
 

@@ -2,8 +2,8 @@
 
 Why prompt-toolkit: it is maintained, gives history (a file), bracketed paste (a pasted multi-line
 block arrives as one message instead of one message per line), Alt-Enter for a newline, and it keeps
-the input line at the bottom while output prints above it (``StdoutProxy``), which is what lets a
-line typed during a turn interrupt it. readline's ``input()`` has none of the last three.
+the input line at the bottom while output prints above it (:class:`AboveOutput`), which is what lets
+a line typed during a turn interrupt it. readline's ``input()`` has none of the last three.
 
 prompt-toolkit runs on asyncio, so it never touches the trio thread: ``session.prompt()`` runs in a
 worker thread (its own private event loop) and each line crosses over with ``trio.from_thread.run``.
@@ -152,8 +152,8 @@ class PromptThread:
 
     def invalidate(self) -> None:
         """Redraw the prompt soon (thread-safe: the trio side calls it after changing :attr:`live`)."""
-        app = self._app
-        if app is not None and app.is_running:
+        app = self.app
+        if app is not None:
             app.invalidate()
 
     def close(self) -> None:
@@ -187,8 +187,8 @@ class PromptThread:
     def _message(self) -> StyleAndTextTuples:
         """The live area and the prompt.
 
-        While a line is being accepted, only the prompt: the scrollback then keeps ``› what you
-        typed``, not a stale copy of the live area.
+        When the prompt ends (Ctrl-D, Ctrl-C on an empty line) only the prompt is drawn a last time,
+        so the scrollback keeps no stale copy of the live area.
         """
         live = self.live
         if get_app().is_done:
