@@ -33,13 +33,13 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from kesoku.errors import ToolError
-from kesoku.policy import PolicyDecision, check_argv, check_command
 from kesoku.tools.base import Tool, ToolContext
 from kesoku.tools.output import CappedBuffer
 from kesoku.tools.paths import PathGates, workspaces
 
 if TYPE_CHECKING:
     from kesoku.config import ShellConfig
+    from kesoku.policy import PolicyDecision
 
 SHELL = "/bin/sh"
 """The shell of ``use_shell``; the policy parses bash's grammar, a superset of what sh accepts."""
@@ -136,6 +136,10 @@ def _timeout(value: object, limit_s: float) -> float:
 
 def _check(line: str, argv: list[str], config: ShellConfig, ctx: ToolContext, gates: PathGates) -> PolicyDecision:
     """The policy's decision (reads the file system: run it in a thread)."""
+    # Imported here, in the worker thread: bashlex rebuilds its parse tables at import (~200 ms), which
+    # must stay off `kesoku chat`'s start-up and off the event loop.
+    from kesoku.policy import check_argv, check_command
+
     folders = workspaces(ctx)
     if config.use_shell:
         return check_command(line, config, cwd=ctx.cwd, workspace=folders, gates=gates)
