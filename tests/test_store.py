@@ -3,6 +3,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+import trio
 
 from kesoku.errors import StoreError
 from kesoku.model import Kind, Metadata, Outcome, Role, Status, in_turn, user_text
@@ -155,3 +156,50 @@ def test_a_write_waits_for_another_connections_lock(store: Store, db_path: Path,
         release.join()
         holder.close()
     assert inserted.new
+
+
+async def test_the_wal_is_checkpointed_in_the_background(store: Store, tmp_path: Path) -> None:
+    checkpointer = store._checkpointer
+    assert checkpointer is not None
+    s = store.create_session("terminal", "c", workspace_root=tmp_path)
+    store.insert_messages([user_text(s.id, str(i)) for i in range(3)])
+    with trio.fail_after(10):  # a hang guard: the thread checkpoints about 50 ms after a write
+        # Polling: the checkpoint thread has no way to set a trio.Event.
+        while not (checkpointer.runs and checkpointer.last[0] == checkpointer.last[1] > 0):  # noqa: ASYNC110
+            await trio.sleep(0.01)
+
+
+def test_the_wal_stays_bounded_under_sustained_writes(db_path: Path, tmp_path: Path) -> None:
+    limit = 200  # pages; a commit here writes 3 or 4, so 3,000 commits would make some 10,000
+    store = Store(db_path, wal_limit_pages=limit)
+    assert store._checkpointer is not None
+    # Only the safety net: a background checkpoint in progress would let the WAL overshoot by a
+    # timing-dependent amount (the commits written meanwhile), which this test could not bound.
+    store._checkpointer.close()
+    wal = Path(f"{db_path}-wal")
+    s = store.create_session("terminal", "c", workspace_root=tmp_path)
+    frame = store._pragma_int("page_size") + 24  # a WAL frame is a page and its header
+    largest = 0
+    try:
+        for i in range(3_000):
+            store.insert_messages([user_text(s.id, f"message {i}")])
+            largest = max(largest, wal.stat().st_size)
+    finally:
+        store.close()
+    assert largest <= 32 + (limit + 10) * frame  # the limit plus the frames of the commit that reached it
+    assert not wal.exists()  # the last connection to close checkpoints and removes it
+
+
+def test_close_stops_the_checkpoint_thread(db_path: Path) -> None:
+    store = Store(db_path)
+    checkpointer = store._checkpointer
+    assert checkpointer is not None
+    assert checkpointer.alive
+    store.close()
+    assert not checkpointer.alive
+
+
+def test_an_in_memory_store_has_no_checkpoint_thread() -> None:
+    store = Store(":memory:")
+    assert store._checkpointer is None
+    store.close()

@@ -2,7 +2,8 @@
 
 The store is synchronous and lives on the trio thread: a single-row commit takes about 26 µs and reading
 a 10,000-message history about 15 ms (../shared/STACK.md, bench/), both well inside the 20 ms a step of
-the event loop may take. It is not thread-safe; give each process (or thread) its own Store.
+the event loop may take. It is not thread-safe; give each process (or thread) its own Store. (Its one
+helper thread, the WAL checkpointer of :mod:`kesoku.store.checkpoint`, has a connection of its own.)
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import apsw
 import msgspec
 
 from kesoku.model import EMPTY_METADATA, Kind, Message, Metadata, Role, Session, Status
+from kesoku.store.checkpoint import WAL_LIMIT_PAGES, Checkpointer
 from kesoku.store.db import BUSY_TIMEOUT_MS, open_connection
 from kesoku.store.filters import MessageFilter
 
@@ -95,20 +97,45 @@ def _row_to_session(row: tuple[Any, ...]) -> Session:
 class Store:
     """Sessions, the message log, listener cursors and view states in one SQLite file.
 
+    A file database checkpoints its WAL from a background thread (:mod:`kesoku.store.checkpoint`), so
+    that commits on the caller's thread never copy the WAL into the database or fsync.
+
     Args:
         path: The database file (created and migrated), or ``:memory:``.
         busy_timeout_ms: How long a write waits for another process's lock.
+        wal_limit_pages: The WAL size (in pages) past which a commit checkpoints on this connection
+            itself: the bound on the WAL when the background checkpoints cannot keep up.
 
     Raises:
         StoreError: The file cannot be used (see :func:`kesoku.store.db.open_connection`).
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        busy_timeout_ms: int = BUSY_TIMEOUT_MS,
+        wal_limit_pages: int = WAL_LIMIT_PAGES,
+    ) -> None:
         self.path = str(path)
         self._conn = open_connection(path, busy_timeout_ms=busy_timeout_ms)
+        self._checkpointer: Checkpointer | None = None
+        if self.path != ":memory:":
+            conn = self._conn
+            conn.wal_autocheckpoint(wal_limit_pages)
+            # Once the WAL restarts, truncate a file that grew past the limit (a long reader pinned it).
+            page_size = self._pragma_int("page_size")
+            conn.execute(f"PRAGMA journal_size_limit = {wal_limit_pages * (page_size + 24) + 32:d}")
+            self._checkpointer = Checkpointer(self.path)
+            conn.set_commit_hook(self._checkpointer.wrote)
 
     def close(self) -> None:
-        """Close the connection; the WAL is checkpointed by SQLite when the last one closes."""
+        """Stop the checkpoint thread and close the connection.
+
+        The last connection to close checkpoints the whole WAL and removes it (SQLite does this).
+        """
+        if self._checkpointer is not None:
+            self._checkpointer.close()
         self._conn.close()
 
     # -- sessions ---------------------------------------------------------------------------------
@@ -336,13 +363,16 @@ class Store:
         row = self._conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'messages'").fetchone()
         return int(row[0]) if row else 0
 
+    def _pragma_int(self, name: str) -> int:
+        row = self._conn.execute(f"PRAGMA {name}").fetchone()
+        return int(row[0]) if row else 0
+
     def data_version(self) -> int:
         """Return ``PRAGMA data_version``: it changes when another connection commits.
 
         Source: SQLite docs, "PRAGMA data_version" (this connection's own commits do not change it).
         """
-        row = self._conn.execute("PRAGMA data_version").fetchone()
-        return int(row[0]) if row else 0
+        return self._pragma_int("data_version")
 
     # -- listener cursors -------------------------------------------------------------------------
 
