@@ -8,7 +8,7 @@ import trio
 from kesoku.errors import StoreError
 from kesoku.model import Kind, Metadata, Outcome, Role, Status, in_turn, user_text
 from kesoku.store import MessageFilter, Store, UnknownSessionError, schema_version
-from kesoku.store.db import migrations
+from kesoku.store.db import PAGE_SIZE, migrations
 
 
 def test_a_new_database_is_migrated_to_the_newest_schema(store: Store, db_path: Path) -> None:
@@ -156,6 +156,20 @@ def test_a_write_waits_for_another_connections_lock(store: Store, db_path: Path,
         release.join()
         holder.close()
     assert inserted.new
+
+
+def test_a_new_database_uses_small_pages(store: Store, db_path: Path) -> None:
+    assert store._pragma_int("page_size") == PAGE_SIZE
+    assert store._checkpointer is not None
+    store._checkpointer.close()  # leaving WAL mode needs the only connection
+    store._conn.execute("PRAGMA journal_mode = DELETE")  # outside WAL a VACUUM could change it...
+    store._conn.execute("PRAGMA page_size = 4096")
+    store._conn.execute("VACUUM")
+    store._conn.execute("PRAGMA journal_mode = WAL")
+    store.close()
+    again = Store(db_path)  # ...but opening an existing database keeps its page size
+    assert again._pragma_int("page_size") == 4096
+    again.close()
 
 
 async def test_the_wal_is_checkpointed_in_the_background(store: Store, tmp_path: Path) -> None:
