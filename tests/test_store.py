@@ -158,6 +158,27 @@ def test_a_write_waits_for_another_connections_lock(store: Store, db_path: Path,
     assert inserted.new
 
 
+def test_self_rooted_messages_read_back_their_own_id_as_root(store: Store, tmp_path: Path) -> None:
+    s = store.create_session("terminal", "c", workspace_root=tmp_path)
+    batch = store.insert_messages([user_text(s.id, "a"), user_text(s.id, "b", external_id="x")])
+    [again] = store.insert_messages([user_text(s.id, "b again", external_id="x")])  # consumes an id
+    [single] = store.insert_messages([user_text(s.id, "c")])
+    assert not again.new
+    for stored in [*(i.message for i in batch), single.message]:
+        assert stored.root_id == stored.id
+        assert store.get_message(stored.id) == stored
+
+
+def test_a_self_root_stays_right_after_sqlite_sequence_was_edited(store: Store, tmp_path: Path) -> None:
+    s = store.create_session("terminal", "c", workspace_root=tmp_path)
+    store.insert_messages([user_text(s.id, str(i)) for i in range(5)])
+    store._conn.execute("UPDATE sqlite_sequence SET seq = 1 WHERE name = 'messages'")  # by hand
+    [m] = [i.message for i in store.insert_messages([user_text(s.id, "after")])]
+    assert m.id == 6  # AUTOINCREMENT takes the larger of the sequence and the largest id
+    assert m.root_id == m.id
+    assert store.get_message(m.id) == m
+
+
 def test_a_new_database_uses_small_pages(store: Store, db_path: Path) -> None:
     assert store._pragma_int("page_size") == PAGE_SIZE
     assert store._checkpointer is not None
