@@ -205,3 +205,83 @@ async def test_deleting_a_session_removes_its_workspace(gateway: Gateway, sessio
     assert not workspace.exists()
     assert gateway.store.history(session.id) == []
     assert not await gateway.delete_session(session.id)
+
+
+async def test_a_listener_drains_its_buffer_without_starving_other_tasks(store: Store, tmp_path: Path) -> None:
+    gateway = Gateway(store, tmp_path / "sessions", listener_buffer=64)
+    session = gateway.open_session("terminal", "backlog")
+    posted = await gateway.post_many([user_text(session.id, str(i)) for i in range(1_000)])
+    steps = 0  # how many times another task got to run
+
+    async def other_task() -> None:
+        nonlocal steps
+        while True:
+            steps += 1
+            await trio.lowlevel.checkpoint()
+
+    longest = run = 0
+    seen_at = -1
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(other_task)
+        async for msg in gateway.listen(after=0):  # a consumer that never awaits anything itself
+            run = run + 1 if steps == seen_at else 1
+            seen_at = steps
+            longest = max(longest, run)
+            if msg.id == posted[-1].id:
+                break
+        nursery.cancel_scope.cancel()
+    # It yields before every store read (one buffer's worth); trio may run the two tasks of one batch in
+    # either order, so the other task can see two buffers go by between two of its own steps.
+    assert longest <= 2 * 64
+    assert longest >= 64  # a buffer is drained without a trip through the scheduler per message
+
+
+async def test_a_cancelled_caller_gets_cancelled_and_the_buffered_message_stays(
+    gateway: Gateway, session: Session
+) -> None:
+    listener = gateway.listen()
+    first = await gateway.post(user_text(session.id, "one"))
+    assert await anext(listener) == first  # now on the fast path: posts land in its buffer
+    second = await gateway.post(user_text(session.id, "two"))
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await anext(listener)
+    assert scope.cancelled_caught
+    assert await anext(listener) == second
+
+
+async def test_idle_listeners_all_get_another_connections_writes(
+    gateway: Gateway, session: Session, db_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    other = Store(db_path)
+    listeners = [gateway.listen(), gateway.listen(role="user"), gateway.listen(session_id=session.id)]
+    got: list[list[Message]] = [[], [], []]
+    async with trio.open_nursery() as nursery:
+        for listener, into in zip(listeners, got, strict=True):
+            nursery.start_soon(collect, listener, 2, into)
+        await trio.sleep(1)  # all three wait, and the poll timer has run many times
+        [theirs] = [i.message for i in other.insert_messages([user_text(session.id, "theirs")])]
+        await trio.sleep(1)
+        [again] = [i.message for i in other.insert_messages([user_text(session.id, "again")])]
+    other.close()
+    assert got == [[theirs, again]] * 3
+
+
+def test_a_gateway_polls_in_every_trio_run(gateway: Gateway, session: Session, db_path: Path) -> None:
+    other = Store(db_path)
+
+    async def a_run(text: str) -> Message:
+        with gateway.listen() as listener:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(trio.sleep, 1)
+                await trio.sleep(0.5)  # the listener is not waiting yet: the poll finds it later
+                other.insert_messages([user_text(session.id, text)])
+                with trio.fail_after(5):
+                    return await anext(listener)
+
+    try:
+        for text in ("first run", "second run"):  # the first run's poll timer died with that run
+            clock = trio.testing.MockClock(autojump_threshold=0)
+            assert trio.run(a_run, text, clock=clock).content == text
+    finally:
+        other.close()
