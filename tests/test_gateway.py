@@ -285,3 +285,52 @@ def test_a_gateway_polls_in_every_trio_run(gateway: Gateway, session: Session, d
             assert trio.run(a_run, text, clock=clock).content == text
     finally:
         other.close()
+
+
+async def test_a_posting_loop_yields_once_per_slice(store: Store, tmp_path: Path) -> None:
+    steps = 0  # how many times another task got to run
+
+    async def other_task() -> None:
+        nonlocal steps
+        while True:
+            steps += 1
+            await trio.lowlevel.checkpoint()
+
+    async def steps_during_posts(gateway: Gateway, n: int) -> int:
+        session = gateway.open_session("terminal", f"slice-{gateway.post_yield_s}")
+        await gateway.post(user_text(session.id, "first"))  # yields: no post did before
+        before = steps
+        for i in range(n):
+            await gateway.post(user_text(session.id, str(i)))
+        return steps - before
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(other_task)
+        await trio.lowlevel.checkpoint()
+        every = Gateway(store, tmp_path / "sessions", post_yield_s=0)
+        # Every post a schedule point (give or take one: trio may run a batch's tasks in either order).
+        assert await steps_during_posts(every, 50) >= 49
+        never = Gateway(store, tmp_path / "sessions", post_yield_s=3600)
+        listener = never.listen()
+        got: list[Message] = []
+        nursery.start_soon(collect, listener, 51, got)
+        while listener._task is None:  # until it waits for messages
+            await trio.lowlevel.checkpoint()
+        assert await steps_during_posts(never, 50) == 0  # ...a slice longer than the test
+        while len(got) < 51:
+            await trio.lowlevel.checkpoint()
+        assert listener.max_buffered >= 50  # handed over in memory, and taken in one step
+        default = Gateway(store, tmp_path / "sessions")
+        assert await steps_during_posts(default, 2_000) > 0  # 2,000 posts take longer than 0.5 ms
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_cancelled_post_writes_nothing_even_within_a_slice(store: Store, tmp_path: Path) -> None:
+    gateway = Gateway(store, tmp_path / "sessions", post_yield_s=3600)
+    session = gateway.open_session("terminal", "slice")
+    kept = await gateway.post(user_text(session.id, "kept"))  # yields; the next would not
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await gateway.post(user_text(session.id, "never"))
+    assert scope.cancelled_caught
+    assert gateway.store.history(session.id) == [kept]
