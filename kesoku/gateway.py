@@ -320,14 +320,18 @@ class Listener:
         self._closed = False
 
     # Called by the gateway, on the trio thread, without awaiting.
+    # Runs once per message and listener: kept to plain comparisons, no calls it can avoid.
     def _offer(self, message: Message) -> None:
         if not self._stale:
-            if len(self._buffer) >= self._gateway.listener_buffer:
+            held = len(self._buffer)
+            if held >= self._gateway.listener_buffer:
                 self._mark_stale()
                 return
             self._buffer.append(message)
-            self.max_buffered = max(self.max_buffered, len(self._buffer))
-        self._wake()
+            if held >= self.max_buffered:
+                self.max_buffered = held + 1
+        if self._task is not None:
+            self._wake()
 
     def _mark_stale(self) -> None:
         self._stale = True
