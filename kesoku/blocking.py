@@ -15,8 +15,9 @@ from typing import Any
 
 import trio
 
-CPU_THRESHOLD_S = 0.020
-"""CPU time one task step may take."""
+CPU_THRESHOLD_S = 0.025
+"""CPU time one task step may take: DESIGN's "about 20 ms", with a margin because CPU time itself grows
+by a few ms on a loaded 2-core machine (shared caches, frequency), and a flaky gate protects nothing."""
 WALL_THRESHOLD_S = 0.100
 """Wall time one task step may take (blocking I/O shows here, not in CPU time)."""
 

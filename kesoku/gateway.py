@@ -13,8 +13,11 @@ How delivery stays both fast and lossless:
 - Ids come from SQLite's AUTOINCREMENT, so they only grow. When a freshly assigned id is not the
   previous one plus one, some other connection wrote in between (or a duplicate insert consumed an id):
   every listener turns stale and reads the store, which sees the other writer's rows in order.
-- A waiting listener wakes every ``poll_interval_s`` to check ``PRAGMA data_version``, which changes when
-  another connection commits; that is how messages from another process arrive without a post of ours.
+- While any listener waits, one of them is woken every ``poll_interval_s`` to check ``PRAGMA
+  data_version``, which changes when another connection commits; that is how messages from another
+  process arrive without a post of ours. The timer is the gateway's only task: a trio system task started
+  by the first listener that waits, so that the many listeners of a busy process do not each pay for a
+  cancel scope with a deadline on every wait.
 
 Everything here runs on the trio thread and never awaits between reading the store and updating a
 listener, so a post cannot slip between a listener's catch-up query and its switch back to the fast path.
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -40,19 +44,24 @@ LISTENER_BUFFER = 1024
 """Messages a listener may hold in memory before it falls back to reading the store."""
 POLL_INTERVAL_S = 0.05
 """How often a waiting listener checks for commits by other processes (delivery within ~50 ms)."""
+POST_YIELD_S = 0.0005
+"""A task that keeps posting yields to the other tasks at least this often (see :meth:`Gateway.post`)."""
 
 
 class Gateway:
     """Post messages durably and deliver them to listeners.
 
-    The gateway owns no task: posting and waking happen in the caller's task, and each listener does
-    its own catching up. Create one per process over one :class:`~kesoku.store.Store`.
+    Posting and waking happen in the caller's task, and each listener does its own catching up; the
+    gateway's only task is the poll timer (see the module docstring). Create one per process over one
+    :class:`~kesoku.store.Store`.
 
     Args:
         store: The store; the gateway uses it from the trio thread only.
         sessions_dir: The folder that holds session workspaces (``<sessions_dir>/<session_id>/``).
         listener_buffer: The memory bound of each listener, in messages.
         poll_interval_s: How often an idle listener looks for other processes' commits.
+        post_yield_s: How long posts may follow each other without yielding to other tasks; 0 makes
+            every post yield.
     """
 
     def __init__(
@@ -62,6 +71,7 @@ class Gateway:
         *,
         listener_buffer: int = LISTENER_BUFFER,
         poll_interval_s: float = POLL_INTERVAL_S,
+        post_yield_s: float = POST_YIELD_S,
     ) -> None:
         if listener_buffer < 1:
             raise ValueError("listener_buffer must be at least 1")
@@ -69,11 +79,18 @@ class Gateway:
         self.sessions_dir = Path(sessions_dir)
         self.listener_buffer = listener_buffer
         self.poll_interval_s = poll_interval_s
+        self.post_yield_s = post_yield_s
+        self._yielded_at = 0.0  # time.perf_counter() when a post last yielded
         # Weak: a listener dropped without being closed unregisters itself when it is collected.
         self._listeners: weakref.WeakSet[Listener] = weakref.WeakSet()
+        # The same listeners as a tuple of weak references, for _deliver: iterating a WeakSet costs more
+        # than the rest of a hand-over. Rebuilt on listen() and close(); a dead reference is skipped.
+        self._fanout: tuple[weakref.ref[Listener], ...] = ()
         self._last_id = store.last_message_id()
         self._data_version = store.data_version()
         self._stop_handler: Callable[..., bool] | None = None
+        self._timer_token: trio.lowlevel.TrioToken | None = None  # the run whose poll timer is running
+        self._timer_idle: trio.Event | None = None  # set to restart the timer once a listener waits
 
     # -- posting ----------------------------------------------------------------------------------
 
@@ -96,6 +113,14 @@ class Gateway:
         Cancellation:
             If the caller is already cancelled, nothing is written and ``trio.Cancelled`` is raised.
             Once the write starts the post completes and returns: it is never half done.
+
+        Scheduling:
+            A post yields to the other tasks (the listeners it woke among them) unless a post yielded
+            less than ``post_yield_s`` ago. A lone post therefore behaves as a full checkpoint, while a
+            task posting in a loop lets the listeners run once per ``post_yield_s`` and take all the
+            messages of that slice in one step each, instead of three trips through the scheduler per
+            post. The store is written and the listeners' buffers filled before ``post()`` returns
+            either way; only when the listener tasks run changes.
         """
         (stored,) = await self.post_many((message,))
         return stored
@@ -117,6 +142,9 @@ class Gateway:
 
         Cancellation:
             As :meth:`post`: all or nothing, never cancelled half way.
+
+        Scheduling:
+            As :meth:`post`.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         for message in messages:
@@ -125,8 +153,11 @@ class Gateway:
         for inserted in results:
             if inserted.new:
                 self._deliver(inserted.message, inserted.adapter)
-        # Shielded: the rows are committed, so the caller must get them back rather than Cancelled.
-        await trio.lowlevel.cancel_shielded_checkpoint()
+        # Wall time, not trio's clock: under a test's autojump clock trio time stands still while tasks run.
+        if time.perf_counter() - self._yielded_at >= self.post_yield_s:
+            # Shielded: the rows are committed, so the caller must get them back rather than Cancelled.
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            self._yielded_at = time.perf_counter()
         return [inserted.message for inserted in results]
 
     def _deliver(self, message: Message, adapter: str) -> None:
@@ -134,8 +165,9 @@ class Gateway:
             # Another connection wrote the ids in between: only the store knows them, in order.
             self._resync_all()
         else:
-            for listener in self._listeners:
-                if listener.filter.matches(message, adapter):
+            for ref in self._fanout:
+                listener = ref()
+                if listener is not None and listener.filter.matches(message, adapter):
                     listener._offer(message)
         self._last_id = max(self._last_id, message.id)
 
@@ -149,6 +181,38 @@ class Gateway:
         """Resync every listener if another connection committed since we last looked."""
         if self.store.data_version() != self._data_version:
             self._resync_all()
+
+    def _forget(self, listener: Listener) -> None:
+        self._listeners.discard(listener)
+        self._fanout = tuple(ref for ref in self._fanout if ref() not in (listener, None))
+
+    def _poll_timer_needed(self) -> None:
+        """Make sure the poll timer runs in this trio run; a listener calls this before it waits."""
+        token = trio.lowlevel.current_trio_token()
+        if token is not self._timer_token:
+            # A system task: it lives as long as this trio.run, not as long as some caller's nursery.
+            # (A gateway may outlive a run: the previous run's timer ended with it.)
+            self._timer_token = token
+            self._timer_idle = None
+            trio.lowlevel.spawn_system_task(self._poll_timer, name="kesoku gateway poll timer")
+        elif self._timer_idle is not None:
+            self._timer_idle.set()
+            self._timer_idle = None
+
+    async def _poll_timer(self) -> None:
+        """While listeners wait, wake one every poll interval to look for other processes' commits.
+
+        It wakes a listener rather than reading the store itself: a store error then surfaces in that
+        listener's task, where a system task would crash the whole run.
+        """
+        while True:
+            if not any(listener._task is not None for listener in self._listeners):
+                event = self._timer_idle = trio.Event()
+                await event.wait()  # no deadline while nothing waits: an idle process stays asleep
+            await trio.sleep(self.poll_interval_s)
+            waiting = next((listener for listener in self._listeners if listener._task is not None), None)
+            if waiting is not None:
+                waiting._poll()
 
     # -- listening --------------------------------------------------------------------------------
 
@@ -176,6 +240,7 @@ class Gateway:
         cursor = self.store.last_message_id() if after is None else after
         listener = Listener(self, flt, cursor)
         self._listeners.add(listener)
+        self._fanout = (*self._fanout, weakref.ref(listener))
         return listener
 
     # -- sessions ---------------------------------------------------------------------------------
@@ -256,6 +321,11 @@ class Listener:
     """One listener's cursor, filter and bounded buffer; an async iterator of messages.
 
     Created by :meth:`Gateway.listen`. Iteration yields messages in id order, each exactly once.
+
+    Scheduling: a message already in the buffer is returned without yielding to other tasks (only
+    cancellation is checked), so a listener drains what was handed to it without a trip through the
+    scheduler per message. It yields whenever it waits and before every read of the store, so at least
+    once per ``listener_buffer`` messages.
     """
 
     def __init__(self, gateway: Gateway, flt: MessageFilter, cursor: int) -> None:
@@ -269,18 +339,23 @@ class Listener:
         self._gateway = gateway
         self._buffer: deque[Message] = deque()
         self._stale = True  # start by reading the store from the cursor
-        self._wakeup: trio.Event | None = None
+        self._task: trio.lowlevel.Task | None = None  # the task waiting in __anext__, to reschedule
+        self._poll_due = False  # the poll timer asks this listener to check for other writers
         self._closed = False
 
     # Called by the gateway, on the trio thread, without awaiting.
+    # Runs once per message and listener: kept to plain comparisons, no calls it can avoid.
     def _offer(self, message: Message) -> None:
         if not self._stale:
-            if len(self._buffer) >= self._gateway.listener_buffer:
+            held = len(self._buffer)
+            if held >= self._gateway.listener_buffer:
                 self._mark_stale()
                 return
             self._buffer.append(message)
-            self.max_buffered = max(self.max_buffered, len(self._buffer))
-        self._wake()
+            if held >= self.max_buffered:
+                self.max_buffered = held + 1
+        if self._task is not None:
+            self._wake()
 
     def _mark_stale(self) -> None:
         self._stale = True
@@ -288,9 +363,18 @@ class Listener:
         self._wake()
 
     def _wake(self) -> None:
-        if self._wakeup is not None:
-            self._wakeup.set()
-            self._wakeup = None
+        task = self._task
+        if task is not None:
+            self._task = None  # rescheduled exactly once: by this, or by _abort on cancellation
+            trio.lowlevel.reschedule(task)
+
+    def _poll(self) -> None:
+        self._poll_due = True
+        self._wake()
+
+    def _abort(self, _: object) -> trio.lowlevel.Abort:
+        self._task = None
+        return trio.lowlevel.Abort.SUCCEEDED
 
     def _catch_up(self) -> None:
         limit = self._gateway.listener_buffer
@@ -313,9 +397,10 @@ class Listener:
             StopAsyncIteration: After :meth:`close`.
 
         Cancellation:
-            Safe at any point: the cursor only moves when a message is returned.
+            Safe at any point: the cursor only moves when a message is returned. A cancelled caller
+            gets ``trio.Cancelled`` even when a message is buffered; the message stays for the next call.
         """
-        await trio.lowlevel.checkpoint()
+        await trio.lowlevel.checkpoint_if_cancelled()
         while not self._closed:
             buffer = self._buffer
             while buffer:
@@ -324,20 +409,25 @@ class Listener:
                     self.cursor = message.id
                     return message
             if self._stale:
-                self._catch_up()
+                # A full checkpoint per store read: replaying a long backlog yields once per batch.
+                await trio.lowlevel.checkpoint()
+                if not self._closed:
+                    self._catch_up()
                 continue
-            event = self._wakeup = trio.Event()
-            with trio.move_on_after(self._gateway.poll_interval_s) as scope:
-                await event.wait()
-            if scope.cancelled_caught:
-                self._wakeup = None
+            if self._poll_due:
+                self._poll_due = False
                 self._gateway._check_other_writers()
+                continue
+            self._gateway._poll_timer_needed()
+            # Parked without an Event or a cancel scope: _wake() reschedules this task directly.
+            self._task = trio.lowlevel.current_task()
+            await trio.lowlevel.wait_task_rescheduled(self._abort)
         raise StopAsyncIteration
 
     def close(self) -> None:
         """Stop receiving messages: a waiting or later iteration ends (StopAsyncIteration)."""
         self._closed = True
-        self._gateway._listeners.discard(self)
+        self._gateway._forget(self)
         self._buffer.clear()
         self._wake()
 

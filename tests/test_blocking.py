@@ -13,7 +13,7 @@ from kesoku.blocking import BlockingDetector
 def test_a_busy_step_is_caught_and_a_yielding_task_is_not() -> None:
     async def main() -> None:
         async def hog() -> None:
-            end = time.thread_time() + 0.05
+            end = time.thread_time() + 0.06
             while time.thread_time() < end:
                 pass
 

@@ -205,3 +205,134 @@ async def test_deleting_a_session_removes_its_workspace(gateway: Gateway, sessio
     assert not workspace.exists()
     assert gateway.store.history(session.id) == []
     assert not await gateway.delete_session(session.id)
+
+
+async def test_a_listener_drains_its_buffer_without_starving_other_tasks(store: Store, tmp_path: Path) -> None:
+    gateway = Gateway(store, tmp_path / "sessions", listener_buffer=64)
+    session = gateway.open_session("terminal", "backlog")
+    backlog = [user_text(session.id, str(i)) for i in range(1_000)]
+    # Written in a worker thread: a 1,000-row transaction is setup here, not the step under test.
+    posted = [r.message for r in await trio.to_thread.run_sync(store.insert_messages, backlog)]
+    steps = 0  # how many times another task got to run
+
+    async def other_task() -> None:
+        nonlocal steps
+        while True:
+            steps += 1
+            await trio.lowlevel.checkpoint()
+
+    longest = run = 0
+    seen_at = -1
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(other_task)
+        async for msg in gateway.listen(after=0):  # a consumer that never awaits anything itself
+            run = run + 1 if steps == seen_at else 1
+            seen_at = steps
+            longest = max(longest, run)
+            if msg.id == posted[-1].id:
+                break
+        nursery.cancel_scope.cancel()
+    # It yields before every store read (one buffer's worth); trio may run the two tasks of one batch in
+    # either order, so the other task can see two buffers go by between two of its own steps.
+    assert longest <= 2 * 64
+    assert longest >= 64  # a buffer is drained without a trip through the scheduler per message
+
+
+async def test_a_cancelled_caller_gets_cancelled_and_the_buffered_message_stays(
+    gateway: Gateway, session: Session
+) -> None:
+    listener = gateway.listen()
+    first = await gateway.post(user_text(session.id, "one"))
+    assert await anext(listener) == first  # now on the fast path: posts land in its buffer
+    second = await gateway.post(user_text(session.id, "two"))
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await anext(listener)
+    assert scope.cancelled_caught
+    assert await anext(listener) == second
+
+
+async def test_idle_listeners_all_get_another_connections_writes(
+    gateway: Gateway, session: Session, db_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    other = Store(db_path)
+    listeners = [gateway.listen(), gateway.listen(role="user"), gateway.listen(session_id=session.id)]
+    got: list[list[Message]] = [[], [], []]
+    async with trio.open_nursery() as nursery:
+        for listener, into in zip(listeners, got, strict=True):
+            nursery.start_soon(collect, listener, 2, into)
+        await trio.sleep(1)  # all three wait, and the poll timer has run many times
+        [theirs] = [i.message for i in other.insert_messages([user_text(session.id, "theirs")])]
+        await trio.sleep(1)
+        [again] = [i.message for i in other.insert_messages([user_text(session.id, "again")])]
+    other.close()
+    assert got == [[theirs, again]] * 3
+
+
+def test_a_gateway_polls_in_every_trio_run(gateway: Gateway, session: Session, db_path: Path) -> None:
+    other = Store(db_path)
+
+    async def a_run(text: str) -> Message:
+        with gateway.listen() as listener:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(trio.sleep, 1)
+                await trio.sleep(0.5)  # the listener is not waiting yet: the poll finds it later
+                other.insert_messages([user_text(session.id, text)])
+                with trio.fail_after(5):
+                    return await anext(listener)
+
+    try:
+        for text in ("first run", "second run"):  # the first run's poll timer died with that run
+            clock = trio.testing.MockClock(autojump_threshold=0)
+            assert trio.run(a_run, text, clock=clock).content == text
+    finally:
+        other.close()
+
+
+async def test_a_posting_loop_yields_once_per_slice(store: Store, tmp_path: Path) -> None:
+    steps = 0  # how many times another task got to run
+
+    async def other_task() -> None:
+        nonlocal steps
+        while True:
+            steps += 1
+            await trio.lowlevel.checkpoint()
+
+    async def steps_during_posts(gateway: Gateway, n: int) -> int:
+        session = gateway.open_session("terminal", f"slice-{gateway.post_yield_s}")
+        await gateway.post(user_text(session.id, "first"))  # yields: no post did before
+        before = steps
+        for i in range(n):
+            await gateway.post(user_text(session.id, str(i)))
+        return steps - before
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(other_task)
+        await trio.lowlevel.checkpoint()
+        every = Gateway(store, tmp_path / "sessions", post_yield_s=0)
+        # Every post a schedule point (give or take one: trio may run a batch's tasks in either order).
+        assert await steps_during_posts(every, 50) >= 49
+        never = Gateway(store, tmp_path / "sessions", post_yield_s=3600)
+        listener = never.listen()
+        got: list[Message] = []
+        nursery.start_soon(collect, listener, 51, got)
+        while listener._task is None:  # until it waits for messages
+            await trio.lowlevel.checkpoint()
+        assert await steps_during_posts(never, 50) == 0  # ...a slice longer than the test
+        while len(got) < 51:
+            await trio.lowlevel.checkpoint()
+        assert listener.max_buffered >= 50  # handed over in memory, and taken in one step
+        default = Gateway(store, tmp_path / "sessions")
+        assert await steps_during_posts(default, 2_000) > 0  # 2,000 posts take longer than 0.5 ms
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_cancelled_post_writes_nothing_even_within_a_slice(store: Store, tmp_path: Path) -> None:
+    gateway = Gateway(store, tmp_path / "sessions", post_yield_s=3600)
+    session = gateway.open_session("terminal", "slice")
+    kept = await gateway.post(user_text(session.id, "kept"))  # yields; the next would not
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await gateway.post(user_text(session.id, "never"))
+    assert scope.cancelled_caught
+    assert gateway.store.history(session.id) == [kept]

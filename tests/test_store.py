@@ -3,11 +3,12 @@ from pathlib import Path
 
 import msgspec
 import pytest
+import trio
 
 from kesoku.errors import StoreError
 from kesoku.model import Kind, Metadata, Outcome, Role, Status, in_turn, user_text
 from kesoku.store import MessageFilter, Store, UnknownSessionError, schema_version
-from kesoku.store.db import migrations
+from kesoku.store.db import PAGE_SIZE, migrations
 
 
 def test_a_new_database_is_migrated_to_the_newest_schema(store: Store, db_path: Path) -> None:
@@ -155,3 +156,85 @@ def test_a_write_waits_for_another_connections_lock(store: Store, db_path: Path,
         release.join()
         holder.close()
     assert inserted.new
+
+
+def test_self_rooted_messages_read_back_their_own_id_as_root(store: Store, tmp_path: Path) -> None:
+    s = store.create_session("terminal", "c", workspace_root=tmp_path)
+    batch = store.insert_messages([user_text(s.id, "a"), user_text(s.id, "b", external_id="x")])
+    [again] = store.insert_messages([user_text(s.id, "b again", external_id="x")])  # consumes an id
+    [single] = store.insert_messages([user_text(s.id, "c")])
+    assert not again.new
+    for stored in [*(i.message for i in batch), single.message]:
+        assert stored.root_id == stored.id
+        assert store.get_message(stored.id) == stored
+
+
+def test_a_self_root_stays_right_after_sqlite_sequence_was_edited(store: Store, tmp_path: Path) -> None:
+    s = store.create_session("terminal", "c", workspace_root=tmp_path)
+    store.insert_messages([user_text(s.id, str(i)) for i in range(5)])
+    store._conn.execute("UPDATE sqlite_sequence SET seq = 1 WHERE name = 'messages'")  # by hand
+    [m] = [i.message for i in store.insert_messages([user_text(s.id, "after")])]
+    assert m.id == 6  # AUTOINCREMENT takes the larger of the sequence and the largest id
+    assert m.root_id == m.id
+    assert store.get_message(m.id) == m
+
+
+def test_a_new_database_uses_small_pages(store: Store, db_path: Path) -> None:
+    assert store._pragma_int("page_size") == PAGE_SIZE
+    assert store._checkpointer is not None
+    store._checkpointer.close()  # leaving WAL mode needs the only connection
+    store._conn.execute("PRAGMA journal_mode = DELETE")  # outside WAL a VACUUM could change it...
+    store._conn.execute("PRAGMA page_size = 4096")
+    store._conn.execute("VACUUM")
+    store._conn.execute("PRAGMA journal_mode = WAL")
+    store.close()
+    again = Store(db_path)  # ...but opening an existing database keeps its page size
+    assert again._pragma_int("page_size") == 4096
+    again.close()
+
+
+async def test_the_wal_is_checkpointed_in_the_background(store: Store, tmp_path: Path) -> None:
+    checkpointer = store._checkpointer
+    assert checkpointer is not None
+    s = store.create_session("terminal", "c", workspace_root=tmp_path)
+    store.insert_messages([user_text(s.id, str(i)) for i in range(3)])
+    with trio.fail_after(10):  # a hang guard: the thread checkpoints about 50 ms after a write
+        # Polling: the checkpoint thread has no way to set a trio.Event.
+        while not (checkpointer.runs and checkpointer.last[0] == checkpointer.last[1] > 0):  # noqa: ASYNC110
+            await trio.sleep(0.01)
+
+
+def test_the_wal_stays_bounded_under_sustained_writes(db_path: Path, tmp_path: Path) -> None:
+    limit = 200  # pages; a commit here writes 3 or 4, so 3,000 commits would make some 10,000
+    store = Store(db_path, wal_limit_pages=limit)
+    assert store._checkpointer is not None
+    # Only the safety net: a background checkpoint in progress would let the WAL overshoot by a
+    # timing-dependent amount (the commits written meanwhile), which this test could not bound.
+    store._checkpointer.close()
+    wal = Path(f"{db_path}-wal")
+    s = store.create_session("terminal", "c", workspace_root=tmp_path)
+    frame = store._pragma_int("page_size") + 24  # a WAL frame is a page and its header
+    largest = 0
+    try:
+        for i in range(3_000):
+            store.insert_messages([user_text(s.id, f"message {i}")])
+            largest = max(largest, wal.stat().st_size)
+    finally:
+        store.close()
+    assert largest <= 32 + (limit + 10) * frame  # the limit plus the frames of the commit that reached it
+    assert not wal.exists()  # the last connection to close checkpoints and removes it
+
+
+def test_close_stops_the_checkpoint_thread(db_path: Path) -> None:
+    store = Store(db_path)
+    checkpointer = store._checkpointer
+    assert checkpointer is not None
+    assert checkpointer.alive
+    store.close()
+    assert not checkpointer.alive
+
+
+def test_an_in_memory_store_has_no_checkpoint_thread() -> None:
+    store = Store(":memory:")
+    assert store._checkpointer is None
+    store.close()

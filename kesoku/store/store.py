@@ -2,7 +2,8 @@
 
 The store is synchronous and lives on the trio thread: a single-row commit takes about 26 µs and reading
 a 10,000-message history about 15 ms (../shared/STACK.md, bench/), both well inside the 20 ms a step of
-the event loop may take. It is not thread-safe; give each process (or thread) its own Store.
+the event loop may take. It is not thread-safe; give each process (or thread) its own Store. (Its one
+helper thread, the WAL checkpointer of :mod:`kesoku.store.checkpoint`, has a connection of its own.)
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import apsw
 import msgspec
 
 from kesoku.model import EMPTY_METADATA, Kind, Message, Metadata, Role, Session, Status
+from kesoku.store.checkpoint import WAL_LIMIT_PAGES, Checkpointer
 from kesoku.store.db import BUSY_TIMEOUT_MS, open_connection
 from kesoku.store.filters import MessageFilter
 
@@ -34,12 +36,18 @@ _MESSAGE_COLUMNS = (
 )
 _SESSION_COLUMNS = "id, adapter, channel_id, created_at, workspace, title, llm, parent_id, metadata"
 
+# A root_id of 0 asks for the message's own id (it opens its turn). AUTOINCREMENT gives the new row the
+# sequence's value plus one, and this statement reads that value before it writes the row, inside its own
+# write lock: one statement, where an UPDATE after the INSERT would need a second one and a savepoint.
+# RETURNING root_id lets the caller check the two agree (they always do unless sqlite_sequence was edited).
 _INSERT_MESSAGE = (
     "INSERT INTO messages (session_id, role, kind, status, sender, content, root_id, parent_id, ts,"
     " root_ts, metadata, adapter, external_id)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, (SELECT adapter FROM sessions WHERE id = ?), ?)"
+    " VALUES (?1, ?2, ?3, ?4, ?5, ?6,"
+    " CASE ?7 WHEN 0 THEN coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'messages'), 0) + 1 ELSE ?7 END,"
+    " ?8, ?9, ?10, ?11, (SELECT adapter FROM sessions WHERE id = ?1), ?12)"
     " ON CONFLICT (adapter, external_id) WHERE external_id IS NOT NULL DO NOTHING"
-    " RETURNING id, adapter"
+    " RETURNING id, root_id, adapter"
 )
 
 
@@ -95,20 +103,45 @@ def _row_to_session(row: tuple[Any, ...]) -> Session:
 class Store:
     """Sessions, the message log, listener cursors and view states in one SQLite file.
 
+    A file database checkpoints its WAL from a background thread (:mod:`kesoku.store.checkpoint`), so
+    that commits on the caller's thread never copy the WAL into the database or fsync.
+
     Args:
         path: The database file (created and migrated), or ``:memory:``.
         busy_timeout_ms: How long a write waits for another process's lock.
+        wal_limit_pages: The WAL size (in pages) past which a commit checkpoints on this connection
+            itself: the bound on the WAL when the background checkpoints cannot keep up.
 
     Raises:
         StoreError: The file cannot be used (see :func:`kesoku.store.db.open_connection`).
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        busy_timeout_ms: int = BUSY_TIMEOUT_MS,
+        wal_limit_pages: int = WAL_LIMIT_PAGES,
+    ) -> None:
         self.path = str(path)
         self._conn = open_connection(path, busy_timeout_ms=busy_timeout_ms)
+        self._checkpointer: Checkpointer | None = None
+        if self.path != ":memory:":
+            conn = self._conn
+            conn.wal_autocheckpoint(wal_limit_pages)
+            # Once the WAL restarts, truncate a file that grew past the limit (a long reader pinned it).
+            page_size = self._pragma_int("page_size")
+            conn.execute(f"PRAGMA journal_size_limit = {wal_limit_pages * (page_size + 24) + 32:d}")
+            self._checkpointer = Checkpointer(self.path)
+            conn.set_commit_hook(self._checkpointer.wrote)
 
     def close(self) -> None:
-        """Close the connection; the WAL is checkpointed by SQLite when the last one closes."""
+        """Stop the checkpoint thread and close the connection.
+
+        The last connection to close checkpoints the whole WAL and removes it (SQLite does this).
+        """
+        if self._checkpointer is not None:
+            self._checkpointer.close()
         self._conn.close()
 
     # -- sessions ---------------------------------------------------------------------------------
@@ -233,48 +266,50 @@ class Store:
             UnknownSessionError: A message names a session that does not exist; nothing is written.
         """
         now = time.time()
-        results: list[Inserted] = []
-        conn = self._conn
-        with conn:  # one transaction (a savepoint) for the batch: all or nothing
-            for msg in messages:
-                ts = msg.ts or now
-                root_ts = msg.root_ts or ts
-                meta = _encode(msg.metadata)
-                try:
-                    row = conn.execute(
-                        _INSERT_MESSAGE,
-                        (
-                            msg.session_id,
-                            msg.role.value,
-                            msg.kind.value,
-                            msg.status.value,
-                            msg.sender,
-                            msg.content,
-                            msg.root_id,
-                            msg.parent_id,
-                            ts,
-                            root_ts,
-                            meta,
-                            msg.session_id,
-                            msg.external_id,
-                        ),
-                    ).fetchone()
-                except apsw.ConstraintError as exc:
-                    if self.get_session(msg.session_id) is None:
-                        raise UnknownSessionError(f"no session {msg.session_id!r}") from None
-                    raise exc
-                if row is None:
-                    existing = self._find_external(msg)
-                    results.append(Inserted(existing, self._session_adapter(msg.session_id), False))
-                    continue
-                new_id, adapter = row
-                root_id = msg.root_id
-                if root_id == 0:
-                    root_id = new_id
-                    conn.execute("UPDATE messages SET root_id = id WHERE id = ?", (new_id,))
-                stored = msgspec.structs.replace(msg, id=new_id, ts=ts, root_ts=root_ts, root_id=root_id)
-                results.append(Inserted(stored, adapter, True))
-        return results
+        if len(messages) == 1:
+            # One statement is atomic by itself: no transaction to open and close around it.
+            return [self._insert(messages[0], now)]
+        with self._conn:  # one transaction (a savepoint) for the batch: all or nothing
+            inserted = [self._insert(msg, now) for msg in messages]
+        return inserted
+
+    def _insert(self, msg: Message, now: float) -> Inserted:
+        ts = msg.ts or now
+        root_ts = msg.root_ts or ts
+        try:
+            # fetchall, not fetchone: the statement must run to its end so that an autocommit commits
+            # (and reports a failure) here, with SQLite's commit and WAL hooks, not when the cursor is freed.
+            rows = self._conn.execute(
+                _INSERT_MESSAGE,
+                (
+                    msg.session_id,
+                    msg.role.value,
+                    msg.kind.value,
+                    msg.status.value,
+                    msg.sender,
+                    msg.content,
+                    msg.root_id,
+                    msg.parent_id,
+                    ts,
+                    root_ts,
+                    _encode(msg.metadata),
+                    msg.external_id,
+                ),
+            ).fetchall()
+        except apsw.ConstraintError as exc:
+            if self.get_session(msg.session_id) is None:
+                raise UnknownSessionError(f"no session {msg.session_id!r}") from None
+            raise exc
+        if not rows:
+            return Inserted(self._find_external(msg), self._session_adapter(msg.session_id), False)
+        ((new_id, root_id, adapter),) = rows  # one row: a VALUES insert
+        if msg.root_id == 0 and root_id != new_id:
+            # Only if sqlite_sequence was edited by hand. Outside a batch this is a commit of its own: a
+            # crash between the two would leave a wrong root_id, never a lost message.
+            self._conn.execute("UPDATE messages SET root_id = id WHERE id = ?", (new_id,))
+            root_id = new_id
+        stored = msgspec.structs.replace(msg, id=new_id, ts=ts, root_ts=root_ts, root_id=root_id)
+        return Inserted(stored, str(adapter), True)
 
     def _find_external(self, msg: Message) -> Message:
         row = self._conn.execute(
@@ -358,13 +393,16 @@ class Store:
         row = self._conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'messages'").fetchone()
         return int(row[0]) if row else 0
 
+    def _pragma_int(self, name: str) -> int:
+        row = self._conn.execute(f"PRAGMA {name}").fetchone()
+        return int(row[0]) if row else 0
+
     def data_version(self) -> int:
         """Return ``PRAGMA data_version``: it changes when another connection commits.
 
         Source: SQLite docs, "PRAGMA data_version" (this connection's own commits do not change it).
         """
-        row = self._conn.execute("PRAGMA data_version").fetchone()
-        return int(row[0]) if row else 0
+        return self._pragma_int("data_version")
 
     # -- listener cursors -------------------------------------------------------------------------
 
