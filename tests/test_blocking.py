@@ -34,11 +34,11 @@ def test_a_busy_step_is_caught_and_a_yielding_task_is_not() -> None:
 def test_blocking_io_is_caught_by_the_wall_clock() -> None:
     async def main() -> None:
         # A blocking wait: no CPU, only wall time (what an fsync or a sync socket read looks like).
-        select.select([], [], [], 0.15)
+        select.select([], [], [], 0.3)
         await trio.lowlevel.checkpoint()
 
     detector = BlockingDetector()
     trio.run(main, instruments=[detector])
     assert len(detector.violations) == 1
     _, cpu_s, wall_s = detector.violations[0]
-    assert cpu_s < 0.02 < 0.1 < wall_s
+    assert cpu_s < 0.02 < 0.25 < wall_s

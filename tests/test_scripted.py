@@ -89,7 +89,7 @@ async def test_errors_that_are_not_retried() -> None:
 async def test_exhaustion_loop_and_responder() -> None:
     once = ScriptedLLM([{"text": "a"}])
     await collect(once)
-    with pytest.raises(BackendError, match="has 1 steps and all were used"):
+    with pytest.raises(BackendError, match="has 1 step and all were used"):
         await collect(once)
     looping = ScriptedLLM([{"text": "a"}, {"text": "b"}], loop=True)
     assert [await collect(looping) for _ in range(3)] == [[TextDelta("a")], [TextDelta("b")], [TextDelta("a")]]
@@ -111,6 +111,7 @@ def test_scenario_files_and_their_errors(tmp_path: Path) -> None:
         "steps:\n  - events: [{}]\n": "an event has exactly one of",
         "steps:\n  - {text: a, events: [{text: b}]}\n": "events: an explicit order",
         "steps: [\n": "bad.yaml:2:1: invalid YAML",
+        "steps: []\n": "bad.yaml: steps: empty; a scenario needs at least one step",
     }
     bad = tmp_path / "bad.yaml"
     for text, expected in cases.items():

@@ -267,7 +267,8 @@ class ScriptedLLM(BaseLLM):
             return _convert_steps([self.responder(request)], "responder")[0]
         if self._next_step >= len(self.steps):
             if not self.loop or not self.steps:
-                raise BackendError(f"scripted: {self.source} has {len(self.steps)} steps and all were used")
+                n = len(self.steps)
+                raise BackendError(f"scripted: {self.source} has {n} step{'' if n == 1 else 's'} and all were used")
             self._next_step = 0
         step = self.steps[self._next_step]
         self._next_step += 1
@@ -318,6 +319,8 @@ def load_script(path: str | os.PathLike[str]) -> Script:
         where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark is not None else name
         raise ConfigError(f"{where}: invalid YAML: {getattr(exc, 'problem', None) or exc}") from None
     script: Script = _convert(data, Script, name)
+    if not script.steps:
+        raise ConfigError(f"{name}: steps: empty; a scenario needs at least one step")
     return script
 
 
