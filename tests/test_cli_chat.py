@@ -197,6 +197,16 @@ def test_piped_stdin_is_appended_to_the_prompt(tmp_path: Path) -> None:
     assert [r[3] for r in history(tmp_path) if r[1] == Role.USER][-1] == "just stdin\n"
 
 
+def test_binary_or_huge_stdin_is_refused_in_one_line(tmp_path: Path) -> None:
+    setup(tmp_path, "echo.yaml")
+    binary = chat(tmp_path, "summarize", stdin="text\0more")
+    assert (binary.returncode, binary.stdout) == (2, "")
+    assert binary.stderr == "kesoku: chat: stdin is binary (it holds NUL bytes); pipe text\n"
+    huge = chat(tmp_path, "summarize", stdin="x" * (1024 * 1024 + 1))
+    assert huge.returncode == 2
+    assert "stdin is larger than 1024 KiB" in huge.stderr
+
+
 def test_nothing_to_ask_and_unknown_session_are_one_line(tmp_path: Path) -> None:
     setup(tmp_path, "echo.yaml")
     empty = chat(tmp_path)

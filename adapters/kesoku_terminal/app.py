@@ -72,17 +72,29 @@ def chat(
         store.close()
 
 
-def read_question(prompt: str | None) -> str:
+MAX_STDIN_BYTES = 1024 * 1024
+"""The most of piped stdin a one-shot question takes: enough for a diff or a log, not a disk image."""
+
+
+def read_question(prompt: str | None, *, max_stdin_bytes: int = MAX_STDIN_BYTES) -> str:
     """The one-shot question: the prompt, with stdin appended when stdin is not a terminal.
 
     ``echo text | kesoku chat "summarize"`` asks "summarize", a blank line, then the text.
 
     Raises:
-        OperatorError: Both are empty.
+        OperatorError: Both are empty; or stdin is larger than ``max_stdin_bytes`` or is not text (it
+            would be sent to the model as garbage, and a paid model bills for it).
     """
     text = prompt or ""
     if not sys.stdin.isatty():
-        piped = sys.stdin.buffer.read().decode("utf-8", errors="replace")
+        data = sys.stdin.buffer.read(max_stdin_bytes + 1)
+        if len(data) > max_stdin_bytes:
+            raise OperatorError(
+                f"chat: stdin is larger than {max_stdin_bytes // 1024} KiB; pipe less (e.g. `head -c 200k`)"
+            )
+        if b"\0" in data:
+            raise OperatorError("chat: stdin is binary (it holds NUL bytes); pipe text")
+        piped = data.decode("utf-8", errors="replace")
         if piped.strip():
             text = f"{text}\n\n{piped}" if text.strip() else piped
     if not text.strip():
