@@ -306,10 +306,10 @@ class Turn:
 
     def _answer_messages(self, response: LLMResponse, status: Status) -> list[Message]:
         out: list[Message] = []
-        if response.thoughts or response.thought_signature is not None:
-            meta = Metadata(thought_signature=response.thought_signature)
-            thought = in_turn(self.root, Role.ASSISTANT, Kind.THOUGHT, response.thoughts, status=status, metadata=meta)
-            out.append(thought)
+        # One thought message per signed block: each block goes back to the provider with its own signature.
+        for block in response.thought_blocks:
+            meta = Metadata(thought_signature=block.signature)
+            out.append(in_turn(self.root, Role.ASSISTANT, Kind.THOUGHT, block.text, status=status, metadata=meta))
         if response.text.strip():
             out.append(in_turn(self.root, Role.ASSISTANT, Kind.TEXT, response.text, status=status))
         if out and response.usage.total_tokens:

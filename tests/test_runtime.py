@@ -383,3 +383,26 @@ async def test_a_forced_stop_kills_a_tool_that_runs_a_nursery(tmp_path: Path, au
         assert h.gateway.stop(h.session.id, force=True)
         assert (await h.turn_end()).state is TurnState.STOPPED
         assert h.history()[-1].metadata.outcome is Outcome.KILLED
+
+
+async def test_each_signed_thought_block_is_kept_with_its_own_signature(tmp_path: Path) -> None:
+    from kesoku.llm.ir import ThoughtBlock
+
+    step = {
+        "events": [
+            {"thought": "first ", "signature": "czE="},  # base64 "s1"
+            {"thought": "second", "signature": "czI="},  # base64 "s2"
+            {"tool_call": {"name": "echo", "arguments": {"text": "x"}}},
+        ]
+    }
+    llm = ScriptedLLM([step, {"text": "done"}])
+    async with serve_runtime(tmp_path, llm, tools=[echo()]) as h:
+        await h.say("think twice")
+        await h.turn_end()
+        thoughts = [m for m in h.history() if m.kind is Kind.THOUGHT]
+        assert [(t.content, t.metadata.thought_signature) for t in thoughts] == [("first ", b"s1"), ("second", b"s2")]
+        assistant = llm.requests[1].turns[1]
+        assert [b for b in assistant.blocks if isinstance(b, ThoughtBlock)] == [
+            ThoughtBlock("first ", b"s1"),
+            ThoughtBlock("second", b"s2"),
+        ]

@@ -146,6 +146,9 @@ class LLMResponse(msgspec.Struct, frozen=True, kw_only=True):
         text: The visible answer text.
         thoughts: The reasoning text.
         thought_signature: The last signature of a thought (Gemini, Claude thinking).
+        thought_blocks: The thoughts as the provider delimited them: a signature closes a block. Claude's
+            interleaved thinking gives several signed blocks in one step, and each must go back with its
+            own signature (Anthropic docs, "Extended thinking": thinking blocks are returned unmodified).
         tool_calls: The tool calls, in the order the model made them.
         usage: Token counts.
     """
@@ -153,6 +156,7 @@ class LLMResponse(msgspec.Struct, frozen=True, kw_only=True):
     text: str = ""
     thoughts: str = ""
     thought_signature: bytes | None = None
+    thought_blocks: tuple[ThoughtBlock, ...] = ()
     tool_calls: tuple[ToolCallBlock, ...] = ()
     usage: Usage = msgspec.field(default_factory=Usage)
 
@@ -164,6 +168,8 @@ class ResponseBuilder:
         self._text: list[str] = []
         self._thoughts: list[str] = []
         self._signature: bytes | None = None
+        self._blocks: list[ThoughtBlock] = []
+        self._block_text: list[str] = []  # the open thought block's text
         self._calls: list[ToolCallBlock] = []
         self._usage = Usage()
         self.events = 0
@@ -176,8 +182,11 @@ class ResponseBuilder:
             self._text.append(event.text)
         elif isinstance(event, ThoughtDelta):
             self._thoughts.append(event.text)
+            self._block_text.append(event.text)
             if event.signature is not None:
                 self._signature = event.signature
+                self._blocks.append(ThoughtBlock("".join(self._block_text), event.signature))
+                self._block_text = []
         elif isinstance(event, ToolCallEvent):
             self._calls.append(event.call)
         else:
@@ -185,10 +194,14 @@ class ResponseBuilder:
 
     def build(self) -> LLMResponse:
         """Return the response assembled so far."""
+        blocks = list(self._blocks)
+        if "".join(self._block_text):  # an unsigned tail (a cut stream, or a provider without signatures)
+            blocks.append(ThoughtBlock("".join(self._block_text)))
         return LLMResponse(
             text="".join(self._text),
             thoughts="".join(self._thoughts),
             thought_signature=self._signature,
+            thought_blocks=tuple(blocks),
             tool_calls=tuple(self._calls),
             usage=self._usage,
         )
