@@ -26,15 +26,15 @@ from fakes.anthropic_api import (
     text_reply,
     validate,
 )
+from llm_streams import events_of, events_until_error
 from runtime_harness import serve_runtime
 
 from kesoku.config import ClaudeConfig, Config
-from kesoku.errors import BackendError, ConfigError
+from kesoku.errors import ConfigError
 from kesoku.llm.claude import ClaudeLLM, tool_loop_opens_with_thinking, uses_adaptive_thinking
 from kesoku.llm.ir import (
     DocumentBlock,
     ImageBlock,
-    LLMEvent,
     LLMRequest,
     LLMTurn,
     TextBlock,
@@ -85,22 +85,6 @@ async def claude(fake: AnthropicFake, **kwargs: Any) -> AsyncIterator[ClaudeLLM]
             yield llm
         finally:
             await llm.aclose()
-
-
-async def events_of(llm: ClaudeLLM, req: LLMRequest) -> list[LLMEvent]:
-    async with aclosing(llm.stream(req)) as stream:
-        return [event async for event in stream]
-
-
-async def events_until_error(llm: ClaudeLLM, req: LLMRequest) -> tuple[list[LLMEvent], BackendError]:
-    seen: list[LLMEvent] = []
-    try:
-        async with aclosing(llm.stream(req)) as stream:
-            async for event in stream:
-                seen.append(event)
-    except BackendError as exc:
-        return seen, exc
-    raise AssertionError(f"no error after {seen}")
 
 
 # --- request bodies -------------------------------------------------------------------------------

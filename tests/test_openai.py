@@ -6,7 +6,7 @@ import base64
 import email.utils
 import time
 from collections.abc import AsyncIterator
-from contextlib import aclosing, asynccontextmanager
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +23,11 @@ from fakes.openai_api import (
     text_reply,
     validate,
 )
+from llm_streams import events_of, events_until_error
 from runtime_harness import serve_runtime
 
 from kesoku.config import Config, OpenAIConfig
-from kesoku.errors import BackendError, ConfigError
+from kesoku.errors import ConfigError
 from kesoku.llm.ir import (
     LLMEvent,
     LLMRequest,
@@ -87,22 +88,6 @@ async def openai(fake: OpenAIFake, **kwargs: Any) -> AsyncIterator[OpenAILLM]:
             yield llm
         finally:
             await llm.aclose()
-
-
-async def events_of(llm: OpenAILLM, req: LLMRequest) -> list[LLMEvent]:
-    async with aclosing(llm.stream(req)) as stream:
-        return [event async for event in stream]
-
-
-async def events_until_error(llm: OpenAILLM, req: LLMRequest) -> tuple[list[LLMEvent], BackendError]:
-    seen: list[LLMEvent] = []
-    try:
-        async with aclosing(llm.stream(req)) as stream:
-            async for event in stream:
-                seen.append(event)
-    except BackendError as exc:
-        return seen, exc
-    raise AssertionError(f"no error after {seen}")
 
 
 def calls_of(events: list[LLMEvent]) -> list[ToolCallBlock]:

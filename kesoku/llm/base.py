@@ -15,9 +15,11 @@ retried twice over (../shared/STACK.md, "SDK behaviour").
 
 from __future__ import annotations
 
+import email.utils
 import random
+import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -214,6 +216,30 @@ class BaseLLM(ABC):
     @abstractmethod
     def _parse(self, raw: Any) -> Iterable[LLMEvent]:
         """Return the events in one raw stream item."""
+
+
+def retry_after_s(headers: Mapping[str, str]) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` or ``retry-after`` (seconds, or an HTTP date: RFC 9110 §10.2.3).
+
+    Backends pass the response headers of a 429/5xx; None when there is no usable hint.
+    """
+    try:
+        if (ms := headers.get("retry-after-ms")) is not None:
+            return max(0.0, float(ms) / 1000)
+    except ValueError:
+        pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
 
 
 def _load_attachments(turns: Sequence[LLMTurn]) -> list[LLMTurn]:

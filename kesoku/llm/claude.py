@@ -36,9 +36,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import email.utils
 import re
-import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -49,7 +47,7 @@ import msgspec
 import trio
 
 from kesoku.errors import BackendError, ConfigError
-from kesoku.llm.base import MAX_RETRIES, BaseLLM
+from kesoku.llm.base import MAX_RETRIES, BaseLLM, retry_after_s
 from kesoku.llm.ir import (
     DocumentBlock,
     ImageBlock,
@@ -297,8 +295,8 @@ class ClaudeLLM(BaseLLM):
             auth = status in (401, 403)
             retryable = status in (408, 409, 429) or status >= 500
             text = f"{label}: HTTP {status}{f' {kind}' if kind else ''}: {message}"
-            retry_after_s = _retry_after_s(exc.response.headers) if retryable else None
-            return BackendError(text, retryable=retryable, status=status, retry_after_s=retry_after_s, auth=auth)
+            wait_s = retry_after_s(exc.response.headers) if retryable else None
+            return BackendError(text, retryable=retryable, status=status, retry_after_s=wait_s, auth=auth)
         if isinstance(exc, anthropic.APIConnectionError):  # APITimeoutError included
             return BackendError(f"{label}: {_one_line(exc.message)}", retryable=True)
         if isinstance(exc, httpx2.TransportError):  # raised raw while the body streams
@@ -571,27 +569,6 @@ class _Assembler:
 
 
 # -- errors -----------------------------------------------------------------------------------------
-
-
-def _retry_after_s(headers: httpx2.Headers) -> float | None:
-    """``retry-after-ms`` or ``retry-after`` (seconds, or an HTTP date: RFC 9110 §10.2.3)."""
-    try:
-        if (ms := headers.get("retry-after-ms")) is not None:
-            return max(0.0, float(ms) / 1000)
-    except ValueError:
-        pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
 
 
 def _body_message(body: object) -> str | None:

@@ -29,9 +29,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import email.utils
 import re
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -43,7 +41,7 @@ import openai as openai_sdk
 import trio
 
 from kesoku.errors import BackendError, ConfigError
-from kesoku.llm.base import MAX_RETRIES, BaseLLM
+from kesoku.llm.base import MAX_RETRIES, BaseLLM, retry_after_s
 from kesoku.llm.ir import (
     DocumentBlock,
     ImageBlock,
@@ -229,8 +227,8 @@ class OpenAILLM(BaseLLM):
             auth = status in (401, 403)
             retryable = status in (408, 409, 429) or status >= 500
             text = f"{label}: HTTP {status}{f' {kind}' if kind else ''}: {message}"
-            retry_after_s = retry_after(exc.response.headers) if retryable else None
-            return BackendError(text, retryable=retryable, status=status, retry_after_s=retry_after_s, auth=auth)
+            wait_s = retry_after_s(exc.response.headers) if retryable else None
+            return BackendError(text, retryable=retryable, status=status, retry_after_s=wait_s, auth=auth)
         if isinstance(exc, openai_sdk.APITimeoutError):
             return BackendError(f"{label}: no response within {self.timeout_s:g} s (timed out)", retryable=True)
         if isinstance(exc, openai_sdk.APIConnectionError):
@@ -496,23 +494,6 @@ def stream_error_is_retryable(kind: str | None, message: str) -> bool:
     return bool(_RETRYABLE_STREAM_ERROR.search(f"{kind or ''} {message}"))
 
 
-def retry_after(headers: httpx2.Headers) -> float | None:
-    """``retry-after-ms`` or ``retry-after`` (seconds, or an HTTP date: RFC 9110 §10.2.3)."""
-    with contextlib.suppress(ValueError):
-        if (ms := headers.get("retry-after-ms")) is not None:
-            return max(0.0, float(ms) / 1000)
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    with contextlib.suppress(ValueError):
-        return max(0.0, float(value))
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
 def _error_field(body: object, name: str) -> str | None:
     """A field of an error body: the SDK passes ``body["error"]``, a stream error passes its ``error``."""
     if isinstance(body, dict):
@@ -567,4 +548,4 @@ def _warm_sdk(client: openai_sdk.AsyncOpenAI) -> None:
         import anyio._backends._trio  # noqa: F401
 
 
-__all__ = ["OpenAILLM", "build_messages", "decode_arguments", "is_deepseek", "retry_after", "stream_error_is_retryable"]
+__all__ = ["OpenAILLM", "build_messages", "decode_arguments", "is_deepseek", "stream_error_is_retryable"]
