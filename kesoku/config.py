@@ -72,6 +72,9 @@ class AgentConfig(_Section, frozen=True, kw_only=True):
     ] = 4
     retry_cap_s: Annotated[Seconds, _doc("Longest backoff between two retries (jittered, doubling).")] = 30.0
     shutdown_grace_s: Annotated[Seconds, _doc("On SIGTERM, how long running tools may take to finish.")] = 180.0
+    question_timeout_s: Annotated[
+        Seconds, _doc("How long a question to the user (Allow / Deny) waits; no answer counts as Deny.")
+    ] = 300.0
 
     def __post_init__(self) -> None:
         for i, backend in enumerate(self.fallback):
@@ -195,6 +198,21 @@ class ShellConfig(_Section, frozen=True, kw_only=True):
                     raise _invalid(f"{key}[{i}]", f"invalid regex {pattern!r}: {exc}") from None
 
 
+class RunCodeConfig(_Section, frozen=True, kw_only=True):
+    """The run_code tool: a Python snippet run in a fresh temporary folder, in a subprocess."""
+
+    enabled: Annotated[bool, _doc("Offer run_code. It can do anything Python can: off by default.")] = False
+    timeout_s: Annotated[Seconds, _doc("A snippet running longer is stopped.")] = 60.0
+    max_output_bytes: Annotated[int, _doc("Output kept per run (head and tail).", gt=0)] = 32_000
+
+
+class SubagentConfig(_Section, frozen=True, kw_only=True):
+    """The subagent tool: a child turn loop with the parent's tools, for a self-contained task."""
+
+    enabled: Annotated[bool, _doc("Offer the subagent tool.")] = True
+    max_steps: Annotated[int, _doc("Model calls a subagent may make before it must conclude.", gt=0)] = 20
+
+
 class CompactionConfig(_Section, frozen=True, kw_only=True):
     """Progressive compaction that keeps long sessions inside the context window."""
 
@@ -256,6 +274,8 @@ class Config(_Section, frozen=True, kw_only=True):
     discord: DiscordConfig = msgspec.field(default_factory=DiscordConfig)
     gchat: GChatConfig = msgspec.field(default_factory=GChatConfig)
     shell: ShellConfig = msgspec.field(default_factory=ShellConfig)
+    run_code: RunCodeConfig = msgspec.field(default_factory=RunCodeConfig)
+    subagent: SubagentConfig = msgspec.field(default_factory=SubagentConfig)
     compaction: CompactionConfig = msgspec.field(default_factory=CompactionConfig)
     mcp: McpConfig = msgspec.field(default_factory=McpConfig)
 

@@ -67,8 +67,8 @@ _COLORS = {logging.DEBUG: "2", logging.INFO: "36", logging.WARNING: "33", loggin
 def default_tools(config: Config, *, config_file: Path | None = None) -> tuple[Tool, ...]:
     """The tools kesoku.toml enables, the same for the daemon and ``kesoku chat``.
 
-    Today the file tools (read, write, edit, list, glob, grep: always, through the path gates) and the
-    shell tool (``[shell] enabled``); the skills and MCP tools join here as they land.
+    The file tools (read, write, edit, list, glob, grep: always, through the path gates), the shell
+    tool (``[shell] enabled``) and run_code (``[run_code] enabled``); MCP tools join here as they land.
 
     Args:
         config: The loaded config.
@@ -83,6 +83,10 @@ def default_tools(config: Config, *, config_file: Path | None = None) -> tuple[T
         from kesoku.tools.shell import shell_tool
 
         tools.append(shell_tool(config.shell, gates=gates))
+    if config.run_code.enabled:
+        from kesoku.tools.run_code import run_code_tool
+
+        tools.append(run_code_tool(config.run_code, ask_always=config.shell.mode == "allowlist"))
     return tuple(tools)
 
 

@@ -57,7 +57,14 @@ class TurnEnded(msgspec.Struct, frozen=True, tag="turn_ended"):
     metrics: TurnMetrics
 
 
-TurnEvent = TurnStarted | ModelDelta | ToolStarted | ToolFinished | TurnEnded
+class QuestionAsked(msgspec.Struct, frozen=True, tag="question_asked"):
+    """A tool asks the user to Allow or Deny; ``question`` is the persisted question message."""
+
+    session_id: str
+    question: Message
+
+
+TurnEvent = TurnStarted | ModelDelta | ToolStarted | ToolFinished | QuestionAsked | TurnEnded
 
 
 class EventHub:

@@ -134,6 +134,18 @@ class Metadata(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 EMPTY_METADATA = Metadata()
 
 
+class TaintSource(msgspec.Struct, frozen=True):
+    """Content from outside the workspace's trust that entered a session (deduplicated by kind and label).
+
+    Attributes:
+        kind: ``file`` (read outside the workspace), ``attachment``, ``url`` or ``mcp``.
+        label: The path, file name, URL or server name.
+    """
+
+    kind: str
+    label: str
+
+
 class Message(msgspec.Struct, frozen=True, kw_only=True):
     """One entry of a session's durable log.
 
@@ -197,6 +209,22 @@ class Session(msgspec.Struct, frozen=True, kw_only=True):
     llm: str | None = None
     parent_id: str | None = None
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+QUESTION_KEY = "question"
+"""``metadata.extra`` key of a question to the user (kesoku.questions): ``{"options": ["Allow", "Deny"]}``."""
+ANSWER_KEY = "answer_to"
+"""``metadata.extra`` key of the record of an answer: the question's message id (with ``choice``)."""
+
+
+def is_question(message: Message) -> bool:
+    """True for a question a tool asked the user (a system message; never shown to the model)."""
+    return message.role is Role.SYSTEM and QUESTION_KEY in message.metadata.extra
+
+
+def is_answer(message: Message) -> bool:
+    """True for the record of an answer to a question (a system message; never shown to the model)."""
+    return message.role is Role.SYSTEM and ANSWER_KEY in message.metadata.extra
 
 
 class MessageError(ValueError):

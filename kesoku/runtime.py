@@ -16,6 +16,7 @@ import trio
 from kesoku.config import AgentConfig, Config
 from kesoku.dispatcher import Dispatcher
 from kesoku.events import EventHub
+from kesoku.questions import QUESTION_TIMEOUT_S, Questions
 from kesoku.turn import session_cwd
 from kesoku.turnlog import TurnLogWriter
 
@@ -50,6 +51,7 @@ class Runtime:
         skills: Returns ``(name, description)`` of the available skills, read at each turn.
         turnlog: Writes ``llm-turn-{idx}.log.yaml``; None turns logging off.
         hub: Live turn events for adapters.
+        question_timeout_s: How long a question to the user waits before it counts as Deny.
     """
 
     def __init__(
@@ -65,6 +67,7 @@ class Runtime:
         skills: Callable[[], Sequence[tuple[str, str]]] = tuple,
         turnlog: TurnLogWriter | None = None,
         hub: EventHub | None = None,
+        question_timeout_s: float = QUESTION_TIMEOUT_S,
     ) -> None:
         self.gateway = gateway
         self._llm = llm
@@ -80,6 +83,8 @@ class Runtime:
         self.skills = skills
         self.turnlog = turnlog
         self.hub = hub if hub is not None else EventHub()
+        self.questions = Questions(gateway, self.hub, timeout_s=question_timeout_s)
+        """Open questions to users; adapters answer them with ``rt.questions.answer(id, choice)``."""
         self.dispatcher = Dispatcher(self)
 
     @classmethod
@@ -119,6 +124,7 @@ class Runtime:
             worker_idle_s=agent.worker_idle_s,
             project_dir=Path(agent.project_dir) if agent.project_dir else None,
             turnlog=TurnLogWriter(),
+            question_timeout_s=agent.question_timeout_s,
         )
 
     def llm_for(self, session: Session) -> BaseLLM:

@@ -31,7 +31,17 @@ from kesoku.llm.ir import (
     ToolCallBlock,
     ToolResultBlock,
 )
-from kesoku.model import DEFAULT_USER_SENDER, SYSTEM_SENDER, Kind, Message, Outcome, Role, Status
+from kesoku.model import (
+    ANSWER_KEY,
+    DEFAULT_USER_SENDER,
+    QUESTION_KEY,
+    SYSTEM_SENDER,
+    Kind,
+    Message,
+    Outcome,
+    Role,
+    Status,
+)
 
 INTERRUPTED_SUFFIX = "\n[interrupted]"
 """Appended to a partial answer that a new message or a stop cut off, so the model knows."""
@@ -128,6 +138,8 @@ class _Builder:
             self.role = role
 
     def add(self, msg: Message) -> None:
+        if msg.role is Role.SYSTEM and (QUESTION_KEY in msg.metadata.extra or ANSWER_KEY in msg.metadata.extra):
+            return  # between the user and the adapter: the tool's result tells the model what was decided
         if msg.role in (Role.USER, Role.SYSTEM):
             blocks = _user_blocks(msg)
             if blocks:

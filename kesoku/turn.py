@@ -29,6 +29,7 @@ import trio
 
 from kesoku.errors import BackendError, ToolError
 from kesoku.events import ModelDelta, ToolFinished, ToolStarted
+from kesoku.guard import SessionGuard
 from kesoku.history import SessionHistory
 from kesoku.llm.ir import LLMRequest, LLMResponse, LLMTurn, ResponseBuilder
 from kesoku.metrics import TurnMetrics, TurnState
@@ -68,6 +69,7 @@ class Turn:
         llm: The backend for this session.
         history: The worker's cached history of the session (a fresh one is read when None).
         session_turns: User messages of the session processed before this turn.
+        guard: The session's taint sources and questions (the worker's; a fresh one when None).
     """
 
     def __init__(
@@ -79,8 +81,10 @@ class Turn:
         *,
         history: SessionHistory | None = None,
         session_turns: int = 0,
+        guard: SessionGuard | None = None,
     ) -> None:
         self.rt = rt
+        self.guard = guard if guard is not None else SessionGuard(rt.gateway.store, rt.questions, session.id)
         self.history = history if history is not None else SessionHistory(rt.gateway.store, session.id)
         self.session_turns = session_turns
         self.session = session
@@ -105,16 +109,21 @@ class Turn:
         return self.interrupted or self.stops > 0
 
     def interrupt(self) -> None:
-        """A new user message arrived: cut the model stream; let running tools finish."""
+        """A new user message arrived: cut the model stream; let running tools finish.
+
+        Open questions of the session are denied: the user moved on instead of answering.
+        """
         self.interrupted = True
         if self._stream_scope is not None:
             self._stream_scope.cancel()
+        self.rt.questions.dismiss(self.session.id, "the user sent a new message instead of answering")
 
     def stop(self, *, force: bool = False) -> None:
         """Stop the turn without pivoting; the second stop (or ``force``) kills running tools."""
         self.stops += 2 if force else 1
         if self._stream_scope is not None:
             self._stream_scope.cancel()
+        self.rt.questions.dismiss(self.session.id, "the turn was stopped")
         if self.stops >= 2 and self._batch_scope is not None:
             self._batch_scope.cancel()
 
@@ -136,7 +145,15 @@ class Turn:
         started = trio.current_time()
         store = self.rt.gateway.store
         store.set_status((r.id for r in self.roots if r.status is not Status.PROCESSING), Status.PROCESSING)
-        state = await self._loop()
+        for root in self.roots:
+            for attachment in root.metadata.attachments:
+                self.guard.add_taint("attachment", attachment.filename)
+        self.guard.flush()
+        self.guard.root = self.root
+        try:
+            state = await self._loop()
+        finally:
+            self.guard.root = None
         store.set_status((r.id for r in self.roots), _ROOT_STATUS[state])
         return TurnMetrics(
             session_id=self.session.id,
@@ -245,6 +262,7 @@ class Turn:
                             nursery.start_soon(self._run_call, call, results)
             self._batch_scope = None
             messages = [results.get(c.id) or self._result(c, _SKIPPED, Outcome.SKIPPED) for c in calls]
+            self.guard.flush()
             # Still shielded: the effects happened, so their results must be written even at shutdown.
             posted = await self._post(messages)
         for result in posted:
@@ -259,9 +277,9 @@ class Turn:
             if tool is None:
                 known = ", ".join(sorted(self.rt.tools_by_name)) or "none"
                 raise ToolError(f"there is no tool named {name!r} (tools: {known})")
-            ctx = ToolContext(session=self.session, cwd=self.rt.cwd(self.session), call_id=call_id_of(call))
             arguments: Mapping[str, object] = call.metadata.tool_arguments or {}
             with trio.move_on_after(tool.timeout_s) as deadline:
+                ctx = ToolContext(self.session, self.rt.cwd(self.session), call_id_of(call), self.guard, deadline)
                 content = await tool.run(arguments, ctx)
             if deadline.cancelled_caught:
                 content = f"[timed_out] {name} ran longer than {tool.timeout_s:g} s and was cancelled."

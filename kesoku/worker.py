@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from kesoku.events import TurnEnded, TurnStarted
+from kesoku.guard import SessionGuard
 from kesoku.history import SessionHistory
 from kesoku.metrics import TurnMetrics
 from kesoku.model import Kind, Message, Role, Session, Status
@@ -51,6 +52,8 @@ class SessionWorker:
         """Metrics of the last turns this worker ran (at most ten)."""
         self.history = SessionHistory(rt.gateway.store, session.id)
         """The session's history, read once per worker and then kept up to date incrementally."""
+        self.guard = SessionGuard(rt.gateway.store, rt.questions, session.id)
+        """The session's taint sources and the questions its tools ask."""
         self._wakeup = trio.Event()
         self._session_turns: int | None = None
 
@@ -107,7 +110,15 @@ class SessionWorker:
         if self._session_turns is None:  # counted once per worker, then kept up to date
             self._session_turns = self.rt.gateway.store.count_turns(self.session.id)
         llm = self.rt.llm_for(self.session)
-        turn = Turn(self.rt, self.session, roots, llm, history=self.history, session_turns=self._session_turns)
+        turn = Turn(
+            self.rt,
+            self.session,
+            roots,
+            llm,
+            history=self.history,
+            session_turns=self._session_turns,
+            guard=self.guard,
+        )
         self.turn = turn
         try:
             self.rt.hub.publish(TurnStarted(self.session.id, turn.root))

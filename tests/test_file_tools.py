@@ -12,14 +12,15 @@ import pytest
 
 from kesoku.config import load_config
 from kesoku.errors import ToolError
-from kesoku.model import Session
-from kesoku.tools.base import Tool, ToolContext
+from kesoku.model import Session, TaintSource
+from kesoku.tools.base import StaticGuard, Tool, ToolContext
 from kesoku.tools.files import file_tools, glob_regex
 from kesoku.tools.paths import (
     NeedsApproval,
     PathGates,
     check_read,
     check_write,
+    require_write,
     safe_attachment_name,
     secret_reason,
     shareable,
@@ -232,10 +233,62 @@ async def test_writes_outside_the_workspace_need_approval(
     message = await refused(tools, "write_file", ctx, path=path, content="x")
     assert reason in message
     assert "needs the user's approval" in message
-    assert "comes later, with the adapters' [question: …] flow, so the file was not written" in message
+    assert "was not allowed (no one can be asked here); the file was not written" in message
     assert sorted(p.name for p in outside.iterdir()) == before
     assert not Path("/tmp/kesoku-test-never-written.txt").exists()
     assert (ws / ".git" / "config").read_text() == "[core]\nhello = 1\n"
+
+
+async def test_a_write_outside_asks_the_user_and_an_allowed_one_happens(
+    tools: dict[str, Tool], session: Session, ws: Path, outside: Path
+) -> None:
+    guard = StaticGuard(allow=True)
+    ctx = ToolContext(session=session, cwd=ws, call_id="c", guard=guard)
+    result = await call(tools, "write_file", ctx, path=str(outside / "new.txt"), content="approved\n")
+    assert result == f"created {outside / 'new.txt'}: 9 bytes, 1 lines"
+    assert (outside / "new.txt").read_text() == "approved\n"
+    assert guard.questions == [
+        f"write_file wants to write {outside / 'new.txt'} ({outside / 'new.txt'} is outside the workspace). Allow?"
+    ]
+    await call(tools, "edit_file", ctx, path=str(outside / "new.txt"), old_text="approved", new_text="edited")
+    assert (outside / "new.txt").read_text() == "edited\n"
+    assert len(guard.questions) == 2
+    # Inside the workspace nothing is asked.
+    await call(tools, "write_file", ctx, path="inside.txt", content="x")
+    assert len(guard.questions) == 2
+
+
+async def test_a_denied_write_outside_is_not_written(
+    tools: dict[str, Tool], session: Session, ws: Path, outside: Path
+) -> None:
+    guard = StaticGuard(allow=False)
+    ctx = ToolContext(session=session, cwd=ws, call_id="c", guard=guard)
+    message = await refused(tools, "write_file", ctx, path=str(outside / "private.txt"), content="overwritten")
+    assert "was not allowed (denied); the file was not written" in message
+    assert (outside / "private.txt").read_text() == "hello from outside\n"
+    assert len(guard.questions) == 1
+
+
+async def test_approval_is_for_the_path_asked_about(ctx: ToolContext, gates: PathGates, outside: Path) -> None:
+    # What was approved is one resolved path: another outside path is still refused.
+    with pytest.raises(ToolError, match="needs the user's approval"):
+        require_write(outside / "other.txt", ctx, gates, approved=outside / "new.txt")
+    assert require_write(outside / "new.txt", ctx, gates, approved=outside / "new.txt") == outside / "new.txt"
+
+
+async def test_reading_a_readable_root_taints_the_session(
+    tools: dict[str, Tool], session: Session, ws: Path, tmp_path: Path
+) -> None:
+    guard = StaticGuard()
+    ctx = ToolContext(session=session, cwd=ws, call_id="c", guard=guard)
+    await call(tools, "read_file", ctx, path="README.md")
+    assert not guard.tainted
+    await call(tools, "read_file", ctx, path=str(tmp_path / "docs" / "guide.md"))
+    await call(tools, "grep", ctx, pattern="guide", path=str(tmp_path / "docs"))
+    assert guard.taint_sources() == (
+        TaintSource("file", str(tmp_path / "docs" / "guide.md")),
+        TaintSource("file", str(tmp_path / "docs")),
+    )
 
 
 async def test_check_write_returns_the_approval_request(ctx: ToolContext, gates: PathGates, outside: Path) -> None:

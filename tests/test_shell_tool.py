@@ -18,9 +18,9 @@ from runtime_harness import serve_runtime
 
 from kesoku.config import ShellConfig
 from kesoku.errors import ToolError
-from kesoku.model import Kind, Outcome, Session
+from kesoku.model import Kind, Outcome, Session, TaintSource
 from kesoku.testing import ScriptedLLM
-from kesoku.tools.base import ToolContext
+from kesoku.tools.base import StaticGuard, ToolContext
 from kesoku.tools.paths import PathGates
 from kesoku.tools.shell import TIMEOUT_GRACE_S, child_environment, shell_tool
 
@@ -251,3 +251,46 @@ def test_child_environment_filter() -> None:
     assert child_environment(environ) == {"PATH": "/bin", "HOME": "/h"}
     assert "PATH" in child_environment()
     assert all("TOKEN" not in name.upper() for name in child_environment(dict(os.environ)))
+
+
+# -- taint -----------------------------------------------------------------------------------------
+
+
+async def test_a_tainted_session_asks_before_a_line_outside_the_allowlist(
+    session: Session, tmp_path: Path, gates: PathGates
+) -> None:
+    tool = shell_tool(ShellConfig(), gates=gates)  # blocklist mode: `touch` is not blocklisted
+    tainted = (TaintSource("url", "https://example.com/payload"),)
+    denied = StaticGuard(allow=False, sources=tainted)
+    ctx = ToolContext(session=session, cwd=tmp_path, call_id="c", guard=denied)
+    with pytest.raises(ToolError, match=r"holds untrusted content \(url https://example.com/payload\)"):
+        await tool.run({"command": "echo ok && touch marker.txt"}, ctx)
+    assert not (tmp_path / "marker.txt").exists()
+    assert len(denied.questions) == 1
+    assert denied.questions[0].startswith("shell wants to run `echo ok && touch marker.txt`. It is outside the")
+    # A line the allowlist accepts runs without a question.
+    assert (await tool.run({"command": "echo fine"}, ctx)).startswith("$ echo fine\nfine")
+    assert len(denied.questions) == 1
+    allowed = StaticGuard(allow=True, sources=tainted)
+    ctx = ToolContext(session=session, cwd=tmp_path, call_id="c", guard=allowed)
+    await tool.run({"command": "touch marker.txt"}, ctx)
+    assert (tmp_path / "marker.txt").exists()
+    assert len(allowed.questions) == 1
+
+
+async def test_an_untainted_session_is_not_asked_and_a_url_taints_it(
+    session: Session, tmp_path: Path, gates: PathGates
+) -> None:
+    tool = shell_tool(ShellConfig(), gates=gates)
+    guard = StaticGuard(allow=False)
+    ctx = ToolContext(session=session, cwd=tmp_path, call_id="c", guard=guard)
+    await tool.run({"command": "touch first.txt"}, ctx)
+    assert (tmp_path / "first.txt").exists()
+    await tool.run({"command": "echo 'https://example.com/a?b=1' http://x.test/y"}, ctx)
+    assert guard.taint_sources() == (
+        TaintSource("url", "https://example.com/a?b=1"),
+        TaintSource("url", "http://x.test/y"),
+    )
+    with pytest.raises(ToolError, match="needs the user's approval"):
+        await tool.run({"command": "touch second.txt"}, ctx)
+    assert not (tmp_path / "second.txt").exists()

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import apsw
 import msgspec
 
-from kesoku.model import EMPTY_METADATA, Kind, Message, Metadata, Role, Session, Status
+from kesoku.model import EMPTY_METADATA, Kind, Message, Metadata, Role, Session, Status, TaintSource
 from kesoku.store.checkpoint import WAL_LIMIT_PAGES, Checkpointer
 from kesoku.store.db import BUSY_TIMEOUT_MS, open_connection
 from kesoku.store.filters import MessageFilter
@@ -418,6 +418,24 @@ class Store:
             " ON CONFLICT (name) DO UPDATE SET message_id = excluded.message_id, updated_at = excluded.updated_at",
             (name, message_id, time.time()),
         )
+
+    # -- taint ------------------------------------------------------------------------------------
+
+    def add_taint(self, session_id: str, sources: Iterable[TaintSource]) -> None:
+        """Record taint sources of a session; a (kind, label) already recorded is kept as it was."""
+        now = time.time()
+        with self._conn:
+            self._conn.executemany(
+                "INSERT OR IGNORE INTO taint (session_id, kind, label, created_at) VALUES (?, ?, ?, ?)",
+                [(session_id, s.kind, s.label, now) for s in sources],
+            )
+
+    def taint_sources(self, session_id: str) -> list[TaintSource]:
+        """Return a session's taint sources, oldest first."""
+        rows = self._conn.execute(
+            "SELECT kind, label FROM taint WHERE session_id = ? ORDER BY created_at, kind, label", (session_id,)
+        )
+        return [TaintSource(kind, label) for kind, label in rows]
 
     # -- view states ------------------------------------------------------------------------------
 

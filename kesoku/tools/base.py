@@ -8,16 +8,101 @@ result and logged with its traceback.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+
+import trio
 
 from kesoku.llm.ir import ToolSpec
-from kesoku.model import Session
+from kesoku.model import Session, TaintSource
 
 DEFAULT_TOOL_TIMEOUT_S = 600.0
 """How long one tool call may run before its result is ``timed_out``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Approval:
+    """The user's answer to a question a tool asked.
+
+    Attributes:
+        allowed: True only when the user chose Allow.
+        note: How the answer came: ``allowed by Ana``, ``denied by Ana``, ``no answer within 300 s``,
+            ``the turn was stopped``, ``no one can be asked here``.
+    """
+
+    allowed: bool
+    note: str
+
+
+class Guard(Protocol):
+    """A session's trust state as tools see it: its taint sources, and a way to ask the user.
+
+    The runtime's implementation is :class:`kesoku.guard.SessionGuard`.
+    """
+
+    @property
+    def tainted(self) -> bool:
+        """True once content from outside the workspace's trust entered the session."""
+        ...
+
+    def taint_sources(self) -> tuple[TaintSource, ...]:
+        """The session's taint sources, oldest first."""
+        ...
+
+    def add_taint(self, kind: str, label: str) -> None:
+        """Record a taint source (deduplicated by kind and label); safe to call from a worker thread."""
+        ...
+
+    async def confirm(self, question: str) -> Approval:
+        """Ask the user to Allow or Deny ``question`` and wait for the answer.
+
+        Cancellation:
+            The question is withdrawn (recorded as dismissed) and Cancelled propagates.
+        """
+        ...
+
+
+class StaticGuard:
+    """A guard for tools run outside a session (tests, ``kesoku`` commands): answers every question alike.
+
+    Args:
+        allow: The answer to every question; None: nobody can be asked, so every question is denied.
+        sources: Taint sources to start with.
+    """
+
+    def __init__(self, allow: bool | None = None, sources: tuple[TaintSource, ...] = ()) -> None:
+        self.allow = allow
+        self.questions: list[str] = []
+        """Every question asked, in order."""
+        self._sources = list(sources)
+        self._lock = threading.Lock()
+
+    @property
+    def tainted(self) -> bool:
+        """True once a taint source was recorded."""
+        return bool(self._sources)
+
+    def taint_sources(self) -> tuple[TaintSource, ...]:
+        """The taint sources recorded, oldest first."""
+        with self._lock:
+            return tuple(self._sources)
+
+    def add_taint(self, kind: str, label: str) -> None:
+        """Record a taint source unless it is already known."""
+        source = TaintSource(kind, label)
+        with self._lock:
+            if source not in self._sources:
+                self._sources.append(source)
+
+    async def confirm(self, question: str) -> Approval:
+        """Record the question and give the fixed answer."""
+        self.questions.append(question)
+        if self.allow is None:
+            return Approval(False, "no one can be asked here")
+        return Approval(self.allow, "allowed" if self.allow else "denied")
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,11 +113,36 @@ class ToolContext:
         session: The session the call belongs to.
         cwd: The working directory: the session workspace, or ``agent.project_dir``.
         call_id: The provider's id of the call.
+        guard: The session's taint sources and the way to ask its user (a :class:`StaticGuard` that
+            denies every question when the tool runs outside a session).
+        deadline: The scope holding the call's ``timeout_s`` (set by the runtime), moved on by the time
+            :meth:`confirm` waits for the user.
     """
 
     session: Session
     cwd: Path
     call_id: str
+    guard: Guard = field(default_factory=StaticGuard)
+    deadline: trio.CancelScope | None = None
+
+    async def confirm(self, question: str) -> Approval:
+        """Ask the user (through :attr:`guard`); the wait does not count against the tool's ``timeout_s``.
+
+        Args:
+            question: What will happen and why it needs consent, ending with "Allow?".
+
+        Returns:
+            The answer.
+
+        Cancellation:
+            The question is withdrawn and Cancelled propagates.
+        """
+        started = trio.current_time()
+        try:
+            return await self.guard.confirm(question)
+        finally:
+            if self.deadline is not None:
+                self.deadline.deadline += trio.current_time() - started
 
 
 @dataclass(frozen=True, slots=True)

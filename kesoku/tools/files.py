@@ -3,9 +3,10 @@
 Every path goes through :mod:`kesoku.tools.paths` first: reads pass inside the workspace (the working
 directory and the session workspace) and the readable roots; writes pass inside the workspace; secret
 paths (``~/.ssh``, ``.env``, Kesoku's config and database …) are denied to every tool. A write outside
-the workspace needs the user's approval, which cannot be asked for from a tool yet: it is refused with
-a :class:`~kesoku.errors.ToolError` saying so. Files are opened with :func:`~kesoku.tools.paths.open_checked`,
-which re-checks what was opened, so a symlink swapped in after the check does not lead outside.
+the workspace (or into ``.git/hooks``) asks the user first (:func:`approve_write`, through the call's
+guard) and is refused with a :class:`~kesoku.errors.ToolError` unless the user allows it. A read
+outside the workspace (a readable root) marks the session tainted. Files are opened with
+:func:`~kesoku.tools.paths.open_checked`, which re-checks what was opened, so a symlink swapped in after the check does not lead outside.
 
 All file-system work runs in a worker thread (``trio.to_thread``); outputs are capped (lines, bytes,
 matches, entries) and say where they were cut and how to go on.
@@ -17,7 +18,7 @@ import os
 import re
 import stat
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,16 @@ import trio
 from kesoku.errors import ToolError
 from kesoku.tools.base import Tool, ToolContext
 from kesoku.tools.output import cap_output
-from kesoku.tools.paths import PathGates, SecretMatcher, check_read, open_checked, require_write, workspaces
+from kesoku.tools.paths import (
+    NeedsApproval,
+    PathGates,
+    SecretMatcher,
+    check_read,
+    check_write,
+    open_checked,
+    require_write,
+    workspaces,
+)
 
 DEFAULT_MAX_OUTPUT_BYTES = 32_000
 """Bytes of text a file tool returns at most (the shell's ``max_output_bytes`` is a good value)."""
@@ -53,6 +63,7 @@ _Impl = Callable[["_Env", Mapping[str, Any], ToolContext], str]
 class _Env:
     gates: PathGates
     max_output_bytes: int
+    approved: Path | None = None  # the path the user allowed this call to write outside the workspace
 
 
 def file_tools(gates: PathGates, *, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES) -> tuple[Tool, ...]:
@@ -74,10 +85,13 @@ def file_tools(gates: PathGates, *, max_output_bytes: int = DEFAULT_MAX_OUTPUT_B
         parameters = {"type": "object", "properties": props, "required": required}
         # Writes finish even if the call is cancelled (a half-written file is worse than a late result);
         # reads and scans are abandoned at once.
-        abandon = name not in ("write_file", "edit_file")
+        writes = name in ("write_file", "edit_file")
 
         async def run(arguments: Mapping[str, Any], ctx: ToolContext) -> str:
-            return await trio.to_thread.run_sync(fn, env, arguments, ctx, abandon_on_cancel=abandon)
+            call_env = env
+            if writes:
+                call_env = replace(env, approved=await approve_write(name, _str(arguments, "path"), ctx, env.gates))
+            return await trio.to_thread.run_sync(fn, call_env, arguments, ctx, abandon_on_cancel=not writes)
 
         return Tool(name, description, run, parameters, timeout_s=FILE_TOOL_TIMEOUT_S)
 
@@ -129,6 +143,36 @@ def file_tools(gates: PathGates, *, max_output_bytes: int = DEFAULT_MAX_OUTPUT_B
             ignore_case={"type": "boolean", "description": "Match without regard to case."},
         ),
     )
+
+
+async def approve_write(tool: str, path: str, ctx: ToolContext, gates: PathGates) -> Path | None:
+    """Ask the user before a write outside the workspace; nothing to ask inside it.
+
+    Args:
+        tool: The tool that writes (named in the question).
+        path: The path the model gave.
+        ctx: The call's context; its guard asks the user.
+        gates: The path gates.
+
+    Returns:
+        The resolved path the user allowed, or None when the write needs no approval.
+
+    Raises:
+        ToolError: The path is secret, or the user denied the write (or did not answer in time).
+
+    Cancellation:
+        The question is withdrawn and Cancelled propagates.
+    """
+    decision = await trio.to_thread.run_sync(check_write, path, ctx, gates)
+    if not isinstance(decision, NeedsApproval):
+        return None
+    approval = await ctx.confirm(f"{tool} wants to write {decision.path} ({decision.reason}). Allow?")
+    if not approval.allowed:
+        raise ToolError(
+            f"writing {decision.path} needs the user's approval ({decision.reason}) and was not allowed "
+            f"({approval.note}); the file was not written. Write inside the workspace ({ctx.cwd}) instead."
+        )
+    return decision.path
 
 
 # -- arguments ----------------------------------------------------------------------------------------
@@ -248,7 +292,7 @@ def _write_bytes(real: Path, data: bytes, ctx: ToolContext, gates: PathGates) ->
 def _write_file(env: _Env, arguments: Mapping[str, Any], ctx: ToolContext) -> str:
     given = _str(arguments, "path")
     content = _str(arguments, "content", empty=True)
-    real = require_write(given, ctx, env.gates)
+    real = require_write(given, ctx, env.gates, approved=env.approved)
     existed = real.exists()
     data = content.encode("utf-8", errors="surrogatepass")
     _write_bytes(real, data, ctx, env.gates)
@@ -261,7 +305,7 @@ def _edit_file(env: _Env, arguments: Mapping[str, Any], ctx: ToolContext) -> str
     given = _str(arguments, "path")
     old = _str(arguments, "old_text")
     new = _str(arguments, "new_text", empty=True)
-    real = require_write(given, ctx, env.gates)
+    real = require_write(given, ctx, env.gates, approved=env.approved)
     fd, _ = _open_read(real, ctx, env.gates)
     with os.fdopen(fd, "rb") as file:
         data = file.read()

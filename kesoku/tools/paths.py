@@ -341,6 +341,8 @@ def check_read(path: str | os.PathLike[str], ctx: ToolContext, gates: PathGates)
         )
     if real.exists():
         _check_hardlink(real.stat(), real, gates)
+    if not _inside_any(real, workspaces(ctx)):
+        ctx.guard.add_taint("file", os.fspath(real))  # a readable root: outside the workspace's trust
     return real
 
 
@@ -379,22 +381,30 @@ def check_write(path: str | os.PathLike[str], ctx: ToolContext, gates: PathGates
     return NeedsApproval(real, approval) if approval is not None else real
 
 
-def require_write(path: str | os.PathLike[str], ctx: ToolContext, gates: PathGates) -> Path:
-    """Like :func:`check_write`, refusing what needs approval (the question flow is not built yet).
+def require_write(
+    path: str | os.PathLike[str], ctx: ToolContext, gates: PathGates, *, approved: Path | None = None
+) -> Path:
+    """Like :func:`check_write`, refusing what needs approval unless the user approved that very path.
+
+    Args:
+        path: The path the model gave.
+        ctx: The call's context.
+        gates: Kesoku's own files and the home folder.
+        approved: The resolved path the user allowed (see :func:`kesoku.tools.files.approve_write`).
 
     Returns:
         The resolved path to write.
 
     Raises:
-        ToolError: The path is secret, or the write needs the user's approval.
+        ToolError: The path is secret, or the write needs approval and ``approved`` is not this path
+            (the path resolved differently since the question: a symlink swapped in meanwhile).
     """
     decision = check_write(path, ctx, gates)
     if isinstance(decision, NeedsApproval):
-        # The [question: …] flow through the adapters lands with them; until then the answer is no.
+        if approved is not None and decision.path == approved:
+            return decision.path
         raise ToolError(
-            f"writing {decision.path} needs the user's approval ({decision.reason}). Asking the user from a "
-            "tool comes later, with the adapters' [question: …] flow, so the file was not written. Write "
-            f"inside the workspace ({ctx.cwd}) instead, or ask the user in your answer."
+            f"writing {decision.path} needs the user's approval ({decision.reason}); the file was not written"
         )
     return decision
 

@@ -15,6 +15,9 @@ Standard output and standard error are read together, as they interleave, in bou
 The child's environment has no credentials: variables whose names hold KEY, TOKEN, SECRET, PASSWORD,
 PASSWD or CREDENTIAL (``GOOGLE_APPLICATION_CREDENTIALS`` among them), ``SSH_AUTH_SOCK``, and the
 variables that make a shell run a file first (``BASH_ENV``, ``ENV``, exported functions).
+
+Taint: a URL in a line marks the session tainted (what the command fetches is untrusted). In a tainted
+session, under ``mode = "blocklist"``, a line the allowlist would refuse runs only if the user allows it.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from collections.abc import Iterator, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import trio
 
 from kesoku.errors import ToolError
@@ -52,6 +56,7 @@ READ_CHUNK_BYTES = 65_536
 SHOWN_MAX_CHARS = 500
 """The command line is repeated at the top of the result up to this length."""
 
+_URL = re.compile(r"\b(?:https?|ftp)://[^\s'\"<>|;&)]+")
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 _DROPPED = frozenset({"SSH_AUTH_SOCK", "BASH_ENV", "ENV"})
 
@@ -108,6 +113,10 @@ def shell_tool(config: ShellConfig, *, gates: PathGates | None = None) -> Tool:
         decision = await trio.to_thread.run_sync(_check, line, argv, config, ctx, gates)
         if not decision.allowed:
             raise ToolError(decision.reason)
+        if ctx.guard.tainted and config.mode == "blocklist":
+            await _confirm_outside_allowlist(line, argv, config, ctx, gates)
+        for url in _URL.findall(line):
+            ctx.guard.add_taint("url", url)  # what the command fetches is outside the workspace's trust
         return await run_command(
             argv, cwd=ctx.cwd, timeout_s=timeout_s, max_output_bytes=config.max_output_bytes, shown=line
         )
@@ -132,6 +141,27 @@ def _timeout(value: object, limit_s: float) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
         raise ToolError(f"`timeout_s` must be a positive number of seconds, got {value!r}")
     return min(float(value), limit_s)
+
+
+async def _confirm_outside_allowlist(
+    line: str, argv: list[str], config: ShellConfig, ctx: ToolContext, gates: PathGates
+) -> None:
+    """In a tainted session, a line the allowlist would refuse runs only if the user allows it."""
+    strict = msgspec.structs.replace(config, mode="allowlist")
+    decision = await trio.to_thread.run_sync(_check, line, argv, strict, ctx, gates)
+    if decision.allowed:
+        return
+    sources = ", ".join(f"{s.kind} {s.label}" for s in ctx.guard.taint_sources()[:3])
+    shown = line if len(line) <= SHOWN_MAX_CHARS else line[: SHOWN_MAX_CHARS - 1] + "…"
+    approval = await ctx.confirm(
+        f"shell wants to run `{shown}`. It is outside the allowlist ({decision.reason}) and this session "
+        f"has read untrusted content ({sources}). Allow?"
+    )
+    if not approval.allowed:
+        raise ToolError(
+            f"not run: this session holds untrusted content ({sources}), so a command outside the allowlist "
+            f"needs the user's approval, and it was not allowed ({approval.note})"
+        )
 
 
 def _check(line: str, argv: list[str], config: ShellConfig, ctx: ToolContext, gates: PathGates) -> PolicyDecision:
