@@ -23,9 +23,10 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("chat", "kesoku.cli.chat_cmd:chat", 'Talk to the agent, or ask once: kesoku chat "question"'),
     ("config", "", "Check kesoku.toml and print its JSON Schema."),
     ("service", "kesoku.cli.service_cmd:service_app", "Install and control the systemd service."),
+    ("skills", "", "List the skills the agent can use, and the ones that fail to load."),
     ("start", "kesoku.cli.start_cmd:start", "Run the daemon in the foreground (what systemd runs)."),
 )
-"""(name, lazy import path, one-line help) of each top-level command; ``config`` is built below."""
+"""(name, lazy import path, one-line help) of each top-level command; ``config`` and ``skills`` are built below."""
 _HELP_FLAGS = frozenset({"--help", "-h"})
 
 
@@ -47,6 +48,9 @@ def build_app() -> App:
     )
     config_app.command("kesoku.cli.config_cmd:schema", name="schema", help="Print the JSON Schema of kesoku.toml.")
     app.command(config_app)
+    skills_app = App(name="skills", help=dict((c[0], c[2]) for c in COMMANDS)["skills"])
+    skills_app.command("kesoku.cli.skills_cmd:list_skills", name="list")
+    app.command(skills_app)
     return app
 
 
