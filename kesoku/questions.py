@@ -87,19 +87,20 @@ class Questions:
         message = await self.gateway.post(in_turn(root, Role.SYSTEM, Kind.TEXT, f"❓ {text}", metadata=meta))
         entry = self._open[message.id] = _Open(message)
         self.hub.publish(QuestionAsked(message.session_id, message))
+        timed_out = False
         try:
-            with trio.move_on_after(wait_s):
+            with trio.move_on_after(wait_s) as waited:
                 await entry.done.wait()
-        except trio.Cancelled:
+            timed_out = waited.cancelled_caught
+        finally:
             self._open.pop(message.id, None)
-            # Shielded and bounded: the record tells the adapters the question is closed.
+            if entry.choice is None:
+                entry.choice = DENY
+                entry.note = f"no answer within {wait_s:g} s" if timed_out else "dismissed: the tool was stopped"
+            # Shielded and bounded: the record closes the question for the adapters even while the
+            # asking tool is being cancelled (a forced stop).
             with trio.CancelScope(shield=True), trio.move_on_after(RECORD_BOUND_S):
-                await self._record(message, DENY, "dismissed: the tool was stopped")
-            raise
-        self._open.pop(message.id, None)
-        if entry.choice is None:
-            entry.choice, entry.note = DENY, f"no answer within {wait_s:g} s"
-        await self._record(message, entry.choice, entry.note)
+                await self._record(message, entry.choice, entry.note)
         return Approval(entry.choice == ALLOW, entry.note)
 
     def answer(self, question_id: int, choice: str, *, by: str = "the user") -> bool:

@@ -7,4 +7,4 @@ CREATE TABLE taint (
     label       TEXT NOT NULL,                 -- the path, file name, URL or server name
     created_at  REAL NOT NULL,
     PRIMARY KEY (session_id, kind, label)
-) STRICT, WITHOUT ROWID;
+) STRICT;

@@ -110,6 +110,9 @@ class Recorder:
     def system(self, text: str) -> None:
         self._add("system", text)
 
+    def question(self, question: Message) -> None:
+        self._add("question", question.content)
+
     def turn_started(self, root: Message) -> None:
         self._add("turn_started", root.content)
 
@@ -432,3 +435,42 @@ def test_a_running_tool_shows_a_spinner_and_two_ctrl_c_kill_it(tmp_path: Path) -
     finally:
         term.kill()
     assert "The tool is done." not in [r[3] for r in history(tmp_path)]
+
+
+# -- questions -------------------------------------------------------------------------------------
+
+
+def test_a_one_shot_without_a_terminal_denies_questions(tmp_path: Path) -> None:
+    setup(tmp_path, "write_outside.yaml")
+    result = chat(tmp_path, "write outside")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "Finished.\n"
+    target = tmp_path / "outside.txt"
+    lines = result.stderr.splitlines()
+    assert lines[1] == f"❓ write_file wants to write {target} ({target} is outside the workspace). Allow?"
+    assert lines[2] == "✘ Deny: denied by nobody (one-shot chat without a terminal)"
+    assert lines[3].startswith("📥 write_file · failed · writing")
+    assert not target.exists()
+
+
+def test_interactive_asks_and_y_allows(tmp_path: Path) -> None:
+    setup(tmp_path, "write_outside.yaml")
+    term = Terminal(tmp_path)
+    try:
+        term.wait_for("Ctrl-D to exit")
+        term.wait_for("›")
+        term.type("write outside\r")
+        term.wait_for("wants to write")
+        term.wait_for("answer y (Allow) or n (Deny)")
+        term.type("y\r")
+        term.wait_for("✔ Allow: allowed by")
+        term.wait_for("📥 write_file · completed")
+        term.wait_for("Finished.")
+        term.type("/context\r")
+        term.wait_for("not tainted")
+        term.type("\x04")
+        assert term.wait_exit() == 0
+    finally:
+        term.kill()
+    assert (tmp_path / "outside.txt").read_text() == "written with consent\n"
+    assert "y" not in [r[3] for r in history(tmp_path) if r[1] == Role.USER]  # an answer, not a message

@@ -109,7 +109,14 @@ async def _context(chat: ChatUI, args: str) -> None:
         f"working folder {chat.rt.cwd(session)} · tools: {tools}",
     ):
         chat.sink.notice(line, "")
-    chat.sink.notice("not built yet: compaction (the whole history is sent), the context view, taint tracking")
+    sources = chat.rt.gateway.store.taint_sources(session.id)
+    if sources:
+        chat.sink.notice(f"tainted by {len(sources)} source(s); risky actions ask you first:", "yellow")
+        for source in sources:
+            chat.sink.notice(f"  {source.kind}: {source.label}", "yellow")
+    else:
+        chat.sink.notice("not tainted: no content from outside the workspace's trust has been read", "")
+    chat.sink.notice("not built yet: compaction (the whole history is sent), the context view")
 
 
 async def _sessions(chat: ChatUI, args: str) -> None:

@@ -26,6 +26,7 @@ from rich.text import Text
 
 from kesoku.events import TurnEnded, TurnStarted
 from kesoku.model import user_text
+from kesoku.questions import parse_answer
 from kesoku_terminal.commands import run_command
 from kesoku_terminal.prompt import (
     THOUGHT_STYLE,
@@ -38,7 +39,7 @@ from kesoku_terminal.prompt import (
     history_file,
 )
 from kesoku_terminal.render import THOUGHT_ICON, tool_call_line, tool_result_line
-from kesoku_terminal.view import Follower
+from kesoku_terminal.view import Follower, user_name
 
 if TYPE_CHECKING:
     from kesoku.events import TurnEvent
@@ -143,6 +144,12 @@ class LiveSink:
         """Show a system notice."""
         self.notice(text, "yellow")
 
+    def question(self, question: Message) -> None:
+        """Show a question and how to answer it."""
+        self.notice(question.content, "bold yellow")
+        self.notice("answer y (Allow) or n (Deny); any other message denies it and is sent as usual", "yellow")
+        self.set_status("waiting for your answer")
+
     def turn_started(self, root: Message) -> None:
         """A turn opened."""
         self._running.clear()
@@ -245,9 +252,14 @@ class ChatUI:
         return 0
 
     async def on_line(self, text: str) -> None:
-        """A line entered: a slash command, or a message (which interrupts a running turn)."""
+        """A line entered: an answer to an open question, a slash command, or a message (which interrupts)."""
         stripped = text.strip()
         if not stripped:
+            return
+        waiting = self.rt.questions.open_questions(self.session.id)
+        if waiting and (choice := parse_answer(stripped)) is not None:
+            self.rt.questions.answer(waiting[0].id, choice, by=user_name())
+            self.sink.set_status("thinking")
             return
         if stripped.startswith("//"):
             text = text.replace("/", "", 1)  # `//etc/hosts ...` sends "/etc/hosts ..."

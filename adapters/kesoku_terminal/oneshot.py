@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING, TextIO
 
 import trio
 
-from kesoku.events import TurnStarted
+from kesoku.events import QuestionAsked, TurnStarted
 from kesoku.metrics import TurnState
 from kesoku.model import user_text
+from kesoku.questions import DENY, parse_answer
 from kesoku_terminal.render import THOUGHT_ICON, tool_call_line, tool_result_line
-from kesoku_terminal.view import Follower
+from kesoku_terminal.view import Follower, user_name
 
 if TYPE_CHECKING:
     from kesoku.events import TurnEvent
@@ -114,6 +115,10 @@ class PlainSink:
         """Show a system notice."""
         self._line(text, dim=False)
 
+    def question(self, question: Message) -> None:
+        """Show a question; :class:`_Controls` answers it (from the terminal, or Deny without one)."""
+        self._line(question.content, dim=False)
+
     def turn_started(self, root: Message) -> None:
         """A turn opened."""
         pass
@@ -160,11 +165,12 @@ async def run_oneshot(rt: Runtime, session: Session, prompt: str) -> int:
         and its metrics line is printed before 130 is returned.
     """
     sink = PlainSink(sys.stdout, sys.stderr, err_tty=sys.stderr.isatty())
-    stops = _Stops(rt, session.id)
+    stops = _Controls(rt, session.id)
     follower = Follower(rt.hub, rt.gateway, session.id, sink, on_event=stops.on_event)
     async with trio.open_nursery() as nursery:
         await nursery.start(follower.run)
         await nursery.start(rt.serve)
+        stops.nursery = nursery
         nursery.start_soon(stops.watch_sigint)
         mine = await rt.gateway.post(user_text(session.id, prompt))
         # The turn that answers `mine` is rooted on it or on a later message.
@@ -174,13 +180,19 @@ async def run_oneshot(rt: Runtime, session: Session, prompt: str) -> int:
     return _EXIT_CODES[sink.metrics.state]
 
 
-class _Stops:
-    """Ctrl-C in one-shot mode: the first stops the turn (running tools finish), the next kill tools."""
+class _Controls:
+    """Ctrl-C and questions in one-shot mode.
+
+    The first Ctrl-C stops the turn (running tools finish), the next kill tools. A question is asked on
+    the terminal when standard input is one (``y`` allows; anything else, or end of input, denies);
+    with standard input piped nobody can answer, so it is denied at once and the result says so.
+    """
 
     def __init__(self, rt: Runtime, session_id: str) -> None:
         self.rt = rt
         self.session_id = session_id
         self.count = 0
+        self.nursery: trio.Nursery | None = None
 
     def apply(self) -> None:
         if self.count:
@@ -189,6 +201,16 @@ class _Stops:
     def on_event(self, event: TurnEvent) -> None:
         if isinstance(event, TurnStarted):
             self.apply()  # a Ctrl-C that came before the turn opened
+        elif isinstance(event, QuestionAsked):
+            if sys.stdin.isatty() and self.nursery is not None:
+                self.nursery.start_soon(self._ask, event.question)
+            else:
+                self.rt.questions.answer(event.question.id, DENY, by="nobody (one-shot chat without a terminal)")
+
+    async def _ask(self, question: Message) -> None:
+        print("Allow? [y/N] ", end="", file=sys.stderr, flush=True)
+        line = await trio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
+        self.rt.questions.answer(question.id, parse_answer(line) or DENY, by=user_name())
 
     async def watch_sigint(self) -> None:
         with trio.open_signal_receiver(signal.SIGINT) as signals:

@@ -20,14 +20,24 @@ never twice, never garbled.
 
 from __future__ import annotations
 
+import getpass
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 import trio
 
-from kesoku.events import EventHub, ModelDelta, ToolFinished, ToolStarted, TurnEnded, TurnEvent, TurnStarted
+from kesoku.events import (
+    EventHub,
+    ModelDelta,
+    QuestionAsked,
+    ToolFinished,
+    ToolStarted,
+    TurnEnded,
+    TurnEvent,
+    TurnStarted,
+)
 from kesoku.llm.ir import TextDelta, ThoughtDelta
-from kesoku.model import Kind, Message, Role
+from kesoku.model import Kind, Message, Role, is_question
 from kesoku.store import MessageFilter
 
 if TYPE_CHECKING:
@@ -66,7 +76,10 @@ class Sink(Protocol):
         """A tool result was posted (every call gets one: completed, failed, skipped, killed...)."""
 
     def system(self, text: str) -> None:
-        """A system notification (a failed model call, the step limit, an internal error)."""
+        """A system notification (a failed model call, the step limit, an internal error, an answer record)."""
+
+    def question(self, question: Message) -> None:
+        """A tool asks the user to Allow or Deny (see kesoku.questions); the chat routes the answer."""
 
     def turn_started(self, root: Message) -> None:
         """A turn opened."""
@@ -178,6 +191,8 @@ class Follower:
                 self.sink.tool_started(event.call)
             elif isinstance(event, ToolFinished):
                 self.sync(up_to=event.result.id)
+            elif isinstance(event, QuestionAsked):
+                self.sync(up_to=event.question.id)
             else:
                 assert isinstance(event, TurnEnded)
                 self.sync(turn_root=event.metrics.root_id)
@@ -231,7 +246,10 @@ class Follower:
             self.sink.tool_result(message)
         elif message.role is Role.SYSTEM:
             self._close_streams()
-            self.sink.system(message.content)
+            if is_question(message):
+                self.sink.question(message)
+            else:
+                self.sink.system(message.content)
         # User messages are the user's own lines: the terminal already shows them.
 
     def _close_streams(self) -> None:
@@ -257,3 +275,11 @@ def _reconcile(streamed: str | None, content: str, show: Callable[[str], None], 
     if tail:
         show(tail)
     end()
+
+
+def user_name() -> str:
+    """Who sits at this terminal, for the record of an answer to a question."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry (a container) and no LOGNAME/USER
+        return "the user"

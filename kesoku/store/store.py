@@ -432,9 +432,7 @@ class Store:
 
     def taint_sources(self, session_id: str) -> list[TaintSource]:
         """Return a session's taint sources, oldest first."""
-        rows = self._conn.execute(
-            "SELECT kind, label FROM taint WHERE session_id = ? ORDER BY created_at, kind, label", (session_id,)
-        )
+        rows = self._conn.execute("SELECT kind, label FROM taint WHERE session_id = ? ORDER BY rowid", (session_id,))
         return [TaintSource(kind, label) for kind, label in rows]
 
     # -- view states ------------------------------------------------------------------------------

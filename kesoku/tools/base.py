@@ -8,6 +8,7 @@ result and logged with its traceback.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -137,12 +138,17 @@ class ToolContext:
         Cancellation:
             The question is withdrawn and Cancelled propagates.
         """
-        started = trio.current_time()
+        scope = self.deadline
+        if scope is None:
+            return await self.guard.confirm(question)
+        # The call's deadline is lifted while the user thinks (the question has its own timeout) and
+        # put back afterwards, moved on by the time the answer took.
+        started, saved = trio.current_time(), scope.deadline
+        scope.deadline = math.inf
         try:
             return await self.guard.confirm(question)
         finally:
-            if self.deadline is not None:
-                self.deadline.deadline += trio.current_time() - started
+            scope.deadline = saved + (trio.current_time() - started)
 
 
 @dataclass(frozen=True, slots=True)

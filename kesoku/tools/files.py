@@ -6,7 +6,8 @@ paths (``~/.ssh``, ``.env``, Kesoku's config and database …) are denied to eve
 the workspace (or into ``.git/hooks``) asks the user first (:func:`approve_write`, through the call's
 guard) and is refused with a :class:`~kesoku.errors.ToolError` unless the user allows it. A read
 outside the workspace (a readable root) marks the session tainted. Files are opened with
-:func:`~kesoku.tools.paths.open_checked`, which re-checks what was opened, so a symlink swapped in after the check does not lead outside.
+:func:`~kesoku.tools.paths.open_checked`, which re-checks what was opened, so a symlink swapped in
+after the check does not lead outside.
 
 All file-system work runs in a worker thread (``trio.to_thread``); outputs are capped (lines, bytes,
 matches, entries) and say where they were cut and how to go on.
