@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from kesoku.config import Config
     from kesoku.model import Message
     from kesoku.runtime import Runtime
+    from kesoku.skills import SkillLibrary
     from kesoku.store import Store
     from kesoku.tools.base import Tool
 
@@ -64,21 +65,30 @@ _COLORS = {logging.DEBUG: "2", logging.INFO: "36", logging.WARNING: "33", loggin
 # -- the runtime of a process -----------------------------------------------------------------------
 
 
-def default_tools(config: Config, *, config_file: Path | None = None) -> tuple[Tool, ...]:
+def default_tools(
+    config: Config, *, config_file: Path | None = None, skills: SkillLibrary | None = None
+) -> tuple[Tool, ...]:
     """The tools kesoku.toml enables, the same for the daemon and ``kesoku chat``.
 
     The file tools (read, write, edit, list, glob, grep: always, through the path gates), the shell
-    tool (``[shell] enabled``) and run_code (``[run_code] enabled``); MCP tools join here as they land.
+    tool (``[shell] enabled``), run_code (``[run_code] enabled``) and the skill tools (list_skills,
+    use_skill); MCP tools join here as they land. The subagent tool is the runtime's own.
 
     Args:
         config: The loaded config.
         config_file: The file it came from: the tools may not read it (it can hold keys).
+        skills: The skills library; None: the one of ``workspace.skills_dir`` and the bundled skills.
     """
+    from kesoku.skills import SkillLibrary
     from kesoku.tools.files import file_tools
     from kesoku.tools.paths import PathGates
+    from kesoku.tools.skills import skill_tools
 
-    gates = PathGates.from_config(config, config_file=config_file)
-    tools = list(file_tools(gates, max_output_bytes=config.shell.max_output_bytes))
+    skills = skills if skills is not None else SkillLibrary.from_config(config)
+    trusted = [folder for folder, _ in skills.dirs]
+    gates = PathGates.from_config(config, config_file=config_file, trusted_roots=trusted)
+    max_bytes = config.shell.max_output_bytes
+    tools = list(file_tools(gates, max_output_bytes=max_bytes))
     if config.shell.enabled:
         from kesoku.tools.shell import shell_tool
 
@@ -87,6 +97,7 @@ def default_tools(config: Config, *, config_file: Path | None = None) -> tuple[T
         from kesoku.tools.run_code import run_code_tool
 
         tools.append(run_code_tool(config.run_code, ask_always=config.shell.mode == "allowlist"))
+    tools.extend(skill_tools(skills, max_output_bytes=max_bytes))
     return tuple(tools)
 
 
@@ -133,10 +144,13 @@ def build_runtime(
     """
     from kesoku.gateway import Gateway
     from kesoku.runtime import Runtime
+    from kesoku.skills import SkillLibrary
 
     gateway = Gateway(store, config.workspace.sessions_dir)
-    tools = default_tools(config, config_file=config_file)
-    rt = Runtime.from_config(config, gateway, tools=tools, llm_name=llm_name)
+    skills = SkillLibrary.from_config(config)
+    skills.scan()  # parse once now: each turn then only checks the files for changes (~15 µs a skill)
+    tools = default_tools(config, config_file=config_file, skills=skills)
+    rt = Runtime.from_config(config, gateway, tools=tools, llm_name=llm_name, skills=skills.summaries)
     if serves is not None:
         rt.dispatcher = ScopedDispatcher(rt, serves)
     return rt

@@ -89,7 +89,13 @@ class Runtime:
 
     @classmethod
     def from_config(
-        cls, config: Config, gateway: Gateway, *, tools: Sequence[Tool] = (), llm_name: str | None = None
+        cls,
+        config: Config,
+        gateway: Gateway,
+        *,
+        tools: Sequence[Tool] = (),
+        llm_name: str | None = None,
+        skills: Callable[[], Sequence[tuple[str, str]]] = tuple,
     ) -> Runtime:
         """Build the runtime kesoku.toml describes (blocking: backends load their SDKs; call it at start-up).
 
@@ -98,6 +104,7 @@ class Runtime:
             gateway: The gateway over ``workspace.db_path``.
             tools: The tools to offer.
             llm_name: A backend that overrides ``agent.llm`` (``kesoku chat --llm``).
+            skills: ``(name, description)`` of the skills, for the system prompt.
 
         Raises:
             OperatorError: The chosen backend cannot be built (missing key, unknown name).
@@ -123,6 +130,7 @@ class Runtime:
             max_steps_per_turn=agent.max_steps_per_turn,
             worker_idle_s=agent.worker_idle_s,
             project_dir=Path(agent.project_dir) if agent.project_dir else None,
+            skills=skills,
             turnlog=TurnLogWriter(),
             question_timeout_s=agent.question_timeout_s,
         )

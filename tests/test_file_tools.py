@@ -419,7 +419,8 @@ def test_gates_from_the_config_protect_its_files(tmp_path: Path) -> None:
     gates = PathGates.from_config(load_config(config_file, env={}), config_file=config_file)
     folder = config_file.parent
     assert gates.protected_files == (folder / "state" / "k.db", config_file)
-    assert gates.readable_roots == (folder / "skills",)
+    assert gates.readable_roots == ()
+    assert gates.trusted_roots == (folder / "skills",)  # skills are read by absolute path, without taint
     assert secret_reason(folder / "state" / "k.db-shm", tmp_path, gates) is not None
     assert secret_reason(config_file, tmp_path, gates) is not None
 
@@ -486,3 +487,36 @@ def test_file_markers_share_only_workspace_and_shareable_files(
         "/x\x00y",
     ):
         assert not shareable(path, ws, roots, gates=gates), path
+
+
+async def test_trusted_roots_are_read_without_taint(session: Session, ws: Path, tmp_path: Path) -> None:
+    skills = tmp_path / "skills" / "demo"
+    skills.mkdir(parents=True)
+    (skills / "SKILL.md").write_text("---\nname: demo\ndescription: d\n---\nbody\n")
+    gates = PathGates(trusted_roots=(tmp_path / "skills",), home=tmp_path / "home")
+    guard = StaticGuard()
+    ctx = ToolContext(session=session, cwd=ws, call_id="c", guard=guard)
+    tools = {t.name: t for t in file_tools(gates)}
+    assert "body" in await tools["read_file"].run({"path": str(skills / "SKILL.md")}, ctx)
+    assert not guard.tainted
+
+
+def test_default_tools_follow_the_config(tmp_path: Path) -> None:
+    from kesoku.daemon import default_tools
+
+    (tmp_path / "kesoku.toml").write_text("[run_code]\nenabled = true\n[shell]\nenabled = false\n")
+    names = [t.name for t in default_tools(load_config(tmp_path / "kesoku.toml", env={}))]
+    assert names == [
+        "read_file",
+        "write_file",
+        "edit_file",
+        "list_dir",
+        "glob",
+        "grep",
+        "run_code",
+        "list_skills",
+        "use_skill",
+    ]
+    (tmp_path / "kesoku.toml").write_text("")
+    names = [t.name for t in default_tools(load_config(tmp_path / "kesoku.toml", env={}))]
+    assert "run_code" not in names and "shell" in names

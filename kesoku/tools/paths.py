@@ -83,12 +83,15 @@ class PathGates:
         protected_files: Kesoku's own secrets: the config file, the database (its ``-wal``, ``-shm``
             and ``-journal`` files are implied), credentials files. Denied to every tool.
         home: The home folder of the secret rules; None: the current user's (``~``).
+        trusted_roots: Folders every tool may read without tainting the session: the skills
+            directories (the operator's and Kesoku's own).
     """
 
     readable_roots: tuple[Path, ...] = ()
     shareable_roots: tuple[Path, ...] = ()
     protected_files: tuple[Path, ...] = ()
     home: Path | None = None
+    trusted_roots: tuple[Path, ...] = ()
 
     @classmethod
     def from_config(
@@ -98,6 +101,7 @@ class PathGates:
         config_file: Path | None = None,
         readable_roots: Sequence[Path] = (),
         shareable_roots: Sequence[Path] = (),
+        trusted_roots: Sequence[Path] = (),
     ) -> PathGates:
         """The gates of a loaded config.
 
@@ -106,19 +110,22 @@ class PathGates:
             config_file: The file it was loaded from, denied to the tools.
             readable_roots: Readable folders besides ``workspace.readable_roots``.
             shareable_roots: Shareable folders besides ``workspace.shareable_roots``.
+            trusted_roots: Folders readable without tainting, besides ``workspace.skills_dir`` (the
+                bundled skills).
 
         Returns:
             Gates protecting the config file, ``workspace.db_path`` and ``gchat.credentials_file``;
-            ``workspace.skills_dir`` is readable (skills name their files by absolute path).
+            ``workspace.skills_dir`` is readable and trusted (skills name their files by absolute path).
         """
         protected = [Path(cfg.workspace.db_path)]
         if config_file is not None:
             protected.append(Path(config_file).absolute())
         if cfg.gchat.credentials_file:
             protected.append(Path(cfg.gchat.credentials_file))
-        readable = (Path(cfg.workspace.skills_dir), *map(Path, cfg.workspace.readable_roots), *readable_roots)
+        readable = (*map(Path, cfg.workspace.readable_roots), *readable_roots)
         shareable = (*map(Path, cfg.workspace.shareable_roots), *shareable_roots)
-        return cls(tuple(readable), tuple(shareable), tuple(protected))
+        trusted = (Path(cfg.workspace.skills_dir), *trusted_roots)
+        return cls(tuple(readable), tuple(shareable), tuple(protected), trusted_roots=tuple(trusted))
 
     def home_dir(self) -> Path:
         """The home folder the secret rules are relative to."""
@@ -334,14 +341,14 @@ def check_read(path: str | os.PathLike[str], ctx: ToolContext, gates: PathGates)
     reason = secret_reason(path, ctx.cwd, gates)
     if reason is not None:
         raise ToolError(f"reading {path} is denied: {reason}")
-    if not _inside_any(real, (*workspaces(ctx), *gates.readable_roots)):
+    if not _inside_any(real, (*workspaces(ctx), *gates.trusted_roots, *gates.readable_roots)):
         raise ToolError(
             f"reading {real} is denied: it is outside the workspace ({ctx.cwd}) and the readable roots; "
             "copy what you need into the workspace or ask the user to add a readable root"
         )
     if real.exists():
         _check_hardlink(real.stat(), real, gates)
-    if not _inside_any(real, workspaces(ctx)):
+    if not _inside_any(real, (*workspaces(ctx), *gates.trusted_roots)):
         ctx.guard.add_taint("file", os.fspath(real))  # a readable root: outside the workspace's trust
     return real
 
