@@ -52,6 +52,8 @@ class Runtime:
         turnlog: Writes ``llm-turn-{idx}.log.yaml``; None turns logging off.
         hub: Live turn events for adapters.
         question_timeout_s: How long a question to the user waits before it counts as Deny.
+        subagent_max_steps: Offer the ``subagent`` tool, whose child loops may make this many model
+            calls; None: no subagent tool.
     """
 
     def __init__(
@@ -68,11 +70,16 @@ class Runtime:
         turnlog: TurnLogWriter | None = None,
         hub: EventHub | None = None,
         question_timeout_s: float = QUESTION_TIMEOUT_S,
+        subagent_max_steps: int | None = None,
     ) -> None:
         self.gateway = gateway
         self._llm = llm
         self._used: dict[int, BaseLLM] = {}  # backends handed out, closed at shutdown
         self.tools = tuple(tools)
+        if subagent_max_steps is not None:
+            from kesoku.subagent import subagent_tool
+
+            self.tools += (subagent_tool(self, max_steps=subagent_max_steps),)
         self.tools_by_name = {t.name: t for t in self.tools}
         if len(self.tools_by_name) != len(self.tools):
             raise ValueError("two tools share a name")
@@ -133,6 +140,7 @@ class Runtime:
             skills=skills,
             turnlog=TurnLogWriter(),
             question_timeout_s=agent.question_timeout_s,
+            subagent_max_steps=config.subagent.max_steps if config.subagent.enabled else None,
         )
 
     def llm_for(self, session: Session) -> BaseLLM:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import msgspec
 import trio
 
-from kesoku.errors import BackendError, ToolError
+from kesoku.errors import BackendError
 from kesoku.events import ModelDelta, ToolFinished, ToolStarted
 from kesoku.guard import SessionGuard
 from kesoku.history import SessionHistory
@@ -36,6 +36,7 @@ from kesoku.metrics import TurnMetrics, TurnState
 from kesoku.model import Kind, Message, Metadata, Outcome, Role, Session, Status, Usage, in_turn
 from kesoku.prompt import build_system_prompt, read_notes
 from kesoku.tools.base import ToolContext
+from kesoku.tools.execute import run_tool
 from kesoku.transcript import LOST_RESULT, call_id_of
 from kesoku.turnlog import TurnLogEntry
 
@@ -270,40 +271,17 @@ class Turn:
 
     async def _run_call(self, call: Message, results: dict[int, Message]) -> None:
         name = call.metadata.tool_name or ""
-        tool = self.rt.tools_by_name.get(name)
         self.tool_calls += 1
         self.rt.hub.publish(ToolStarted(self.session.id, call))
+        arguments: Mapping[str, object] = call.metadata.tool_arguments or {}
+        ctx = ToolContext(self.session, self.rt.cwd(self.session), call_id_of(call), self.guard)
         try:
-            if tool is None:
-                known = ", ".join(sorted(self.rt.tools_by_name)) or "none"
-                raise ToolError(f"there is no tool named {name!r} (tools: {known})")
-            arguments: Mapping[str, object] = call.metadata.tool_arguments or {}
-            with trio.move_on_after(tool.timeout_s) as deadline:
-                ctx = ToolContext(self.session, self.rt.cwd(self.session), call_id_of(call), self.guard, deadline)
-                content = await tool.run(arguments, ctx)
-            if deadline.cancelled_caught:
-                content = f"[timed_out] {name} ran longer than {tool.timeout_s:g} s and was cancelled."
-                outcome = Outcome.TIMED_OUT
-            else:
-                outcome = Outcome.COMPLETED
-        except ToolError as exc:
-            content, outcome = f"[failed] {exc}", Outcome.FAILED
-        except trio.Cancelled:
+            content, outcome = await run_tool(
+                self.rt.tools_by_name.get(name), name, arguments, ctx, known=self.rt.tools_by_name
+            )
+        except BaseException:  # only cancellations get here (run_tool types every other failure)
             results[call.id] = self._cancelled_result(call, name)
             raise
-        except BaseExceptionGroup as group:
-            # A tool with a nursery inside reports a cancellation from outside as a group of Cancelled.
-            cancelled, rest = group.split(trio.Cancelled)
-            if rest is None:
-                results[call.id] = self._cancelled_result(call, name)
-                raise
-            if cancelled is not None or not isinstance(rest, ExceptionGroup):
-                raise
-            log.error("tool %s failed in session %s", name, self.session.id, exc_info=group)
-            content, outcome = f"[failed] internal error in {name}: {group!r}", Outcome.FAILED
-        except Exception as exc:
-            log.exception("tool %s failed in session %s", name, self.session.id)
-            content, outcome = f"[failed] internal error in {name}: {type(exc).__name__}: {exc}", Outcome.FAILED
         results[call.id] = self._result(call, content, outcome)
 
     def _cancelled_result(self, call: Message, name: str) -> Message:

@@ -1,0 +1,61 @@
+"""Run one tool call and type its outcome: the one place a tool's failures become results the model reads.
+
+Used by the turn loop (kesoku.turn) and by subagents (kesoku.subagent), so both report a timeout, a
+refusal or a bug in a tool the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterable, Mapping
+
+import trio
+
+from kesoku.errors import ToolError
+from kesoku.model import Outcome
+from kesoku.tools.base import Tool, ToolContext
+
+log = logging.getLogger("kesoku.turn")
+
+
+async def run_tool(
+    tool: Tool | None, name: str, arguments: Mapping[str, object], ctx: ToolContext, *, known: Iterable[str]
+) -> tuple[str, Outcome]:
+    """Run a tool call within its ``timeout_s`` and return ``(result text, outcome)``.
+
+    Args:
+        tool: The tool, or None when the model named a tool that does not exist.
+        name: The name the model used.
+        arguments: The call's arguments.
+        ctx: The call's context; its ``deadline`` is set here to the timeout's scope.
+        known: The names of the tools that exist (for the error about an unknown one).
+
+    Returns:
+        ``completed`` with the tool's text; ``timed_out`` after ``timeout_s``; ``failed`` for a
+        :class:`~kesoku.errors.ToolError` (its message) or any other exception (a bug, logged with its
+        traceback).
+
+    Raises:
+        trio.Cancelled: The call was cancelled from outside (a forced stop, a bound); a tool with a
+            nursery inside raises a group holding only Cancelled. The caller types the outcome.
+    """
+    try:
+        if tool is None:
+            raise ToolError(f"there is no tool named {name!r} (tools: {', '.join(sorted(known)) or 'none'})")
+        with trio.move_on_after(tool.timeout_s) as deadline:
+            content = await tool.run(arguments, dataclasses.replace(ctx, deadline=deadline))
+        if deadline.cancelled_caught:
+            return f"[timed_out] {name} ran longer than {tool.timeout_s:g} s and was cancelled.", Outcome.TIMED_OUT
+        return content, Outcome.COMPLETED
+    except ToolError as exc:
+        return f"[failed] {exc}", Outcome.FAILED
+    except BaseExceptionGroup as group:
+        cancelled, rest = group.split(trio.Cancelled)
+        if rest is None or cancelled is not None or not isinstance(rest, ExceptionGroup):
+            raise
+        log.error("tool %s failed in session %s", name, ctx.session.id, exc_info=group)
+        return f"[failed] internal error in {name}: {group!r}", Outcome.FAILED
+    except Exception as exc:
+        log.exception("tool %s failed in session %s", name, ctx.session.id)
+        return f"[failed] internal error in {name}: {type(exc).__name__}: {exc}", Outcome.FAILED
