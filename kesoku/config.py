@@ -219,6 +219,23 @@ class CompactionConfig(_Section, frozen=True, kw_only=True):
     enabled: Annotated[bool, _doc("Compact automatically (/compact works either way).")] = True
     threshold: Annotated[float, _doc("Compact above this fraction of the context window.", gt=0, le=1)] = 0.85
     context_windows: Annotated[dict[str, PositiveInt], _doc("Tokens per model name (overrides).")] = {}
+    thresholds: Annotated[
+        dict[str, Annotated[float, msgspec.Meta(gt=0, le=1)]], _doc("Per-model threshold (overrides).")
+    ] = {}
+
+
+class ModelPrice(_Section, frozen=True, kw_only=True):
+    """What a model costs, in US dollars per million tokens (the provider's price list)."""
+
+    input_usd_per_mtok: Annotated[float, _doc("Input tokens (not cached).", ge=0)]
+    output_usd_per_mtok: Annotated[float, _doc("Output tokens, thinking included.", ge=0)]
+    cached_input_usd_per_mtok: Annotated[float | None, _doc("Cached input tokens. Unset: the input price.")] = None
+
+
+class PricingConfig(_Section, frozen=True, kw_only=True):
+    """Prices for the cost estimate of /usage ([pricing.models."model-id"])."""
+
+    models: Annotated[dict[str, ModelPrice], _doc("Price per model id.")] = {}
 
 
 class _McpServer(_Section, frozen=True, kw_only=True, tag_field="transport"):
@@ -277,6 +294,7 @@ class Config(_Section, frozen=True, kw_only=True):
     run_code: RunCodeConfig = msgspec.field(default_factory=RunCodeConfig)
     subagent: SubagentConfig = msgspec.field(default_factory=SubagentConfig)
     compaction: CompactionConfig = msgspec.field(default_factory=CompactionConfig)
+    pricing: PricingConfig = msgspec.field(default_factory=PricingConfig)
     mcp: McpConfig = msgspec.field(default_factory=McpConfig)
 
 

@@ -7,9 +7,10 @@ replies from it; they watch live progress through :attr:`Runtime.hub`.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
     from kesoku.model import Session
     from kesoku.tools.base import Tool
 
+log = logging.getLogger(__name__)
+
 MAX_STEPS_PER_TURN = 50
 """Model calls one turn may make (``agent.max_steps_per_turn``)."""
 WORKER_IDLE_S = 600.0
@@ -34,6 +37,24 @@ DEFAULT_PERSONA = AgentConfig().persona
 """``agent.persona`` when nothing else is given."""
 CLOSE_TIMEOUT_S = 5.0
 """How long closing the backends (HTTP clients, provider caches) may take at shutdown."""
+
+
+class ToolSource(Protocol):
+    """Tools that come and go while the runtime serves (the MCP servers' tools).
+
+    The runtime starts :meth:`serve` in its nursery before the dispatcher and asks :meth:`tools` at
+    every model step: a source offers only what works now (a crashed server's tools are withheld).
+    """
+
+    name: str
+
+    def tools(self) -> Sequence[Tool]:
+        """The tools usable now; called on the event loop at every step, so it must be cheap."""
+        ...
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Connect and keep the tools available until cancelled; ``started()`` once the first try ended."""
+        ...
 
 
 class Runtime:
@@ -54,6 +75,7 @@ class Runtime:
         question_timeout_s: How long a question to the user waits before it counts as Deny.
         subagent_max_steps: Offer the ``subagent`` tool, whose child loops may make this many model
             calls; None: no subagent tool.
+        tool_sources: Tools that come and go (MCP servers), served in the runtime's nursery.
     """
 
     def __init__(
@@ -71,6 +93,7 @@ class Runtime:
         hub: EventHub | None = None,
         question_timeout_s: float = QUESTION_TIMEOUT_S,
         subagent_max_steps: int | None = None,
+        tool_sources: Sequence[ToolSource] = (),
     ) -> None:
         self.gateway = gateway
         self._llm = llm
@@ -83,6 +106,8 @@ class Runtime:
         self.tools_by_name = {t.name: t for t in self.tools}
         if len(self.tools_by_name) != len(self.tools):
             raise ValueError("two tools share a name")
+        self.tool_sources = tuple(tool_sources)
+        self._shadowed: set[str] = set()
         self.persona = persona
         self.max_steps_per_turn = max_steps_per_turn
         self.worker_idle_s = worker_idle_s
@@ -151,12 +176,29 @@ class Runtime:
         self._used[id(llm)] = llm
         return llm
 
+    def current_tools(self) -> tuple[Tool, ...]:
+        """The tools usable now: the fixed ones, then each source's (a name already taken is skipped)."""
+        if not self.tool_sources:
+            return self.tools
+        out = list(self.tools)
+        names = set(self.tools_by_name)
+        for source in self.tool_sources:
+            for tool in source.tools():
+                if tool.name in names:
+                    if tool.name not in self._shadowed:
+                        self._shadowed.add(tool.name)
+                        log.warning("tool %s of %s is hidden by another tool of that name", tool.name, source.name)
+                    continue
+                names.add(tool.name)
+                out.append(tool)
+        return tuple(out)
+
     def cwd(self, session: Session) -> Path:
         """The working directory of a session's tools."""
         return session_cwd(session, self.project_dir)
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Run the turn-log writer and the dispatcher until cancelled.
+        """Run the turn-log writer, the tool sources and the dispatcher until cancelled.
 
         Cancellation:
             See :meth:`Dispatcher.serve`; queued turn logs are written before the writer returns, and
@@ -166,6 +208,8 @@ class Runtime:
             async with trio.open_nursery() as nursery:
                 if self.turnlog is not None:
                     await nursery.start(self.turnlog.serve)
+                for source in self.tool_sources:
+                    await nursery.start(source.serve)
                 await nursery.start(self.dispatcher.serve)
                 task_status.started()
         finally:

@@ -67,7 +67,7 @@ def subagent_tool(rt: Runtime, *, max_steps: int = MAX_STEPS, timeout_s: float =
         task = arguments.get("task")
         if not isinstance(task, str) or not task.strip():
             raise ToolError("`task` must be a non-empty string: the whole task, with what the subagent needs")
-        tools = [t for t in rt.tools if t.name != "subagent"]
+        tools = [t for t in rt.current_tools() if t.name != "subagent"]
         return await Subagent(rt, rt.llm_for(ctx.session), tools, ctx, max_steps=max_steps).run(task)
 
     parameters = {

@@ -35,7 +35,7 @@ from kesoku.llm.ir import LLMRequest, LLMResponse, LLMTurn, ResponseBuilder
 from kesoku.metrics import TurnMetrics, TurnState
 from kesoku.model import Kind, Message, Metadata, Outcome, Role, Session, Status, Usage, in_turn
 from kesoku.prompt import build_system_prompt, read_notes
-from kesoku.tools.base import ToolContext
+from kesoku.tools.base import Tool, ToolContext
 from kesoku.tools.execute import run_tool
 from kesoku.transcript import LOST_RESULT, call_id_of
 from kesoku.turnlog import TurnLogEntry
@@ -101,6 +101,8 @@ class Turn:
         self._stream_scope: trio.CancelScope | None = None
         self._batch_scope: trio.CancelScope | None = None
         self._last_ts = 0.0
+        self._tools: dict[str, Tool] = {}
+        """The tools of the current step, by name."""
 
     # -- control, called by the worker ------------------------------------------------------------
 
@@ -171,7 +173,6 @@ class Turn:
     async def _loop(self) -> TurnState:
         await self._heal()
         system = self._system_prompt()
-        specs = [t.spec for t in self.rt.tools]
         while True:
             if self.cut:
                 return self._cut_state()
@@ -182,7 +183,10 @@ class Turn:
                     "Send a message to let it continue."
                 )
                 return TurnState.STEP_LIMIT
+            tools = self.rt.current_tools()  # MCP tools come and go between steps
+            self._tools = {t.name: t for t in tools}
             turns = self._turns()
+            specs = [t.spec for t in tools]
             request = await self.llm.request_from_turns(turns, system=system, tools=specs, checker=self.history.checker)
             response, error, cancelled = await self._stream(request)
             if error is not None:
@@ -276,9 +280,7 @@ class Turn:
         arguments: Mapping[str, object] = call.metadata.tool_arguments or {}
         ctx = ToolContext(self.session, self.rt.cwd(self.session), call_id_of(call), self.guard)
         try:
-            content, outcome = await run_tool(
-                self.rt.tools_by_name.get(name), name, arguments, ctx, known=self.rt.tools_by_name
-            )
+            content, outcome = await run_tool(self._tools.get(name), name, arguments, ctx, known=self._tools)
         except BaseException:  # only cancellations get here (run_tool types every other failure)
             results[call.id] = self._cancelled_result(call, name)
             raise
@@ -352,7 +354,7 @@ class Turn:
         cwd = self.rt.cwd(self.session)
         return build_system_prompt(
             persona=self.rt.persona,
-            tools=self.rt.tools,
+            tools=self.rt.current_tools(),
             skills=self.rt.skills(),
             notes=read_notes(cwd),
             cwd=cwd,

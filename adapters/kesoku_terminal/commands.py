@@ -102,7 +102,7 @@ async def _context(chat: ChatUI, args: str) -> None:
     llm = chat.rt.llm_for(session)
     last_input = next((m.metadata.usage.input_tokens for m in reversed(history) if m.metadata.usage), 0)
     mine = sum(1 for m in history if m.role is Role.USER)
-    tools = ", ".join(t.name for t in chat.rt.tools) or "none yet"
+    tools = ", ".join(t.name for t in chat.rt.current_tools()) or "none"
     for line in (
         f"session {session.id} · {session.title or 'untitled'} · backend {llm.provider}/{llm.model}",
         f"history: {len(history)} messages ({mine} from you) · last model call read {last_input:,} input tokens",
