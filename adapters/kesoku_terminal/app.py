@@ -25,10 +25,6 @@ if TYPE_CHECKING:
     from kesoku.gateway import Gateway
     from kesoku.model import Session
 
-SESSION_PREFIX_MIN_CHARS = 4
-"""``--session`` accepts a unique prefix of an id this long or longer."""
-
-
 def chat(
     config: Config, *, config_file: Path | None, prompt: str | None, session_id: str | None, llm_name: str | None
 ) -> int:
@@ -111,15 +107,14 @@ def open_session(gateway: Gateway, session_id: str | None) -> Session:
     """
     if session_id is None:
         return gateway.open_session(INTERACTIVE_ADAPTER, f"tty-{uuid.uuid4().hex}")
-    store = gateway.store
-    session = store.get_session(session_id)
-    if session is None and len(session_id) >= SESSION_PREFIX_MIN_CHARS:
-        matches = [s for s in store.list_sessions() if s.id.startswith(session_id)]
-        if len(matches) > 1:
-            raise OperatorError(f"--session {session_id}: {len(matches)} sessions start with it; give more of the id")
-        session = matches[0] if matches else None
-    if session is None:
-        raise OperatorError(f"--session {session_id}: no such session (/sessions in kesoku chat lists them)")
+    from kesoku.store.store import AmbiguousSessionError, UnknownSessionError
+
+    try:
+        session = gateway.store.resolve_session(session_id)
+    except AmbiguousSessionError as exc:
+        raise OperatorError(f"--session {session_id}: {exc}") from None
+    except UnknownSessionError:
+        raise OperatorError(f"--session {session_id}: no such session (/sessions in kesoku chat lists them)") from None
     if session.adapter != INTERACTIVE_ADAPTER:
         raise OperatorError(
             f"--session {session_id}: a {session.adapter} session; kesoku chat continues terminal sessions only"

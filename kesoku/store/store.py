@@ -460,3 +460,127 @@ class Store:
             "SELECT data FROM view_states WHERE session_id = ? ORDER BY id DESC LIMIT 1", (session_id,)
         ).fetchone()
         return bytes(row[0]) if row else None
+
+    # -- inspection and forks (kesoku sessions, kesoku trace) ----------------------------------------
+
+    def resolve_session(self, id_or_prefix: str, *, min_prefix_chars: int = 4) -> Session:
+        """Return the session with this id, or the only one whose id starts with it.
+
+        Args:
+            id_or_prefix: A whole id, or a prefix of at least ``min_prefix_chars`` characters.
+            min_prefix_chars: The shortest prefix accepted (a shorter one must be a whole id).
+
+        Returns:
+            The session.
+
+        Raises:
+            UnknownSessionError: No session has this id or prefix.
+            AmbiguousSessionError: Several sessions start with the prefix.
+        """
+        session = self.get_session(id_or_prefix)
+        if session is not None:
+            return session
+        if len(id_or_prefix) >= min_prefix_chars:
+            rows = self._conn.execute(
+                f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE substr(id, 1, ?) = ? ORDER BY created_at, id",
+                (len(id_or_prefix), id_or_prefix),
+            ).fetchall()
+            if len(rows) == 1:
+                return _row_to_session(rows[0])
+            if rows:
+                raise AmbiguousSessionError([_row_to_session(r) for r in rows])
+        raise UnknownSessionError("no such session")
+
+    def fork_session(
+        self,
+        session_id: str,
+        *,
+        adapter: str,
+        channel_id: str,
+        workspace_root: str | os.PathLike[str],
+        at_message_id: int | None = None,
+    ) -> Session:
+        """Create a session whose ``parent_id`` is ``session_id`` and copy its history into it.
+
+        The copy is the history in logical order up to and including ``at_message_id`` (all of it when
+        None), in one transaction. Copies get new ids; their ``root_id`` and ``parent_id`` point at the
+        copies; ``external_id`` is dropped (it belongs to the original's platform message); a user
+        message still pending or processing becomes interrupted, since no turn will run it in the fork.
+        The workspace folder is not copied.
+
+        Args:
+            session_id: The session to fork.
+            adapter: The new session's adapter (``terminal`` makes it a ``kesoku chat --session`` one).
+            channel_id: The new session's channel, unique for the adapter.
+            workspace_root: The sessions folder.
+            at_message_id: The last message to copy.
+
+        Returns:
+            The new session.
+
+        Raises:
+            UnknownSessionError: No such session, or ``at_message_id`` is not one of its messages.
+        """
+        original = self.get_session(session_id)
+        if original is None:
+            raise UnknownSessionError(f"no session {session_id!r}")
+        history = self.history(session_id)
+        if at_message_id is not None:
+            ends = [i for i, m in enumerate(history) if m.id == at_message_id]
+            if not ends:
+                raise UnknownSessionError(f"message {at_message_id} is not in session {session_id}")
+            history = history[: ends[0] + 1]
+        with self._conn:  # the fork appears with its whole history or not at all
+            fork = self.create_session(
+                adapter,
+                channel_id,
+                workspace_root=workspace_root,
+                title=original.title,
+                llm=original.llm,
+                parent_id=original.id,
+                metadata={"forked_at": at_message_id} if at_message_id is not None else {},
+            )
+            new_ids: dict[int, int] = {}
+            now = time.time()
+            for msg in history:
+                status = Status.INTERRUPTED if msg.status in (Status.PENDING, Status.PROCESSING) else msg.status
+                copy = msgspec.structs.replace(
+                    msg,
+                    id=0,
+                    session_id=fork.id,
+                    status=status,
+                    root_id=new_ids.get(msg.root_id, 0),  # 0: it opens its turn (the store fills in its id)
+                    parent_id=None if msg.parent_id is None else new_ids.get(msg.parent_id),
+                    external_id=None,
+                )
+                new_ids[msg.id] = self._insert(copy, now).message.id
+        return fork
+
+    def view_states(self, session_id: str) -> list[ViewStateRecord]:
+        """Return every compaction view of a session, oldest first (the trace shows each as a marker)."""
+        rows = self._conn.execute(
+            "SELECT id, created_at, data FROM view_states WHERE session_id = ? ORDER BY id", (session_id,)
+        )
+        return [ViewStateRecord(int(i), float(t), bytes(d)) for i, t, d in rows]
+
+
+class AmbiguousSessionError(LookupError):
+    """Several sessions start with the prefix given (:meth:`Store.resolve_session`).
+
+    Attributes:
+        matches: The sessions that start with it, oldest first.
+    """
+
+    def __init__(self, matches: list[Session]) -> None:
+        super().__init__(f"{len(matches)} sessions start with it; give more of the id")
+        self.matches = matches
+
+
+class ViewStateRecord(NamedTuple):
+    """One stored compaction view."""
+
+    id: int
+    created_at: float
+    """UNIX seconds."""
+    data: bytes
+    """The view, msgspec JSON (its fields belong to kesoku's compaction)."""
