@@ -8,7 +8,6 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from kesoku.daemon import INTERACTIVE_ADAPTER
-from kesoku.model import Role, Usage
 
 if TYPE_CHECKING:
     from kesoku_terminal.interactive import ChatUI
@@ -77,46 +76,57 @@ async def _compact(chat: ChatUI, args: str) -> None:
 
 
 async def _usage(chat: ChatUI, args: str) -> None:
+    from kesoku.config import PricingConfig, get_config
+    from kesoku.usage import usage_lines
+
     store = chat.rt.gateway.store
-    inputs = outputs = cached = thinking = calls = 0
-    for message in store.history(chat.session.id):
-        usage: Usage | None = message.metadata.usage
-        if usage is not None:
-            calls += 1
-            inputs += usage.input_tokens
-            outputs += usage.output_tokens
-            cached += usage.cached_tokens
-            thinking += usage.thinking_tokens
-    turns = store.count_turns(chat.session.id)
-    chat.sink.notice(
-        f"session {chat.session.id}: {turns} turns · {calls} model calls reported usage · "
-        f"{inputs:,} input tokens ({cached:,} cached) · {outputs:,} output tokens ({thinking:,} thinking)",
-        "",
-    )
-    chat.sink.notice("cost is not tracked yet (there is no price table)")
+    session = store.get_session(chat.session.id) or chat.session
+    try:
+        pricing = get_config().pricing
+    except RuntimeError:  # a runtime built without a loaded config (in-process tests): no prices
+        pricing = PricingConfig()
+    model = chat.rt.llm_for(session).model
+    lines = usage_lines(store.history(session.id), turns=store.count_turns(session.id), model=model, pricing=pricing)
+    chat.sink.notice(f"session {session.id}: {lines[0]}", "")
+    for line in lines[1:]:
+        chat.sink.notice(line, "")
 
 
 async def _context(chat: ChatUI, args: str) -> None:
-    session = chat.rt.gateway.store.get_session(chat.session.id) or chat.session  # the title is set later
-    history = chat.rt.gateway.store.history(session.id)
+    from kesoku.prompt import build_system_prompt, read_notes
+    from kesoku.usage import context_lines, context_parts
+
+    store = chat.rt.gateway.store
+    session = store.get_session(chat.session.id) or chat.session  # the title is set later
+    history = store.history(session.id)
     llm = chat.rt.llm_for(session)
+    tools = chat.rt.current_tools()
+    cwd = chat.rt.cwd(session)
+    # The prompt the next turn would build (kesoku.turn.Turn._system_prompt), to measure it.
+    system = build_system_prompt(
+        persona=chat.rt.persona,
+        tools=tools,
+        skills=chat.rt.skills(),
+        notes=read_notes(cwd),
+        cwd=cwd,
+        now=dt.datetime.now().astimezone(),
+    )
+    parts = context_parts(
+        system=system, tools=[t.spec for t in tools], history=history, view_state=store.latest_view_state(session.id)
+    )
     last_input = next((m.metadata.usage.input_tokens for m in reversed(history) if m.metadata.usage), 0)
-    mine = sum(1 for m in history if m.role is Role.USER)
-    tools = ", ".join(t.name for t in chat.rt.current_tools()) or "none"
-    for line in (
-        f"session {session.id} · {session.title or 'untitled'} · backend {llm.provider}/{llm.model}",
-        f"history: {len(history)} messages ({mine} from you) · last model call read {last_input:,} input tokens",
-        f"working folder {chat.rt.cwd(session)} · tools: {tools}",
-    ):
-        chat.sink.notice(line, "")
-    sources = chat.rt.gateway.store.taint_sources(session.id)
+    chat.sink.notice(f"session {session.id} · {session.title or 'untitled'} · backend {llm.provider}/{llm.model}", "")
+    chat.sink.notice(f"working folder {cwd} · tools: {', '.join(t.name for t in tools) or 'none'}", "")
+    chat.sink.notice("the next request holds:", "")
+    for line in context_lines(parts, last_input_tokens=last_input):
+        chat.sink.notice(f"  {line}", "")
+    sources = store.taint_sources(session.id)
     if sources:
         chat.sink.notice(f"tainted by {len(sources)} source(s); risky actions ask you first:", "yellow")
         for source in sources:
             chat.sink.notice(f"  {source.kind}: {source.label}", "yellow")
     else:
         chat.sink.notice("not tainted: no content from outside the workspace's trust has been read", "")
-    chat.sink.notice("not built yet: compaction (the whole history is sent), the context view")
 
 
 async def _sessions(chat: ChatUI, args: str) -> None:
