@@ -23,10 +23,12 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("chat", "kesoku.cli.chat_cmd:chat", 'Talk to the agent, or ask once: kesoku chat "question"'),
     ("config", "", "Check kesoku.toml and print its JSON Schema."),
     ("service", "kesoku.cli.service_cmd:service_app", "Install and control the systemd service."),
+    ("sessions", "", "List, show, fork, export (JSON lines) and clear sessions."),
     ("skills", "", "List the skills the agent can use, and the ones that fail to load."),
     ("start", "kesoku.cli.start_cmd:start", "Run the daemon in the foreground (what systemd runs)."),
+    ("trace", "kesoku.cli.trace_cmd:trace", "Write a session's trajectory as an HTML page (works offline)."),
 )
-"""(name, lazy import path, one-line help) of each top-level command; ``config`` and ``skills`` are built below."""
+"""(name, lazy import path, one-line help) of each top-level command; ``config``, ``skills``, ``sessions`` below."""
 _HELP_FLAGS = frozenset({"--help", "-h"})
 
 
@@ -51,6 +53,17 @@ def build_app() -> App:
     skills_app = App(name="skills", help=dict((c[0], c[2]) for c in COMMANDS)["skills"])
     skills_app.command("kesoku.cli.skills_cmd:list_skills", name="list")
     app.command(skills_app)
+    sessions_app = App(name="sessions", help=dict((c[0], c[2]) for c in COMMANDS)["sessions"])
+    for name, text in (
+        ("list", "List the sessions: id, creation time, adapter, turns, title."),
+        ("show", "Show a session: its fields, token totals and last messages (with their ids)."),
+        ("clear", "Delete a session: its messages and its workspace folder."),
+        ("fork", "Copy a session's history (up to --at MESSAGE_ID) into a new terminal session."),
+        ("export", "Print a session and its messages as JSON lines."),
+    ):
+        function = "list_sessions" if name == "list" else name
+        sessions_app.command(f"kesoku.cli.sessions_cmd:{function}", name=name, help=text)
+    app.command(sessions_app)
     return app
 
 

@@ -1,0 +1,236 @@
+"""``kesoku sessions list | show | clear | fork | export``: the sessions in the database, from outside the chat.
+
+Every command that takes an ID accepts a unique prefix of it (at least 4 characters), as ``kesoku chat
+--session`` does (:meth:`kesoku.store.Store.resolve_session`). These commands open the database
+directly; they are safe beside a running daemon (SQLite WAL), except ``clear`` of a session whose turn
+is running, which is refused.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+import sys
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import msgspec
+from cyclopts import Parameter
+
+from kesoku.errors import OperatorError
+
+if TYPE_CHECKING:
+    from kesoku.config import Config
+    from kesoku.model import Message, Session
+    from kesoku.store import Store
+
+ConfigOption = Annotated[Path | None, Parameter(name=["--config", "-c"])]
+CONTENT_WIDTH = 80
+"""Characters of a message shown on its line by ``show``."""
+
+
+@contextmanager
+def open_store(config: Path | None) -> Iterator[tuple[Config, Store]]:
+    """Load the config and open its database; a missing database is an error, not a new empty one.
+
+    Raises:
+        OperatorError: A bad config, or no database at ``workspace.db_path``.
+    """
+    from kesoku.config import default_config_path, load_config
+    from kesoku.store import Store
+
+    cfg = load_config(config if config is not None else default_config_path())
+    path = Path(cfg.workspace.db_path)
+    if not path.exists():
+        raise OperatorError(f"no database at {path} (workspace.db_path): nothing has been stored yet")
+    store = Store(path)
+    try:
+        yield cfg, store
+    finally:
+        store.close()
+
+
+def find_session(store: Store, session_id: str) -> Session:
+    """The session ``session_id`` names (whole id or unique prefix).
+
+    Raises:
+        OperatorError: No such session, or an ambiguous prefix.
+    """
+    from kesoku.store.store import AmbiguousSessionError, UnknownSessionError
+
+    try:
+        return store.resolve_session(session_id)
+    except AmbiguousSessionError as exc:
+        raise OperatorError(f"session {session_id}: {exc}") from None
+    except UnknownSessionError:
+        raise OperatorError(f"session {session_id}: no such session (kesoku sessions list shows them)") from None
+
+
+def list_sessions(
+    *, adapter: Annotated[str | None, Parameter(name="--adapter")] = None, config: ConfigOption = None
+) -> None:
+    """List the sessions, oldest first: id, creation time, adapter, turns, title (a fork names its parent).
+
+    Args:
+        adapter: Only this adapter's sessions (terminal, discord, gchat).
+        config: The TOML file. Default: $KESOKU_CONFIG, else ./kesoku.toml, else built-in defaults.
+    """
+    with open_store(config) as (_, store):
+        sessions = store.list_sessions(adapter=adapter)
+        if not sessions:
+            print("no sessions")
+            return
+        rows = [("ID", "CREATED", "ADAPTER", "TURNS", "TITLE")]
+        for s in sessions:
+            title = (s.title or "untitled") + (f" (fork of {s.parent_id})" if s.parent_id else "")
+            rows.append((s.id, _when(s.created_at), s.adapter, str(store.count_turns(s.id)), title))
+        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        for r in rows:
+            print(f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]:>{widths[3]}}  {r[4]}")
+
+
+def show(
+    session_id: str,
+    /,
+    *,
+    limit: Annotated[int, Parameter(name="--limit")] = 50,
+    config: ConfigOption = None,
+) -> None:
+    """Show a session: its fields, token totals, and its last messages with their ids (for fork --at).
+
+    Args:
+        session_id: The session (id or unique prefix).
+        limit: Messages shown, the most recent; 0 shows all.
+        config: The TOML file. Default: $KESOKU_CONFIG, else ./kesoku.toml, else built-in defaults.
+    """
+    from kesoku.usage import session_tokens
+
+    with open_store(config) as (_, store):
+        s = find_session(store, session_id)
+        history = store.history(s.id)
+        tokens = session_tokens(history)
+        for key, value in (
+            ("id", s.id),
+            ("title", s.title or "untitled"),
+            ("adapter", f"{s.adapter} · channel {s.channel_id}"),
+            ("created", _when(s.created_at)),
+            ("workspace", s.workspace),
+            ("llm", s.llm or "default (agent.llm)"),
+            ("forked from", s.parent_id or ""),
+            ("turns", f"{store.count_turns(s.id)} · {len(history)} messages"),
+            (
+                "tokens",
+                f"input {tokens.input_tokens:,} ({tokens.cached_tokens:,} cached) · output {tokens.output_tokens:,}"
+                f" ({tokens.thinking_tokens:,} thinking) over {tokens.calls} model calls",
+            ),
+        ):
+            if value:
+                print(f"{key + ':':<13}{value}")
+        shown = history[-limit:] if limit > 0 else history
+        if len(shown) < len(history):
+            print(f"\n… {len(history) - len(shown)} earlier messages (--limit 0 shows all)")
+        print()
+        for m in shown:
+            print(_message_line(m))
+
+
+def clear(session_id: str, /, *, config: ConfigOption = None) -> None:
+    """Delete a session: its messages, view states and workspace folder. A running turn is refused.
+
+    Args:
+        session_id: The session (id or unique prefix).
+        config: The TOML file. Default: $KESOKU_CONFIG, else ./kesoku.toml, else built-in defaults.
+    """
+    from kesoku.model import Role, Status
+
+    with open_store(config) as (_, store):
+        s = find_session(store, session_id)
+        history = store.history(s.id)
+        if any(m.role is Role.USER and m.status in (Status.PENDING, Status.PROCESSING) for m in history):
+            raise OperatorError(f"session {s.id} has a turn running or queued: stop it first, then clear it")
+        store.delete_session(s.id)
+        shutil.rmtree(s.workspace, ignore_errors=True)
+        print(f"deleted session {s.id} ({len(history)} messages and its workspace {s.workspace})")
+
+
+def fork(
+    session_id: str,
+    /,
+    *,
+    at: Annotated[int | None, Parameter(name="--at")] = None,
+    config: ConfigOption = None,
+) -> None:
+    """Fork a session: a new terminal session holding its history (up to --at), continued with kesoku chat.
+
+    The new session names the original as its parent; the original is not changed. The workspace
+    files are not copied.
+
+    Args:
+        session_id: The session (id or unique prefix).
+        at: The id of the last message to copy (kesoku sessions show lists them). Default: all of them.
+        config: The TOML file. Default: $KESOKU_CONFIG, else ./kesoku.toml, else built-in defaults.
+    """
+    from kesoku.daemon import INTERACTIVE_ADAPTER
+    from kesoku.store.store import UnknownSessionError
+
+    with open_store(config) as (cfg, store):
+        s = find_session(store, session_id)
+        try:
+            new = store.fork_session(
+                s.id,
+                adapter=INTERACTIVE_ADAPTER,
+                channel_id=f"tty-{uuid.uuid4().hex}",
+                workspace_root=cfg.workspace.sessions_dir,
+                at_message_id=at,
+            )
+        except UnknownSessionError as exc:
+            raise OperatorError(f"fork --at {at}: {exc} (kesoku sessions show {s.id} lists them)") from None
+        Path(new.workspace).mkdir(parents=True, exist_ok=True)
+        count = len(store.history(new.id))
+        print(f"forked {s.id} into {new.id} ({count} messages); continue it: kesoku chat --session {new.id}")
+
+
+def export(
+    session_id: str,
+    /,
+    *,
+    output: Annotated[Path | None, Parameter(name=["--output", "-o"])] = None,
+    config: ConfigOption = None,
+) -> None:
+    """Export a session as JSON lines, to keep or to process with other tools.
+
+    The first line is ``{"type": "session", ...}`` with the session's fields, then one
+    ``{"type": "message", ...}`` per message in history order (bytes as base64).
+
+    Args:
+        session_id: The session (id or unique prefix).
+        output: The file to write. Default: stdout.
+        config: The TOML file. Default: $KESOKU_CONFIG, else ./kesoku.toml, else built-in defaults.
+    """
+    encode = msgspec.json.Encoder().encode
+    with open_store(config) as (_, store):
+        s = find_session(store, session_id)
+        lines = [encode({"type": "session", **msgspec.to_builtins(s)})]
+        lines += [encode({"type": "message", **msgspec.to_builtins(m)}) for m in store.history(s.id)]
+    data = b"\n".join(lines) + b"\n"
+    if output is None:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    else:
+        output.write_bytes(data)
+        print(f"wrote {len(lines) - 1} messages of session {s.id} to {output}", file=sys.stderr)
+
+
+def _when(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M")
+
+
+def _message_line(m: Message) -> str:
+    text = " ".join(m.content.split())
+    if len(text) > CONTENT_WIDTH:
+        text = text[: CONTENT_WIDTH - 1] + "…"
+    status = "" if m.status.value == "done" else f" [{m.status.value}]"
+    return f"{m.id:>7}  {dt.datetime.fromtimestamp(m.ts):%H:%M:%S}  {m.role.value}/{m.kind.value}{status}  {text}"
