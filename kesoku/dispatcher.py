@@ -74,15 +74,34 @@ class Dispatcher:
 
     def submit(self, message: Message) -> None:
         """Queue a user message on its session's worker, starting the worker if needed."""
-        assert self._nursery is not None, "submit() needs a running dispatcher"
-        worker = self.workers.get(message.session_id)
+        worker = self._worker(message.session_id)
+        if worker is not None:
+            worker.submit(message)
+
+    def compact(self, session_id: str) -> bool:
+        """Compact a session as soon as it has no running turn (``/compact``).
+
+        Returns:
+            False when the session does not exist. The outcome arrives as a
+            :class:`~kesoku.events.Compacted` event.
+        """
+        worker = self._worker(session_id)
         if worker is None:
-            session = self.rt.gateway.store.get_session(message.session_id)
+            return False
+        worker.request_compaction()
+        return True
+
+    def _worker(self, session_id: str) -> SessionWorker | None:
+        """The session's worker, started if needed; None when the session was deleted."""
+        assert self._nursery is not None, "the dispatcher is not running"
+        worker = self.workers.get(session_id)
+        if worker is None:
+            session = self.rt.gateway.store.get_session(session_id)
             if session is None:
-                return  # deleted since the message was posted
+                return None
             worker = self.workers[session.id] = SessionWorker(self.rt, session)
             self._nursery.start_soon(self._run_worker, worker, name=f"worker {session.id}")
-        worker.submit(message)
+        return worker
 
     def stop(self, session_id: str, *, force: bool = False) -> bool:
         """Stop the running turn of a session (see :meth:`SessionWorker.stop`); False if none runs."""

@@ -6,6 +6,8 @@
 - Retry: :class:`BackendError` from a model backend; ``retryable`` says whether the base retries it.
 """
 
+import re
+
 
 class KesokuError(Exception):
     """Base class of every error Kesoku raises on purpose."""
@@ -29,6 +31,13 @@ class StoreError(OperatorError):
 
 class ToolError(KesokuError):
     """A tool could not do what the model asked; the message is shown to the model as the result."""
+
+
+_CONTEXT_OVERFLOW = re.compile(
+    r"prompt is too long|context[_ ]length|maximum context|exceeds the maximum number of tokens|context size"
+    r"|context window|too many tokens",
+    re.IGNORECASE,
+)
 
 
 class BackendError(KesokuError):
@@ -57,3 +66,14 @@ class BackendError(KesokuError):
         self.status = status
         self.retry_after_s = retry_after_s
         self.auth = auth
+
+    @property
+    def context_overflow(self) -> bool:
+        """True when the provider refused the request for being longer than the model's context window.
+
+        The providers say so in their messages, not in a status of their own (all send a 400):
+        Anthropic "prompt is too long", Gemini "input token count ... exceeds the maximum number of
+        tokens", OpenAI ``context_length_exceeded`` / "maximum context length", llama.cpp "exceeds the
+        available context size".
+        """
+        return not self.retryable and _CONTEXT_OVERFLOW.search(str(self)) is not None

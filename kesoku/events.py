@@ -14,6 +14,7 @@ from typing import Self
 import msgspec
 import trio
 
+from kesoku.compaction.view import ViewState
 from kesoku.llm.ir import LLMEvent
 from kesoku.metrics import TurnMetrics
 from kesoku.model import Message
@@ -64,7 +65,27 @@ class QuestionAsked(msgspec.Struct, frozen=True, tag="question_asked"):
     question: Message
 
 
-TurnEvent = TurnStarted | ModelDelta | ToolStarted | ToolFinished | QuestionAsked | TurnEnded
+_STAGES = {1: "evicted old tool results", 2: "archived old turns", 3: "summarized", 4: "left the oldest out"}
+
+
+class Compacted(msgspec.Struct, frozen=True, tag="compacted"):
+    """A compaction ended: ``view`` is the stored view, or None when nothing was old enough to compact."""
+
+    session_id: str
+    view: ViewState | None
+    reason: str
+
+    def render(self) -> str:
+        """One line for a chat: what was compacted and the estimated tokens before and after."""
+        view = self.view
+        if view is None:
+            return f"🗜 nothing to compact ({self.reason}): the history is short or was compacted already"
+        stages = ", ".join(_STAGES[s] for s in view.stages)
+        tokens = f"{view.tokens_before / 1000:.1f}K → {view.tokens_after / 1000:.1f}K tokens"
+        return f"🗜 compacted ({self.reason}): {tokens}; {stages}"
+
+
+TurnEvent = TurnStarted | ModelDelta | ToolStarted | ToolFinished | QuestionAsked | Compacted | TurnEnded
 
 
 class EventHub:

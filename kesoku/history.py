@@ -5,12 +5,17 @@ The store is the truth; this is a cache that only ever reads rows with ids above
 incremental :class:`~kesoku.transcript.Transcript`. Almost every new message sorts last (a turn's own
 posts, a new user message), so folding is an append; one that sorts earlier (an interrupted turn's
 late tool result) makes the transcript rebuild from the cached list, never from the store.
+
+The session's compacted view (the newest ``view_state``, see :mod:`kesoku.compaction.view`) is
+applied here: archived messages are left out, evicted tool results shown as stubs, and the archives'
+text leads the first user turn.
 """
 
 from __future__ import annotations
 
 import bisect
 
+from kesoku.compaction.view import ViewState, archive_start, with_head
 from kesoku.llm.ir import LLMTurn
 from kesoku.model import Kind, Message
 from kesoku.store import MessageFilter, Store
@@ -44,6 +49,17 @@ class SessionHistory:
         self._unanswered: dict[int, Message] = {}  # tool calls without a result, by id
         self.checker = TurnChecker()
         """Checks this session's requests, re-checking only what changed (see TurnChecker)."""
+        stored = store.latest_view_state(session_id)
+        self.view: ViewState | None = ViewState.decode(stored) if stored is not None else None
+        """The compacted view requests are built under (None: the whole history)."""
+        self._start = 0  # messages[_start:] are sent (the rest is archived)
+        self._head: tuple[LLMTurn, LLMTurn] | None = None  # (first turn, the same with the archives' text)
+
+    def set_view(self, view: ViewState) -> None:
+        """Build requests under a new view from now on (after a compaction stored it)."""
+        self.view = view
+        self._transcript = None
+        self._head = None
 
     def sync(self) -> int:
         """Read the session's messages written since the last sync.
@@ -82,16 +98,33 @@ class SessionHistory:
         return [self._unanswered[i] for i in sorted(self._unanswered)]
 
     def turns(self, root: Message) -> list[LLMTurn]:
-        """The request turns of the history up to ``root``'s turn.
+        """The request turns of the history up to ``root``'s turn, under the compacted view.
 
         Later user messages are left out: they interrupt this turn and open the next one. Call
         :meth:`sync` first so the turn's own posts are in.
         """
         end = bisect.bisect(self._keys, (root.root_ts, float("inf"), 0))
+        view = self.view
+        start = min(archive_start(self.messages, self._keys, view), end)
+        if start != self._start:
+            self._transcript, self._start = None, start
         folded = self._transcript is not None and end >= self._folded
         if folded and end > self._folded and self._transcript is not None:
-            folded = self._transcript.extend(self.messages[self._folded : end])
+            folded = self._transcript.extend(self._shown(self._folded, end))
         if not folded or self._transcript is None:
-            self._transcript = Transcript(self.messages[:end])
+            self._transcript = Transcript(self._shown(start, end))
         self._folded = end
-        return self._transcript.turns()
+        turns = self._transcript.turns()
+        head = view.head_text() if view is not None else None
+        if head is None or not turns:
+            return turns
+        # The first turn with the archives' text is built once per first turn, so the request's turns
+        # stay the same objects from one call to the next (the checker and turn log rely on it).
+        if self._head is None or self._head[0] != turns[0]:
+            self._head = (turns[0], with_head(turns[:1], head)[0])
+        return [self._head[1], *turns[1:]]
+
+    def _shown(self, start: int, end: int) -> list[Message]:
+        view = self.view
+        part = self.messages[start:end]
+        return part if view is None or view.evict_before is None else [view.shown(m) for m in part]

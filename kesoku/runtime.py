@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import trio
 
+from kesoku.compaction import CompactionPolicy
 from kesoku.config import AgentConfig, Config
 from kesoku.dispatcher import Dispatcher
 from kesoku.events import EventHub
@@ -76,6 +77,7 @@ class Runtime:
         subagent_max_steps: Offer the ``subagent`` tool, whose child loops may make this many model
             calls; None: no subagent tool.
         tool_sources: Tools that come and go (MCP servers), served in the runtime's nursery.
+        compaction: When and how far to compact sessions (``[compaction]``).
     """
 
     def __init__(
@@ -94,6 +96,7 @@ class Runtime:
         question_timeout_s: float = QUESTION_TIMEOUT_S,
         subagent_max_steps: int | None = None,
         tool_sources: Sequence[ToolSource] = (),
+        compaction: CompactionPolicy | None = None,
     ) -> None:
         self.gateway = gateway
         self._llm = llm
@@ -107,6 +110,7 @@ class Runtime:
         if len(self.tools_by_name) != len(self.tools):
             raise ValueError("two tools share a name")
         self.tool_sources = tuple(tool_sources)
+        self.compaction = compaction if compaction is not None else CompactionPolicy()
         self._shadowed: set[str] = set()
         self.persona = persona
         self.max_steps_per_turn = max_steps_per_turn
@@ -166,6 +170,7 @@ class Runtime:
             turnlog=TurnLogWriter(),
             question_timeout_s=agent.question_timeout_s,
             subagent_max_steps=config.subagent.max_steps if config.subagent.enabled else None,
+            compaction=CompactionPolicy.from_config(config),
         )
 
     def llm_for(self, session: Session) -> BaseLLM:

@@ -16,6 +16,7 @@ next turn can answer with ``lost``.
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import logging
 import time
@@ -27,8 +28,10 @@ from typing import TYPE_CHECKING
 import msgspec
 import trio
 
+from kesoku.compaction import Compactor
+from kesoku.compaction.tokens import fixed_tokens
 from kesoku.errors import BackendError
-from kesoku.events import ModelDelta, ToolFinished, ToolStarted
+from kesoku.events import Compacted, ModelDelta, ToolFinished, ToolStarted
 from kesoku.guard import SessionGuard
 from kesoku.history import SessionHistory
 from kesoku.llm.ir import LLMRequest, LLMResponse, LLMTurn, ResponseBuilder
@@ -71,6 +74,7 @@ class Turn:
         history: The worker's cached history of the session (a fresh one is read when None).
         session_turns: User messages of the session processed before this turn.
         guard: The session's taint sources and questions (the worker's; a fresh one when None).
+        compactor: The session's compactor (the worker's; a fresh one when None).
     """
 
     def __init__(
@@ -83,8 +87,10 @@ class Turn:
         history: SessionHistory | None = None,
         session_turns: int = 0,
         guard: SessionGuard | None = None,
+        compactor: Compactor | None = None,
     ) -> None:
         self.rt = rt
+        self.compactor = compactor if compactor is not None else Compactor(rt.gateway.store, rt.compaction)
         self.guard = guard if guard is not None else SessionGuard(rt.gateway.store, rt.questions, session.id)
         self.history = history if history is not None else SessionHistory(rt.gateway.store, session.id)
         self.session_turns = session_turns
@@ -103,6 +109,7 @@ class Turn:
         self._last_ts = 0.0
         self._tools: dict[str, Tool] = {}
         """The tools of the current step, by name."""
+        self._overflow_retried = False
 
     # -- control, called by the worker ------------------------------------------------------------
 
@@ -187,11 +194,20 @@ class Turn:
             self._tools = {t.name: t for t in tools}
             turns = self._turns()
             specs = [t.spec for t in tools]
+            fixed = fixed_tokens(system, specs)
+            if self._over_limit(turns, fixed) and await self._compact("auto", fixed):
+                turns = self._turns()
             request = await self.llm.request_from_turns(turns, system=system, tools=specs, checker=self.history.checker)
             response, error, cancelled = await self._stream(request)
+            if error is not None and error.context_overflow and not self._overflow_retried:
+                self._overflow_retried = True  # compact, then retry once
+                if await self._compact("context overflow", fixed, force=True):
+                    continue
             if error is not None:
                 await self._post_system(f"⚠ The model call failed: {error}")
                 return TurnState.FAILED
+            if response.usage.input_tokens:
+                self.compactor.calibration.update(request, response.usage.input_tokens)
             if cancelled:
                 await self._post_partial(response)
                 return self._cut_state()
@@ -350,16 +366,45 @@ class Turn:
         log.warning("session %s: %d tool call(s) without results marked lost", self.session.id, len(results))
         await self.rt.gateway.post_many(results)
 
-    def _system_prompt(self) -> str:
-        cwd = self.rt.cwd(self.session)
-        return build_system_prompt(
-            persona=self.rt.persona,
-            tools=self.rt.current_tools(),
-            skills=self.rt.skills(),
-            notes=read_notes(cwd),
-            cwd=cwd,
-            now=dt.datetime.now().astimezone(),
+    def _over_limit(self, turns: list[LLMTurn], fixed: float) -> bool:
+        policy = self.rt.compaction
+        limit = policy.limit(self.llm.provider, self.llm.model)
+        return policy.enabled and self.compactor.estimate(turns, fixed) > limit
+
+    async def _compact(self, reason: str, fixed: float, *, force: bool = False) -> bool:
+        """Compact the session's view before the next request; True when a new view is in force."""
+        self.history.sync()
+        active_ts = min(r.root_ts for r in self.roots)  # every message this turn answers stays verbatim
+        end = bisect.bisect(self.history._keys, (self.root.root_ts, float("inf"), 0))
+        view = await self.compactor.compact(
+            self.history.messages[:end],
+            active_ts,
+            self.llm,
+            current=self.history.view,
+            fixed_tokens=fixed,
+            reason=reason,
+            force=force,
         )
+        if view is not None:
+            self.history.set_view(view)
+        self.rt.hub.publish(Compacted(self.session.id, view, reason))
+        return view is not None
+
+    def _system_prompt(self) -> str:
+        return system_prompt(self.rt, self.session)
+
+
+def system_prompt(rt: Runtime, session: Session) -> str:
+    """The system prompt of a session's next request (tools, skills and notes as they are now)."""
+    cwd = rt.cwd(session)
+    return build_system_prompt(
+        persona=rt.persona,
+        tools=rt.current_tools(),
+        skills=rt.skills(),
+        notes=read_notes(cwd),
+        cwd=cwd,
+        now=dt.datetime.now().astimezone(),
+    )
 
 
 def _with_usage(message: Message, usage: Usage) -> Message:

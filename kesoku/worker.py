@@ -15,12 +15,14 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from kesoku.events import TurnEnded, TurnStarted
+from kesoku.compaction import Compactor
+from kesoku.compaction.tokens import fixed_tokens
+from kesoku.events import Compacted, TurnEnded, TurnStarted
 from kesoku.guard import SessionGuard
 from kesoku.history import SessionHistory
 from kesoku.metrics import TurnMetrics
 from kesoku.model import Kind, Message, Role, Session, Status
-from kesoku.turn import Turn
+from kesoku.turn import Turn, system_prompt
 
 if TYPE_CHECKING:
     from kesoku.runtime import Runtime
@@ -54,6 +56,10 @@ class SessionWorker:
         """The session's history, read once per worker and then kept up to date incrementally."""
         self.guard = SessionGuard(rt.gateway.store, rt.questions, session.id)
         """The session's taint sources and the questions its tools ask."""
+        self.compactor = Compactor(rt.gateway.store, rt.compaction)
+        """The session's compaction state (calibration, summary cooldown)."""
+        self.compact_requested = False
+        """``/compact`` asked; runs when no turn is running."""
         self._wakeup = trio.Event()
         self._session_turns: int | None = None
 
@@ -67,6 +73,11 @@ class SessionWorker:
         self.pending[message.id] = message
         if self.turn is not None and message.status is Status.PENDING:
             self.turn.interrupt()
+        self._wakeup.set()
+
+    def request_compaction(self) -> None:
+        """Compact the session as soon as no turn runs (``/compact``); the result is a Compacted event."""
+        self.compact_requested = True
         self._wakeup.set()
 
     def stop(self, *, force: bool = False) -> bool:
@@ -92,12 +103,16 @@ class SessionWorker:
         """
         task_status.started()
         while True:
+            if self.compact_requested:
+                self.compact_requested = False
+                await self._compact()
             if not self.pending:
                 self._wakeup = trio.Event()
                 with trio.move_on_after(self.rt.worker_idle_s):
                     await self._wakeup.wait()
-                if not self.pending:
+                if not self.pending and not self.compact_requested:
                     return
+                continue
             roots = [self.pending.pop(i) for i in sorted(self.pending)]
             await self._run_turn(roots)
 
@@ -118,6 +133,7 @@ class SessionWorker:
             history=self.history,
             session_turns=self._session_turns,
             guard=self.guard,
+            compactor=self.compactor,
         )
         self.turn = turn
         try:
@@ -129,6 +145,28 @@ class SessionWorker:
         self._session_turns = metrics.session_turns
         self.metrics = [*self.metrics[-9:], metrics]
         self.rt.hub.publish(TurnEnded(self.session.id, metrics))
+
+    async def _compact(self) -> None:
+        """``/compact`` between turns: everything but the last turn may be compacted."""
+        self.history.sync()
+        messages = self.history.messages
+        last_user = next((m for m in reversed(messages) if m.role is Role.USER), None)
+        view = None
+        if last_user is not None:
+            llm = self.rt.llm_for(self.session)
+            specs = [t.spec for t in self.rt.current_tools()]
+            view = await self.compactor.compact(
+                messages,
+                last_user.root_ts,
+                llm,
+                current=self.history.view,
+                fixed_tokens=fixed_tokens(system_prompt(self.rt, self.session), specs),
+                reason="/compact",
+                force=True,
+            )
+        if view is not None:
+            self.history.set_view(view)
+        self.rt.hub.publish(Compacted(self.session.id, view, "/compact"))
 
     def _drop_answered(self, roots: list[Message]) -> list[Message]:
         """Mark done the resumed roots whose turn already ended with an answer (a crash after answering).

@@ -1,0 +1,6 @@
+"""Progressive context compaction (DESIGN §9): token accounting, the compacted view, the stages."""
+
+from kesoku.compaction.compactor import CompactionPolicy, Compactor
+from kesoku.compaction.view import Archive, ViewState
+
+__all__ = ["Archive", "CompactionPolicy", "Compactor", "ViewState"]

@@ -1,0 +1,114 @@
+"""Token accounting for compaction: context windows, thresholds, and the size of a request.
+
+A request's size is estimated from its characters (about 4 per token for English and code, the
+providers' rule of thumb), a fixed cost per image and per document, and the JSON of the tool
+schemas; the estimate is then calibrated per session by the provider-reported input tokens of the
+last call (:class:`Calibration`), so the provider's own count stays the anchor and only what was
+added since is estimated.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import msgspec
+
+from kesoku.llm.ir import (
+    DocumentBlock,
+    ImageBlock,
+    LLMRequest,
+    LLMTurn,
+    TextBlock,
+    ThoughtBlock,
+    ToolCallBlock,
+    ToolSpec,
+)
+
+CHARS_PER_TOKEN = 4.0
+IMAGE_TOKENS = 1600
+"""What one image costs, about: Claude bills ~1,600 tokens for a 1,092 px square, Gemini 258 per tile."""
+DOCUMENT_TOKENS = 3000
+"""What one attached document costs before its size is known (a few PDF pages)."""
+DEFAULT_WINDOW = 128_000
+"""Context window of a model the table does not know."""
+
+# Prefix of the model id → context window in tokens (the providers' model pages, 2026).
+_WINDOWS: tuple[tuple[str, int], ...] = (
+    ("claude-", 200_000),
+    ("gemini-", 1_048_576),
+    ("gpt-5", 400_000),
+    ("gpt-4.1", 1_047_576),
+    ("gpt-4o", 128_000),
+    ("o3", 200_000),
+    ("o4", 200_000),
+)
+
+
+def window_of(windows: Mapping[str, int], provider: str, model: str, local_window: int) -> int:
+    """The context window of a model, in tokens.
+
+    Args:
+        windows: Per-model overrides (``compaction.context_windows``).
+        provider: The backend; ``local`` uses ``local_window``.
+        model: The model id.
+        local_window: ``local.n_ctx``.
+
+    Returns:
+        Tokens; :data:`DEFAULT_WINDOW` for a model the table does not know.
+    """
+    if model in windows:
+        return windows[model]
+    if provider == "local":
+        return local_window
+    return next((size for prefix, size in _WINDOWS if model.startswith(prefix)), DEFAULT_WINDOW)
+
+
+def estimate_turns(turns: Sequence[LLMTurn]) -> float:
+    """Estimated tokens of some turns (uncalibrated)."""
+    chars = 0
+    fixed = 0
+    for turn in turns:
+        for block in turn.blocks:
+            if isinstance(block, TextBlock | ThoughtBlock):
+                chars += len(block.text)
+            elif isinstance(block, ToolCallBlock):
+                chars += len(block.name) + len(msgspec.json.encode(block.arguments))
+            elif isinstance(block, ImageBlock):
+                fixed += IMAGE_TOKENS
+            elif isinstance(block, DocumentBlock):
+                fixed += DOCUMENT_TOKENS
+            else:  # a tool result
+                chars += len(block.content)
+    return chars / CHARS_PER_TOKEN + fixed
+
+
+def fixed_tokens(system: str, tools: Sequence[ToolSpec]) -> float:
+    """Estimated tokens of a system prompt and tool schemas (uncalibrated)."""
+    return (len(system) + sum(len(msgspec.json.encode(t)) for t in tools)) / CHARS_PER_TOKEN
+
+
+def estimate_request(request: LLMRequest) -> float:
+    """Estimated input tokens of a request (uncalibrated): system prompt, tool schemas and turns."""
+    return fixed_tokens(request.system, request.tools) + estimate_turns(request.turns)
+
+
+class Calibration:
+    """A session's ratio of provider-counted to estimated input tokens, from its last model call.
+
+    The ratio is clamped to [0.5, 3]: a tokenizer far from 4 characters a token (CJK text, base64)
+    moves it, a broken count does not.
+    """
+
+    def __init__(self) -> None:
+        self.ratio = 1.0
+
+    def update(self, request: LLMRequest, input_tokens: int) -> None:
+        """Learn from a finished call: what was sent and what the provider counted."""
+        estimated = estimate_request(request)
+        if input_tokens > 0 and estimated > 0:
+            self.ratio = min(3.0, max(0.5, input_tokens / estimated))
+
+    def tokens(self, estimated: float) -> int:
+        """Calibrated tokens of an estimate."""
+        return math.ceil(estimated * self.ratio)

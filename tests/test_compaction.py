@@ -1,0 +1,219 @@
+"""Progressive compaction through the runtime, on long synthetic sessions in a real SQLite store.
+
+The model is scripted; the context window is made small through the policy so a few hundred
+messages are "long". Every test checks the request the model received (the active task verbatim,
+the invariant) and what the store holds afterwards (the log untouched, one view state or none).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import trio
+import trio.testing
+from runtime_harness import Harness, echo, serve_runtime
+
+from kesoku.compaction import CompactionPolicy, ViewState
+from kesoku.compaction.tokens import estimate_request
+from kesoku.events import Compacted
+from kesoku.llm.ir import LLMRequest, TextBlock, ToolResultBlock
+from kesoku.metrics import TurnState
+from kesoku.model import Kind, Metadata, Outcome, Role, Status, in_turn, user_text
+from kesoku.testing import ScriptedLLM
+from kesoku.transcript import check_turns
+
+WINDOW = 20_000
+"""Tokens of the scripted model's window in these tests (threshold 0.85: 17,000)."""
+
+
+SMALL_WINDOW = 8_000
+"""For the tests that need the archive lines themselves to be too long: fewer turns do it."""
+
+
+def policy(window: int = WINDOW) -> CompactionPolicy:
+    return CompactionPolicy(windows=(("scripted", window),))
+
+
+async def seed(h: Harness, turns: int, *, result_chars: int = 3000, user_chars: int = 40) -> None:
+    """Write ``turns`` finished turns: a question, a read_file call, its (long) result, an answer."""
+    for i in range(turns):
+        root = await h.gateway.post(
+            msgspec.structs.replace(user_text(h.session.id, f"question {i}: " + "q" * user_chars), status=Status.DONE)
+        )
+        meta = Metadata(tool_name="read_file", tool_arguments={"path": f"notes/{i}.txt"}, call_id=f"c{i}")
+        call = await h.gateway.post(in_turn(root, Role.ASSISTANT, Kind.TOOL_CALL, f"read_file {i}", metadata=meta))
+        result_meta = Metadata(tool_name="read_file", call_id=f"c{i}", outcome=Outcome.COMPLETED)
+        body = f"result {i} " + "r" * result_chars
+        await h.gateway.post(in_turn(root, Role.TOOL, Kind.TOOL_RESULT, body, parent_id=call.id, metadata=result_meta))
+        await h.gateway.post(in_turn(root, Role.ASSISTANT, Kind.TEXT, f"answer {i}"))
+
+
+async def next_compacted(h: Harness) -> Compacted:
+    async for event in h.events:
+        if isinstance(event, Compacted):
+            return event
+    raise AssertionError("event stream closed")
+
+
+def tokens(request: LLMRequest) -> float:
+    return estimate_request(request)
+
+
+def views(h: Harness) -> ViewState | None:
+    data = h.store.latest_view_state(h.session.id)
+    return ViewState.decode(data) if data is not None else None
+
+
+async def test_evicting_long_results_is_enough_and_the_active_task_stays(tmp_path: Path) -> None:
+    llm = ScriptedLLM([{"text": "done"}])
+    async with serve_runtime(tmp_path, llm, compaction=policy()) as h:
+        await seed(h, 50, result_chars=1500)  # ~50 × 390 tokens, mostly results under 2,000 chars: stubs
+        count = len(h.history())
+        await h.say("the new request, verbatim")
+        metrics = await h.turn_end()
+        view = views(h)
+        assert len(h.history()) == count + 2  # the log is only appended to
+    assert metrics.state is TurnState.DONE
+    assert view is not None and view.stages == (1,)
+    assert view.tokens_before > 17_000 > view.tokens_after
+    request = llm.requests[0]
+    assert tokens(request) < 0.85 * WINDOW
+    assert check_turns(request.turns) == []
+    assert request.turns[-1].blocks[-1] == TextBlock("the new request, verbatim")
+    text = repr(request.turns)
+    assert "[evicted to save context" in text
+    assert "result 49 " + "r" * 100 in text  # the newest turns keep their results whole
+
+
+async def test_archive_lines_then_a_model_summary(tmp_path: Path) -> None:
+    llm = ScriptedLLM([{"text": "## Notes\n- questions 0-159 were about notes/N.txt"}, {"text": "done"}])
+    async with serve_runtime(tmp_path, llm, compaction=policy(SMALL_WINDOW)) as h:
+        await seed(h, 160, result_chars=50, user_chars=100)  # many small turns: only a summary is small enough
+        await h.say("latest")
+        await h.turn_end()
+        view = views(h)
+    assert view is not None and view.stages == (1, 2, 3)
+    assert [a.kind for a in view.archives] == ["summary"]
+    summary_request, request = llm.requests
+    assert summary_request.tools == ()
+    assert "Turn 1: intent=question 0: qqq" in summary_request.turns[0].blocks[0].text  # type: ignore[union-attr]
+    assert "files=notes/0.txt" in summary_request.turns[0].blocks[0].text  # type: ignore[union-attr]
+    head = request.turns[0].blocks[0]
+    assert isinstance(head, TextBlock) and head.text.startswith("[Compacted context")
+    assert "questions 0-159 were about" in head.text
+    assert "Files read earlier: " in head.text and "notes/110.txt" in head.text  # the newest 50 stay listed
+    assert check_turns(request.turns) == []
+    assert tokens(request) < 0.85 * SMALL_WINDOW
+    assert request.turns[-1].blocks[-1] == TextBlock("latest")
+
+
+async def test_a_failed_summary_falls_back_to_the_archive_and_cools_down(tmp_path: Path) -> None:
+    llm = ScriptedLLM([{"error": {"message": "overloaded", "status": 400}}, {"text": "done"}, {"text": "two"}])
+    async with serve_runtime(tmp_path, llm, compaction=policy(SMALL_WINDOW)) as h:
+        await seed(h, 160, result_chars=50, user_chars=100)
+        await h.say("latest")
+        await h.turn_end()
+        view = views(h)
+        assert view is not None and 3 not in view.stages and 2 in view.stages
+        # Stage 4 left the oldest archive out if the lines alone were too long; either way it fits.
+        assert check_turns(llm.requests[1].turns) == []
+        assert tokens(llm.requests[1]) < 0.85 * SMALL_WINDOW
+        worker = h.rt.dispatcher.workers[h.session.id]
+        assert worker.compactor.cooldown_until > trio.current_time() - 1
+        await h.say("again")
+        await h.turn_end()
+    assert len(llm.requests) == 3  # no second summary attempt during the cooldown
+
+
+async def test_a_context_overflow_error_compacts_and_retries_once(tmp_path: Path) -> None:
+    overflow = {"error": {"message": "prompt is too long: 250000 tokens > 200000 maximum", "status": 400}}
+    llm = ScriptedLLM([overflow, {"text": "fits now"}])
+    # The window is large, so only the provider's refusal can trigger this compaction.
+    async with serve_runtime(tmp_path, llm, compaction=CompactionPolicy()) as h:
+        await seed(h, 20)
+        await h.say("go on")
+        metrics = await h.turn_end()
+        view = views(h)
+        answer = h.history()[-1]
+    assert metrics.state is TurnState.DONE
+    assert answer.content == "fits now"
+    assert view is not None and view.reason == "context overflow"
+    assert len(llm.requests) == 2
+    assert tokens(llm.requests[1]) < tokens(llm.requests[0])
+
+
+async def test_slash_compact_between_turns_and_its_event(tmp_path: Path) -> None:
+    llm = ScriptedLLM([{"text": "summary"}, {"text": "after"}])
+    async with serve_runtime(tmp_path, llm, compaction=CompactionPolicy()) as h:
+        await seed(h, 12)
+        assert h.rt.dispatcher.compact(h.session.id)
+        event = await next_compacted(h)
+        assert event.view is not None and event.reason == "/compact"
+        assert event.render().startswith("🗜 compacted (/compact): ")
+        await h.say("next")
+        await h.turn_end()
+        assert not h.rt.dispatcher.compact("no-such-session")
+    request = llm.requests[-1]
+    assert check_turns(request.turns) == []
+    assert "[evicted to save context" in repr(request.turns)
+
+
+async def test_a_cancelled_compaction_stores_nothing(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    slow_summary = {"text": "never used", "delay_s": 60}
+    llm = ScriptedLLM([slow_summary, {"text": "done"}])
+    async with serve_runtime(tmp_path, llm, compaction=policy(SMALL_WINDOW)) as h:
+        await seed(h, 160, result_chars=50, user_chars=100)
+        await h.say("latest")
+        await trio.sleep(5)  # inside the summary call
+        assert len(llm.requests) == 1
+    # serve_runtime cancelled the runtime (a shutdown) in the middle of the compaction.
+    h.store.__init__(tmp_path / "kesoku.db")  # type: ignore[misc]
+    try:
+        assert h.store.latest_view_state(h.session.id) is None
+        assert [m.status for m in h.store.history(h.session.id) if m.content == "latest"] == [Status.PROCESSING]
+    finally:
+        h.store.close()
+
+
+async def test_a_message_during_compaction_waits_and_is_answered(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    llm = ScriptedLLM([{"text": "summary", "delay_s": 2}, {"text": "first"}, {"text": "second"}])
+    async with serve_runtime(tmp_path, llm, compaction=policy(SMALL_WINDOW)) as h:
+        await seed(h, 160, result_chars=50, user_chars=100)
+        await h.say("latest")
+        await trio.sleep(1)  # the summary is being written
+        await h.say("meanwhile")
+        first = await h.turn_end()
+        second = await h.turn_end()
+        history = h.history()
+    # The compaction finished (atomic, not cut by the message); the interrupted turn then pivoted.
+    assert first.state is TurnState.INTERRUPTED
+    assert second.state is TurnState.DONE
+    assert [m.content for m in history if m.role is Role.ASSISTANT][-1] in ("first", "second")
+    assert "meanwhile" in repr(llm.requests[-1].turns)
+    results = [b for t in llm.requests[-1].turns for b in t.blocks if isinstance(b, ToolResultBlock)]
+    assert all(b.outcome is Outcome.COMPLETED for b in results)
+
+
+async def test_mid_turn_compaction_keeps_the_turns_own_tool_pairs(tmp_path: Path) -> None:
+    big = "e" * 12_000  # one echo result that pushes the request over the threshold
+    llm = ScriptedLLM(
+        [
+            {"tool_calls": [{"name": "echo", "arguments": {"text": big}}]},
+            {"text": "done"},
+        ]
+    )
+    async with serve_runtime(tmp_path, llm, tools=[echo()], compaction=policy()) as h:
+        await seed(h, 45, result_chars=1200)  # just under the threshold
+        await h.say("echo a lot")
+        await h.turn_end()
+        view = views(h)
+    first, second = llm.requests
+    assert view is not None and view.reason == "auto"
+    assert tokens(first) < 0.85 * WINDOW  # the first step fitted; the echo result tipped the second over
+    results = [b for t in second.turns for b in t.blocks if isinstance(b, ToolResultBlock) and b.name == "echo"]
+    assert [b.content for b in results] == [big]  # the active turn's pair is whole
+    assert check_turns(second.turns) == []
+    assert tokens(second) < 0.85 * WINDOW
