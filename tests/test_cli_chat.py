@@ -361,7 +361,7 @@ def test_interactive_streams_the_answer_and_exits_on_ctrl_d(tmp_path: Path) -> N
         term.wait_for("⚡ turn 1 · context 2K · 1 tool call · 3K tokens")
         assert term.screen.count("The capital of France is Paris.") == 1  # streamed, then never again
         term.type("/compact\r")
-        term.wait_for("compaction is not built yet")
+        term.wait_for("🗜 nothing to compact (/compact)")
         term.type("\x04")  # Ctrl-D on an empty line
         assert term.wait_exit() == 0
     finally:

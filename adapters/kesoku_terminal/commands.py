@@ -70,9 +70,11 @@ async def _clear(chat: ChatUI, args: str) -> None:
 
 
 async def _compact(chat: ChatUI, args: str) -> None:
-    chat.sink.notice(
-        "compaction is not built yet: every turn sends the whole history; /new starts an empty session", "yellow"
-    )
+    # The worker compacts once no turn runs; the Compacted event shows the outcome in the chat.
+    if chat.rt.dispatcher.compact(chat.session.id):
+        chat.sink.notice("compacting the history…")
+    else:
+        chat.sink.notice("this session no longer exists", "yellow")
 
 
 async def _usage(chat: ChatUI, args: str) -> None:
@@ -147,7 +149,7 @@ COMMANDS: dict[str, tuple[Handler, str]] = {
     "stop": (_stop, "stop the running turn (again: kill its running tools)"),
     "new": (_new, "start a new session (the current one is kept)"),
     "clear": (_clear, "delete this session (messages and workspace) and start a new one"),
-    "compact": (_compact, "compact the history (not built yet)"),
+    "compact": (_compact, "compact the history now (old tool results, then old turns)"),
     "usage": (_usage, "tokens used in this session"),
     "context": (_context, "what the model works with: backend, history, folder, tools"),
     "sessions": (_sessions, "recent terminal sessions"),

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Protocol
 import trio
 
 from kesoku.events import (
+    Compacted,
     EventHub,
     ModelDelta,
     QuestionAsked,
@@ -193,6 +194,9 @@ class Follower:
                 self.sync(up_to=event.result.id)
             elif isinstance(event, QuestionAsked):
                 self.sync(up_to=event.question.id)
+            elif isinstance(event, Compacted):
+                self._close_streams()
+                self.sink.system(event.render())
             else:
                 assert isinstance(event, TurnEnded)
                 self.sync(turn_root=event.metrics.root_id)
