@@ -390,19 +390,23 @@ def _box(kind: str, who: str, inner: str) -> str:
 def _result_html(m: Message, call: Message | None) -> str:
     outcome = m.metadata.outcome or Outcome.COMPLETED
     took = f" · {m.ts - call.ts:.2f} s" if call is not None else ""
-    lines = m.content.splitlines()
-    head = "\n".join(lines[:PREVIEW_LINES])
-    if len(head) > PREVIEW_CHARS:
-        head = head[:PREVIEW_CHARS]
-    rest = m.content[len(head) :]
+    content = m.content
+    cut = -1  # the end of the first PREVIEW_LINES lines, as a prefix of the content itself
+    for _ in range(PREVIEW_LINES):
+        cut = content.find("\n", cut + 1)
+        if cut < 0:
+            cut = len(content)
+            break
+    cut = min(cut, PREVIEW_CHARS)
+    head, rest = content[:cut], content[cut:].removeprefix("\n")  # the break between them shows as the control
     more = ""
     if rest.strip():
-        hidden = rest.count("\n") + (0 if rest.endswith("\n") else 1)
         more = (
-            f'<details class="more"><summary>show the rest: {hidden:,} more lines, {len(rest):,} characters</summary>'
-            f'<pre class="rest">{_e(rest)}</pre></details>'
+            f'<details class="more"><summary>show the rest: {len(rest.splitlines()):,} more lines,'
+            f' {len(rest):,} characters</summary><pre class="rest">{_e(rest)}</pre></details>'
         )
-    summary = f"📥 {m.metadata.tool_name or m.sender} · {outcome.value}{took} · {len(lines):,} lines"
+    lines = len(content.splitlines())
+    summary = f"📥 {m.metadata.tool_name or m.sender} · {outcome.value}{took} · {lines:,} lines"
     return (
         f'<details class="result {outcome.value}" open><summary>{_e(summary)}</summary>'
         f'<pre class="head">{_e(head)}</pre>{more}</details>'

@@ -1,0 +1,228 @@
+"""The trajectory page's content: `kesoku trace` on real sessions, turns and steps from the store and the
+turn logs, interrupted and stopped marks, compaction markers, escaping, and the size of a long session."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_cli_chat import Terminal, chat, environ, setup
+
+from kesoku.llm.ir import LLMRequest, LLMResponse, LLMTurn, TextBlock
+from kesoku.model import Kind, Message, Metadata, Outcome, Role, Status, Usage
+from kesoku.store import Store
+from kesoku.trace import render_trace
+from kesoku.turnlog import TurnLogEntry, write_turn_log
+
+
+def trace(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kesoku", "trace", *args, "-c", str(tmp_path / "kesoku.toml")],
+        cwd=tmp_path,
+        env=environ(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def session_ids(tmp_path: Path) -> list[str]:
+    store = Store(tmp_path / "kesoku.db")
+    try:
+        return [s.id for s in store.list_sessions()]
+    finally:
+        store.close()
+
+
+def turns_in(page: str) -> list[str]:
+    return re.findall(r'<section class="turn" id="turn-(\d+)">', page)
+
+
+def test_the_cli_traces_a_session_or_one_of_its_turns(tmp_path: Path) -> None:
+    setup(tmp_path, "answer.yaml")
+    assert chat(tmp_path, "What is the capital?").returncode == 0
+    (sid,) = session_ids(tmp_path)
+    assert chat(tmp_path, "--session", sid, "Sure?").returncode == 0  # the scenario's steps again
+    whole = trace(tmp_path, sid[:6], "-o", "-")
+    assert whole.returncode == 0, whole.stderr
+    page = whole.stdout
+    assert turns_in(page) == ["1", "2"]
+    assert page.count('<div class="step">') == 4
+    assert "scripted/capital-demo · model" in page and "llm-turn-1.log.yaml" in page
+    assert "in 900 (cached 0) · out 20 (thinking 0) tokens" in page  # one call's usage, from its log
+    assert "💭 thought" in page and "&quot;command&quot;: &quot;echo hi&quot;" in page
+    assert "📥 shell · completed" in page
+    assert 'src="http' not in page and 'href="http' not in page  # nothing to fetch
+    last = trace(tmp_path, sid[:6], "--turn", "-1")
+    assert last.returncode == 0, last.stderr
+    written = tmp_path / f"kesoku-trace-{sid}-turn--1.html"
+    assert last.stdout == f"wrote {written.name} ({len(written.read_bytes()) // 1024:,} KiB)\n"
+    assert turns_in(written.read_text()) == ["2"]
+    missing = trace(tmp_path, sid, "--turn", "3")
+    assert missing.returncode == 2
+    assert missing.stderr == f"kesoku: trace {sid}: no turn 3 (the session has 2 turns)\n"
+
+
+def test_an_interrupted_turn_is_marked_from_a_real_chat(tmp_path: Path) -> None:
+    setup(tmp_path, "slow.yaml")
+    term = Terminal(tmp_path)
+    try:
+        term.wait_for("Ctrl-D to exit")
+        term.wait_for("›")
+        term.type("count for me\r")
+        term.wait_for("two")
+        term.type("stop counting\r")
+        term.wait_for("⚡ turn 2")
+        term.type("\x04")
+        assert term.wait_exit() == 0
+    finally:
+        term.kill()
+    (sid,) = session_ids(tmp_path)
+    page = trace(tmp_path, sid, "-o", "-").stdout
+    first, second = page.split('<section class="turn" id="turn-2">')
+    assert '<span class="badge interrupted">🛑 interrupted</span>' in first  # the turn and its partial text
+    assert "count for me" in first and "stop counting" in second
+    assert '<span class="badge done">⚡ done</span>' in second
+
+
+def message(
+    sid: str, role: Role, kind: Kind, content: str, ts: float, root: int = 0, *, sender: str = "", **kw: object
+) -> Message:
+    sender = sender or {Role.USER: "ann", Role.TOOL: "shell", Role.SYSTEM: "System"}.get(role, "Kesoku")
+    return Message(session_id=sid, role=role, kind=kind, sender=sender, content=content, ts=ts, root_id=root, **kw)  # type: ignore[arg-type]
+
+
+def test_stopped_turns_steps_from_logs_and_compaction_markers(tmp_path: Path) -> None:
+    store = Store(tmp_path / "kesoku.db")
+    try:
+        s = store.create_session("terminal", "t", workspace_root=tmp_path / "sessions", title="demo")
+        (root,) = store.insert_messages([message(s.id, Role.USER, Kind.TEXT, "run it", 1000.0, status=Status.DONE)])
+        r = root.message.id
+        call_meta = Metadata(tool_name="shell", tool_arguments={"command": "sleep 9"})
+        (call,) = store.insert_messages(
+            [message(s.id, Role.ASSISTANT, Kind.TOOL_CALL, "shell(…)", 1001.0, r, metadata=call_meta)]
+        )
+        killed = Metadata(tool_name="shell", outcome=Outcome.KILLED)
+        store.insert_messages(
+            [
+                message(
+                    s.id, Role.TOOL, Kind.TOOL_RESULT, "[killed]", 1004.5, r, parent_id=call.message.id, metadata=killed
+                )
+            ]
+        )
+        (stopped,) = store.insert_messages(
+            [message(s.id, Role.USER, Kind.TEXT, "again", 2000.0, status=Status.INTERRUPTED)]
+        )
+        store.add_view_state(s.id, b'{"evict_before": 3, "archives": [{"turn": 1}, {"turn": 2}]}')
+        request = LLMRequest(system="sys", turns=(LLMTurn("user", (TextBlock("run it"),)),), tools=())
+        for started, error in ((1000.5, None), (2000.5, "overloaded (529)")):
+            response = LLMResponse(usage=Usage(input_tokens=700, output_tokens=9)) if error is None else None
+            write_turn_log(
+                TurnLogEntry(
+                    folder=s.workspace,
+                    session_id=s.id,
+                    provider="scripted",
+                    model="m",
+                    started_at=started,
+                    duration_s=0.4,
+                    request=request,
+                    response=response,
+                    error=error,
+                )
+            )
+        page = render_trace(store, s.id)
+        assert turns_in(page) == ["1", "2"]
+        one, two = page.split('id="turn-2"')
+        assert (
+            "step 1 · scripted/m · model 0.40 s · tools 3.50 s · in 700 (cached 0) · out 9 (thinking 0) tokens" in one
+        )
+        assert '<details class="result killed" open><summary>📥 shell · killed · 3.50 s · 1 lines' in one
+        assert '<span class="badge stopped">🛑 stopped</span>' in two
+        assert "⚠ the call failed: overloaded (529)" in two
+        # The view state was written now, after both turns: its marker closes the page.
+        assert "🗜 compaction · view state 1" in two and "evict_before: 3 · archives: 2 entries" in two
+        only_first = render_trace(store, s.id, turn=1)
+        assert turns_in(only_first) == ["1"] and "compaction" not in only_first
+        with pytest.raises(LookupError, match="no turn 0"):
+            render_trace(store, s.id, turn=0)
+        assert stopped.message.status is Status.INTERRUPTED
+    finally:
+        store.close()
+
+
+PAYLOADS = ("<script>alert(1)</script>", '"><img src=x onerror=alert(1)>', "</pre></details><script>x()</script>")
+
+
+def test_every_stored_value_is_escaped(tmp_path: Path) -> None:
+    store = Store(tmp_path / "kesoku.db")
+    try:
+        evil = " ".join(PAYLOADS)
+        s = store.create_session("discord", evil, workspace_root=tmp_path / "sessions", title=evil)
+        (root,) = store.insert_messages([message(s.id, Role.USER, Kind.TEXT, evil, 1.0, sender=evil)])
+        r = root.message.id
+        meta = Metadata(tool_name=evil, tool_arguments={evil: evil})
+        (call,) = store.insert_messages([message(s.id, Role.ASSISTANT, Kind.TOOL_CALL, evil, 2.0, r, metadata=meta)])
+        store.insert_messages(
+            [
+                message(s.id, Role.ASSISTANT, Kind.THOUGHT, evil, 2.0, r),
+                message(
+                    s.id,
+                    Role.TOOL,
+                    Kind.TOOL_RESULT,
+                    "\n".join([evil] * 40),
+                    3.0,
+                    r,
+                    parent_id=call.message.id,
+                    metadata=meta,
+                ),
+                message(s.id, Role.SYSTEM, Kind.TEXT, evil, 4.0, r),
+                message(s.id, Role.ASSISTANT, Kind.TEXT, evil, 5.0, r, status=Status.INTERRUPTED),
+            ]
+        )
+        store.add_view_state(s.id, ('{"' + evil.replace('"', "'") + '": 1}').encode())
+        page = render_trace(store, s.id)
+    finally:
+        store.close()
+    assert page.count("<script") == 1 and "<img" not in page  # the page's own script; no element from data
+    assert "&quot;&gt;&lt;img src=x onerror=alert(1)&gt;" in page  # the attribute-breaking quote too
+    assert page.count("</pre>") == page.count("<pre")  # no content closed an element early
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_a_twenty_turn_session_page_stays_small(tmp_path: Path) -> None:
+    store = Store(tmp_path / "kesoku.db")
+    try:
+        s = store.create_session("terminal", "t", workspace_root=tmp_path / "sessions", title="long")
+        output = "\n".join(f"line {i}: " + "x" * 60 for i in range(50))  # a 3.5 KB tool result
+        for turn in range(20):
+            t0 = 100.0 * turn
+            (root,) = store.insert_messages([message(s.id, Role.USER, Kind.TEXT, f"question {turn}", t0)])
+            r = root.message.id
+            usage = Metadata(usage=Usage(input_tokens=1000 * turn, output_tokens=80))
+            meta = Metadata(tool_name="shell", tool_arguments={"command": "ls -l"})
+            _, call = store.insert_messages(
+                [
+                    message(s.id, Role.ASSISTANT, Kind.THOUGHT, "thinking " * 40, t0 + 1, r, metadata=usage),
+                    message(s.id, Role.ASSISTANT, Kind.TOOL_CALL, "shell(command='ls -l')", t0 + 1, r, metadata=meta),
+                ]
+            )
+            store.insert_messages(
+                [
+                    message(
+                        s.id, Role.TOOL, Kind.TOOL_RESULT, output, t0 + 2, r, parent_id=call.message.id, metadata=meta
+                    ),
+                    message(s.id, Role.ASSISTANT, Kind.TEXT, "The answer. " * 20, t0 + 3, r, metadata=usage),
+                ]
+            )
+        page = render_trace(store, s.id)
+    finally:
+        store.close()
+    assert turns_in(page) == [str(n) for n in range(1, 21)]
+    assert page.count('<div class="step">') == 40  # no turn logs: one step per post of model output
+    size = len(page.encode())
+    print(f"20-turn page: {size:,} bytes")
+    assert size < 20 * 6_000 + 10_000  # about the content itself plus a few hundred bytes of markup per step
