@@ -16,7 +16,7 @@ def trace(
     /,
     *,
     turn: Annotated[int | None, Parameter(name=["--turn", "-t"])] = None,
-    output: Annotated[Path | None, Parameter(name=["--output", "-o"])] = None,
+    output: Annotated[Path | None, Parameter(name=["--output", "-o"], allow_leading_hyphen=True)] = None,
     config: ConfigOption = None,
 ) -> None:
     """Write the trajectory of a session as one HTML page that works offline.
