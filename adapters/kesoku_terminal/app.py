@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from kesoku.gateway import Gateway
     from kesoku.model import Session
 
+
 def chat(
     config: Config, *, config_file: Path | None, prompt: str | None, session_id: str | None, llm_name: str | None
 ) -> int:
