@@ -25,15 +25,17 @@ import re
 from collections.abc import Sequence
 from html import escape as _e
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 import yaml
 
+from kesoku.compaction.view import ViewState
 from kesoku.model import Kind, Message, Outcome, Role, Status, Usage
 
 if TYPE_CHECKING:
     from kesoku.store import Store
+    from kesoku.store.store import ViewStateRecord
 
 PREVIEW_LINES = 12
 """Lines of a tool result shown before its expand control."""
@@ -413,16 +415,22 @@ def _result_html(m: Message, call: Message | None) -> str:
     )
 
 
-def _view_marker(view: Any) -> str:
-    facts = [f"view state {view.id}", _when(view.created_at), f"{len(view.data):,} bytes"]
+def _view_marker(record: ViewStateRecord) -> str:
+    facts = [f"view state {record.id}", _when(record.created_at)]
     try:
-        data = msgspec.json.decode(view.data)
-    except msgspec.DecodeError:
-        data = None
-    if isinstance(data, dict):  # its fields belong to compaction: show their sizes, not their shape
-        for key, value in list(data.items())[:6]:
-            shown = f"{len(value)} entries" if isinstance(value, list | dict) else str(value)[:40]
-            facts.append(f"{key}: {shown}")
+        view = msgspec.json.decode(record.data, type=ViewState)
+    except (msgspec.DecodeError, msgspec.ValidationError):  # a newer Kesoku's view: say only that it exists
+        view = None
+    if view is not None:
+        facts.append(view.reason or "compacted")
+        if view.stages:
+            facts.append("stages " + ",".join(map(str, view.stages)))
+        if view.tokens_before:
+            facts.append(f"~{view.tokens_before:,} → ~{view.tokens_after:,} tokens")
+        if view.archives:
+            facts.append(f"turns {view.archives[0].first_turn}–{view.archives[-1].last_turn} archived")
+        if view.dropped_turns:
+            facts.append(f"{view.dropped_turns} turns dropped")
     return f'<div class="marker">🗜 compaction · {_e(" · ".join(facts))}</div>'
 
 

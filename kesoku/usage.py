@@ -16,6 +16,8 @@ from collections.abc import Iterable, Sequence
 
 import msgspec
 
+from kesoku.compaction.view import ViewState, archive_start
+from kesoku.compaction.view import key as view_key
 from kesoku.config import ModelPrice, PricingConfig
 from kesoku.llm.ir import ToolSpec
 from kesoku.model import Message
@@ -145,6 +147,10 @@ def context_parts(
 ) -> list[ContextPart]:
     """Estimate what the next request holds, part by part.
 
+    Under a compaction view the history is what the view still sends (evicted tool results as their
+    stubs) and the archives are the text that stands in for the archived turns
+    (:mod:`kesoku.compaction.view`).
+
     Args:
         system: The system prompt as the next turn would build it.
         tools: The tool specs it would offer.
@@ -156,16 +162,25 @@ def context_parts(
         as their JSON without the file bytes (they are loaded only when the request is built).
     """
     encode = msgspec.json.encode
-    turns = to_turns(history)
+    view = ViewState.decode(view_state) if view_state else None
+    start = archive_start(history, [view_key(m) for m in history], view)
+    sent = list(history[start:]) if view is None else [view.shown(m) for m in history[start:]]
+    evicted = sum(1 for m, s in zip(history[start:], sent, strict=True) if s is not m)
+    turns = to_turns(sent)
+    head = view.head_text() if view is not None else None
+    detail = f"{len(sent)} of {len(history)} messages in {len(turns)} request turns"
+    if evicted:
+        detail += f", {evicted} tool results evicted"
+    archives = "none (nothing compacted)"
+    if view is not None and view.archives:
+        archives = f"{len(view.archives)} archives of turns {view.archives[0].first_turn}–{view.archives[-1].last_turn}"
+    elif head:
+        archives = "files and dropped turns of the compacted part"
     return [
         ContextPart("system prompt", len(system), f"{system.count(chr(10)) + 1} lines"),
         ContextPart("tools", len(encode(list(tools))), f"{len(tools)} tools"),
-        ContextPart("history", len(encode(turns)), f"{len(history)} messages in {len(turns)} request turns"),
-        ContextPart(
-            "archives",
-            len(view_state or b""),
-            "the latest compaction view" if view_state else "none (nothing compacted)",
-        ),
+        ContextPart("history", len(encode(turns)), detail),
+        ContextPart("archives", len(head or ""), archives),
     ]
 
 

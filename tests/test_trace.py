@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from test_cli_chat import Terminal, chat, environ, setup
 
+from kesoku.compaction.view import Archive, ViewState
 from kesoku.llm.ir import LLMRequest, LLMResponse, LLMTurn, TextBlock
 from kesoku.model import Kind, Message, Metadata, Outcome, Role, Status, Usage
 from kesoku.store import Store
@@ -117,7 +118,9 @@ def test_stopped_turns_steps_from_logs_and_compaction_markers(tmp_path: Path) ->
         (stopped,) = store.insert_messages(
             [message(s.id, Role.USER, Kind.TEXT, "again", 2000.0, status=Status.INTERRUPTED)]
         )
-        store.add_view_state(s.id, b'{"evict_before": 3, "archives": [{"turn": 1}, {"turn": 2}]}')
+        archive = Archive(first_turn=1, last_turn=1, text="Turn 1: intent=run it")
+        view = ViewState(archives=(archive,), stages=(1, 2), reason="/compact", tokens_before=9000, tokens_after=900)
+        store.add_view_state(s.id, view.encode())
         request = LLMRequest(system="sys", turns=(LLMTurn("user", (TextBlock("run it"),)),), tools=())
         for started, error in ((1000.5, None), (2000.5, "overloaded (529)")):
             response = LLMResponse(usage=Usage(input_tokens=700, output_tokens=9)) if error is None else None
@@ -144,7 +147,8 @@ def test_stopped_turns_steps_from_logs_and_compaction_markers(tmp_path: Path) ->
         assert '<span class="badge stopped">🛑 stopped</span>' in two
         assert "⚠ the call failed: overloaded (529)" in two
         # The view state was written now, after both turns: its marker closes the page.
-        assert "🗜 compaction · view state 1" in two and "evict_before: 3 · archives: 2 entries" in two
+        assert "🗜 compaction · view state 1" in two
+        assert "/compact · stages 1,2 · ~9,000 → ~900 tokens · turns 1–1 archived" in two
         only_first = render_trace(store, s.id, turn=1)
         assert turns_in(only_first) == ["1"] and "compaction" not in only_first
         with pytest.raises(LookupError, match="no turn 0"):

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 from test_cli_chat import Terminal, setup
 
+from kesoku.compaction.view import Archive, ViewState, key
 from kesoku.config import ModelPrice, PricingConfig
 from kesoku.llm.ir import ToolSpec
 from kesoku.model import Message, Metadata, Role, Usage
@@ -68,6 +70,21 @@ def test_the_context_estimate_counts_each_part_of_the_request() -> None:
     lines = context_lines(parts, last_input_tokens=1234)
     assert lines[-2].startswith("total") and "estimate: characters / 4" in lines[-2]
     assert lines[-1] == "the last model call read 1,234 input tokens (the provider's count)"
+
+
+def test_under_a_compaction_view_the_archives_stand_in_for_the_archived_turns() -> None:
+    def turn(n: int) -> list[Message]:
+        root = Message(session_id="s", role=Role.USER, sender="User", content=f"q{n}", id=2 * n, root_id=2 * n, ts=n)
+        reply = Message(session_id="s", role=Role.ASSISTANT, sender="Kesoku", content="a" * 800, id=2 * n + 1, ts=n)
+        return [msgspec.structs.replace(m, root_ts=float(n), root_id=2 * n) for m in (root, reply)]
+
+    history = turn(1) + turn(2)
+    view = ViewState(archive_before=key(history[2]), archives=(Archive(1, 1, "Turn 1: intent=q1"),))
+    (whole,) = [p for p in context_parts(system="", tools=[], history=history, view_state=None) if p.name == "history"]
+    parts = {p.name: p for p in context_parts(system="", tools=[], history=history, view_state=view.encode())}
+    assert parts["history"].detail.startswith("2 of 4 messages in ")
+    assert parts["history"].chars < whole.chars - 800
+    assert parts["archives"].detail == "1 archives of turns 1–1" and parts["archives"].chars > 0
 
 
 def test_usage_and_context_in_the_interactive_chat(tmp_path: Path) -> None:
