@@ -24,7 +24,7 @@ import functools
 import importlib
 import logging
 import os
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -141,6 +141,8 @@ class Connection:
         self.stderr: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
         self._stderr_done = trio.Event()
         self._errlog: TextIO | None = None
+        self.on_close: Callable[[], None] | None = None
+        """Called once when the connection ends (the manager withdraws the tools at once)."""
 
     @property
     def client(self) -> Client:
@@ -154,6 +156,8 @@ class Connection:
         if not self.closed.is_set():
             self.reason = self.explain(reason)
             self.closed.set()
+            if self.on_close is not None:
+                self.on_close()
 
     def explain(self, problem: str) -> str:
         """``problem`` with what the server printed: the last stderr line, the first junk line on stdout."""

@@ -22,6 +22,7 @@ adds the taint source ``mcp: <server>`` to the session.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import random
@@ -285,6 +286,7 @@ class McpManager:
     async def _connect_once(self, server: _Server) -> tuple[str, float]:
         """Connect, serve until the connection ends; ``(why it ended, seconds it was up)``."""
         conn = Connection(server.config)
+        conn.on_close = functools.partial(self._closed, server, conn)
         connected_at: float | None = None
         try:
             with trio.CancelScope() as scope:
@@ -298,6 +300,13 @@ class McpManager:
                         await self._follow(server, conn)
                     finally:
                         self._detach(server)
+        except BaseExceptionGroup as group:
+            # Stopped while an error was on its way (a spawn failing as the daemon stops): the SDK's task
+            # groups bundle both; the stop wins, and the error must not escape the runtime's nursery.
+            cancelled, _ = group.split(trio.Cancelled)
+            if cancelled is not None:
+                raise cancelled from None
+            reason = conn.reason or describe(group)
         except Exception as exc:
             reason = conn.reason or describe(exc)
         else:
@@ -363,6 +372,12 @@ class McpManager:
                 ", resources" if server.resources else "",
             )
 
+    def _closed(self, server: _Server, conn: Connection) -> None:
+        """The connection ended: withdraw the tools now, before the server's task gets to run."""
+        if server.conn is conn:
+            server.state, server.error = "failed", conn.reason
+        self._rebuild()
+
     def _detach(self, server: _Server) -> None:
         server.conn, server.tools, server.prompts, server.resources = None, (), (), False
         self._rebuild()
@@ -379,7 +394,7 @@ class McpManager:
         tools: list[Tool] = []
         with_resources: list[str] = []
         for s in self._servers.values():
-            if s.state == "connected":
+            if s.state == "connected" and s.conn is not None and not s.conn.closed.is_set():
                 tools.extend(s.tools)
                 if s.resources:
                     with_resources.append(s.config.name)
