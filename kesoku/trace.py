@@ -472,7 +472,7 @@ body { margin: 0; background: var(--bg); color: var(--text); font: 14px/1.45 sys
 header { position: sticky; top: 0; background: var(--panel); border-bottom: 1px solid var(--line);
   padding: 10px 20px; z-index: 1; }
 header h1 { margin: 0 0 4px; font-size: 18px; }
-.facts span { color: var(--dim); margin-right: 14px; white-space: nowrap; }
+.facts span { display: inline-block; color: var(--dim); margin-right: 14px; }
 button { background: #21262d; color: var(--text); border: 1px solid var(--line); border-radius: 6px;
   padding: 2px 10px; cursor: pointer; }
 main { max-width: 1100px; margin: 0 auto; padding: 10px 20px 60px; }
