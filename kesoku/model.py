@@ -113,8 +113,9 @@ class Metadata(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         tool_arguments: The arguments of a tool_call, as the model sent them.
         call_id: The provider's id of a tool call (Claude ``tool_use.id``, OpenAI ``tool_calls[].id``,
             Gemini ``function_call.id``), sent back with its result; empty when the provider gave none.
-        thought_signature: Gemini's opaque signature on a function-call part, sent back exactly as
-            received (Gemini API, "Thought signatures").
+        thought_signature: The provider's opaque signature on a thought or a function-call part, sent
+            back exactly as received (Gemini API, "Thought signatures"; Anthropic, "Extended thinking").
+        signed_by: The provider that made ``thought_signature`` (only it can verify it).
         attachments: Files that came with a user message.
         usage: Token counts of the model call that produced this message.
         outcome: How a tool call ended (tool_result only).
@@ -125,6 +126,7 @@ class Metadata(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     tool_arguments: dict[str, Any] | None = None
     call_id: str | None = None
     thought_signature: bytes | None = None
+    signed_by: str | None = None
     attachments: tuple[Attachment, ...] = ()
     usage: Usage | None = None
     outcome: Outcome | None = None

@@ -161,11 +161,11 @@ class _Builder:
             if call_id in self.call_ids:  # a provider (or a restarted replay) reused an id: keep pairs distinct
                 call_id = f"{call_id}_{msg.id}"
             self.call_ids.add(call_id)
-            block = ToolCallBlock(call_id, name, arguments, meta.thought_signature)
+            block = ToolCallBlock(call_id, name, arguments, meta.thought_signature, meta.signed_by)
         elif msg.kind is Kind.THOUGHT:
             if not msg.content and msg.metadata.thought_signature is None:
                 return
-            block = ThoughtBlock(msg.content, msg.metadata.thought_signature)
+            block = ThoughtBlock(msg.content, msg.metadata.thought_signature, msg.metadata.signed_by)
         else:
             if not msg.content.strip():
                 return

@@ -34,7 +34,7 @@ from kesoku.errors import BackendError
 from kesoku.events import Compacted, ModelDelta, ToolFinished, ToolStarted
 from kesoku.guard import SessionGuard
 from kesoku.history import SessionHistory
-from kesoku.llm.ir import LLMRequest, LLMResponse, LLMTurn, ResponseBuilder
+from kesoku.llm.ir import LLMRequest, LLMResponse, LLMTurn, ResponseBuilder, ToolCallBlock
 from kesoku.metrics import TurnMetrics, TurnState
 from kesoku.model import Kind, Message, Metadata, Outcome, Role, Session, Status, Usage, in_turn
 from kesoku.prompt import build_system_prompt, read_notes
@@ -211,7 +211,7 @@ class Turn:
             if cancelled:
                 await self._post_partial(response)
                 return self._cut_state()
-            calls = [self._call_message(c.id, c.name, c.arguments, c.signature) for c in response.tool_calls]
+            calls = [self._call_message(c) for c in response.tool_calls]
             answer = self._answer_messages(response, Status.DONE)
             if not calls:
                 await self._post(answer)
@@ -314,15 +314,23 @@ class Turn:
 
     # -- posting ----------------------------------------------------------------------------------
 
-    def _call_message(self, call_id: str, name: str, arguments: dict[str, object], signature: bytes | None) -> Message:
-        meta = Metadata(tool_name=name, tool_arguments=arguments, call_id=call_id, thought_signature=signature)
-        return in_turn(self.root, Role.ASSISTANT, Kind.TOOL_CALL, _call_summary(name, arguments), metadata=meta)
+    def _call_message(self, call: ToolCallBlock) -> Message:
+        meta = Metadata(
+            tool_name=call.name,
+            tool_arguments=call.arguments,
+            call_id=call.id,
+            thought_signature=call.signature,
+            signed_by=call.signed_by,
+        )
+        return in_turn(
+            self.root, Role.ASSISTANT, Kind.TOOL_CALL, _call_summary(call.name, call.arguments), metadata=meta
+        )
 
     def _answer_messages(self, response: LLMResponse, status: Status) -> list[Message]:
         out: list[Message] = []
         # One thought message per signed block: each block goes back to the provider with its own signature.
         for block in response.thought_blocks:
-            meta = Metadata(thought_signature=block.signature)
+            meta = Metadata(thought_signature=block.signature, signed_by=block.signed_by)
             out.append(in_turn(self.root, Role.ASSISTANT, Kind.THOUGHT, block.text, status=status, metadata=meta))
         if response.text.strip():
             out.append(in_turn(self.root, Role.ASSISTANT, Kind.TEXT, response.text, status=status))

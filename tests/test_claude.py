@@ -277,7 +277,7 @@ async def test_thinking_streams_with_its_signature_and_goes_back_signed() -> Non
         first = await events_of(llm, request(tools=(WEATHER,)))
         assert first == [
             ThoughtDelta("Paris first."),
-            ThoughtDelta("", signature=b"c2lnLTE="),
+            ThoughtDelta("", signature=b"c2lnLTE=", signed_by="claude"),
             ToolCallEvent(ToolCallBlock("toolu_1", "weather", {"city": "Paris"})),
             UsageEvent(Usage(input_tokens=30, output_tokens=200, thinking_tokens=150)),
         ]
@@ -306,7 +306,7 @@ async def test_redacted_thinking_round_trips_as_the_same_block() -> None:
     fake.push(Reply([Redacted("EncryptedBlob=="), ToolUse("toolu_1", "weather", {"city": "Oslo"})]), text_reply("ok"))
     async with claude(fake, thinking_level="medium") as llm:
         first = await events_of(llm, request(tools=(WEATHER,)))
-        assert first[0] == ThoughtDelta("", signature=b"redacted_thinking:EncryptedBlob==")
+        assert first[0] == ThoughtDelta("", signature=b"redacted_thinking:EncryptedBlob==", signed_by="claude")
         follow_up = request(
             user(TextBlock("hi")),
             assistant(

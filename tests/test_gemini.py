@@ -297,8 +297,8 @@ async def test_calls_with_ids_keep_them_and_a_signature_on_text_is_kept_as_a_tho
         events = await collect(llm, request(user("look")))
         assert events == [
             TextDelta("Let me look."),
-            ThoughtDelta("", signature=SIG_A),
-            ToolCallEvent(ToolCallBlock("fc-9", "shell", {"command": "ls"}, SIG_B)),
+            ThoughtDelta("", signature=SIG_A, signed_by="gemini"),
+            ToolCallEvent(ToolCallBlock("fc-9", "shell", {"command": "ls"}, SIG_B, "gemini")),
         ]
         # As the runtime stores it: a thought message holding only the signature, the text, the call.
         history = request(

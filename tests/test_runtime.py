@@ -15,7 +15,8 @@ from runtime_harness import echo, serve_runtime, sleeper
 from kesoku.errors import ToolError
 from kesoku.events import TurnEnded
 from kesoku.gateway import Gateway
-from kesoku.llm.ir import TextBlock, ToolResultBlock
+from kesoku.llm.base import BaseLLM
+from kesoku.llm.ir import TextBlock, ThoughtBlock, ToolResultBlock
 from kesoku.metrics import TurnState
 from kesoku.model import Kind, Message, Metadata, Outcome, Role, Session, Status, in_turn, user_text
 from kesoku.runtime import Runtime
@@ -403,6 +404,43 @@ async def test_each_signed_thought_block_is_kept_with_its_own_signature(tmp_path
         assert [(t.content, t.metadata.thought_signature) for t in thoughts] == [("first ", b"s1"), ("second", b"s2")]
         assistant = llm.requests[1].turns[1]
         assert [b for b in assistant.blocks if isinstance(b, ThoughtBlock)] == [
-            ThoughtBlock("first ", b"s1"),
-            ThoughtBlock("second", b"s2"),
+            ThoughtBlock("first ", b"s1", "scripted"),
+            ThoughtBlock("second", b"s2", "scripted"),
         ]
+
+
+class OtherScripted(ScriptedLLM):
+    """A scripted backend standing in for another provider (a fallback, a model switch)."""
+
+    provider = "other"
+
+
+async def test_a_signature_goes_back_only_to_the_provider_that_made_it(tmp_path: Path) -> None:
+    first = ScriptedLLM(
+        [
+            {
+                "thought": "plan",
+                "signature": "c2ln",
+                "tool_calls": [{"name": "echo", "arguments": {"text": "x"}}],
+            },
+            {"text": "one"},
+            {"text": "three"},
+        ]
+    )
+    second = OtherScripted([{"text": "two"}])
+    chosen: list[BaseLLM] = [first]
+    async with serve_runtime(tmp_path, lambda session: chosen[0], tools=[echo()]) as h:
+        await h.say("go")
+        await h.turn_end()
+        stored = [m for m in h.history() if m.kind in (Kind.THOUGHT, Kind.TOOL_CALL)]
+        assert [m.metadata.signed_by for m in stored] == ["scripted", None]
+        chosen[0] = second
+        await h.say("and now?")
+        await h.turn_end()
+        chosen[0] = first
+        await h.say("back")
+        await h.turn_end()
+    foreign = second.requests[0].turns[1].blocks[0]
+    assert foreign == ThoughtBlock("plan", None, None)  # the other provider never sees the signature
+    own = first.requests[2].turns[1].blocks[0]
+    assert own == ThoughtBlock("plan", b"sig", "scripted")  # the maker gets it back

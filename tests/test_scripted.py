@@ -44,7 +44,7 @@ async def test_a_step_streams_thought_text_calls_usage_in_order() -> None:
         ]
     )
     events = await collect(llm)
-    assert events[:3] == [ThoughtDelta("think", b"sig"), TextDelta("a"), TextDelta("b")]
+    assert events[:3] == [ThoughtDelta("think", b"sig", "scripted"), TextDelta("a"), TextDelta("b")]
     calls = [e.call for e in events if isinstance(e, ToolCallEvent)]
     assert [(c.name, c.arguments) for c in calls] == [("t", {"x": 1}), ("u", {})]
     assert calls[1].id == "given"

@@ -36,6 +36,8 @@ from kesoku.llm.ir import (
     LLMTurn,
     ResponseBuilder,
     ToolSpec,
+    signed,
+    without_foreign_signatures,
 )
 from kesoku.model import Message
 from kesoku.transcript import TranscriptError, TurnChecker, to_turns
@@ -142,7 +144,7 @@ class BaseLLM(ABC):
         Cancellation:
             Cancelling the consumer closes the provider stream; use ``contextlib.aclosing``.
         """
-        native = self._build_native_input(request)
+        native = self._build_native_input(without_foreign_signatures(request, self.provider))
         attempt = 0
         while True:
             attempt += 1
@@ -159,7 +161,7 @@ class BaseLLM(ABC):
                                 break
                         for event in self._parse(raw):
                             started = True
-                            yield event
+                            yield signed(event, self.provider)
                 finally:
                     aclose = getattr(raw_items, "aclose", None)
                     if aclose is not None:

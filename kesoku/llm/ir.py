@@ -21,10 +21,16 @@ class TextBlock(msgspec.Struct, frozen=True, tag="text"):
 
 
 class ThoughtBlock(msgspec.Struct, frozen=True, tag="thought"):
-    """The model's visible reasoning; ``signature`` is the provider's opaque token, sent back as received."""
+    """The model's visible reasoning; ``signature`` is the provider's opaque token, sent back as received.
+
+    ``signed_by`` is the provider that made the signature: only that provider can verify it, so another
+    backend (a fallback, a session's model switch) gets the thought without it (see
+    :func:`without_foreign_signatures`).
+    """
 
     text: str
     signature: bytes | None = None
+    signed_by: str | None = None
 
 
 class ImageBlock(msgspec.Struct, frozen=True, tag="image"):
@@ -54,12 +60,14 @@ class ToolCallBlock(msgspec.Struct, frozen=True, tag="tool_call"):
         arguments: The arguments, decoded from the model's JSON.
         signature: Gemini's thought signature on this function-call part (Gemini API, "Thought
             signatures": it must be returned on the same part).
+        signed_by: The provider that made ``signature``.
     """
 
     id: str
     name: str
     arguments: dict[str, Any]
     signature: bytes | None = None
+    signed_by: str | None = None
 
 
 class ToolResultBlock(msgspec.Struct, frozen=True, tag="tool_result"):
@@ -122,6 +130,7 @@ class ThoughtDelta(msgspec.Struct, frozen=True, tag="thought_delta"):
 
     text: str
     signature: bytes | None = None
+    signed_by: str | None = None
 
 
 class ToolCallEvent(msgspec.Struct, frozen=True, tag="tool_call"):
@@ -185,7 +194,7 @@ class ResponseBuilder:
             self._block_text.append(event.text)
             if event.signature is not None:
                 self._signature = event.signature
-                self._blocks.append(ThoughtBlock("".join(self._block_text), event.signature))
+                self._blocks.append(ThoughtBlock("".join(self._block_text), event.signature, event.signed_by))
                 self._block_text = []
         elif isinstance(event, ToolCallEvent):
             self._calls.append(event.call)
@@ -205,6 +214,39 @@ class ResponseBuilder:
             tool_calls=tuple(self._calls),
             usage=self._usage,
         )
+
+
+def signed(event: LLMEvent, provider: str) -> LLMEvent:
+    """The event with ``signed_by`` set on its signature (a backend's events, as its stream yields them)."""
+    if isinstance(event, ThoughtDelta) and event.signature is not None:
+        return msgspec.structs.replace(event, signed_by=provider)
+    if isinstance(event, ToolCallEvent) and event.call.signature is not None:
+        return ToolCallEvent(msgspec.structs.replace(event.call, signed_by=provider))
+    return event
+
+
+def without_foreign_signatures(request: LLMRequest, provider: str) -> LLMRequest:
+    """The request with every signature another provider made removed.
+
+    A signature only its maker can verify: Gemini rejects a foreign ``thought_signature`` and Claude a
+    foreign thinking ``signature`` (both with 400), so a thought or call made by one backend and sent to
+    another goes without it. A signature of unknown origin (``signed_by`` None: written before Kesoku
+    recorded it) is kept. Returns ``request`` itself when nothing changes.
+    """
+    changed = False
+    turns: list[LLMTurn] = []
+    for turn in request.turns:
+        blocks = list(turn.blocks)
+        for i, block in enumerate(blocks):
+            if (
+                isinstance(block, ThoughtBlock | ToolCallBlock)
+                and block.signature is not None
+                and block.signed_by not in (None, provider)
+            ):
+                blocks[i] = msgspec.structs.replace(block, signature=None, signed_by=None)
+                changed = True
+        turns.append(LLMTurn(turn.role, tuple(blocks)) if blocks != list(turn.blocks) else turn)
+    return msgspec.structs.replace(request, turns=tuple(turns)) if changed else request
 
 
 def estimate_tokens(text: str) -> int:
