@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -68,7 +68,7 @@ class Harness:
 
 @asynccontextmanager
 async def serve_runtime(
-    tmp: Path, llm: BaseLLM, *, tools: Sequence[Tool] = (), **kwargs: Any
+    tmp: Path, llm: BaseLLM | Callable[[Session], BaseLLM], *, tools: Sequence[Tool] = (), **kwargs: Any
 ) -> AsyncIterator[Harness]:
     store = Store(tmp / "kesoku.db")
     gateway = Gateway(store, tmp / "sessions")
