@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from kesoku.adapters import AdapterEntry
     from kesoku.config import Config
     from kesoku.model import Message
-    from kesoku.runtime import Runtime
+    from kesoku.runtime import Runtime, ToolSource
     from kesoku.skills import SkillLibrary
     from kesoku.store import Store
     from kesoku.tools.base import Tool
@@ -150,7 +150,14 @@ def build_runtime(
     skills = SkillLibrary.from_config(config)
     skills.scan()  # parse once now: each turn then only checks the files for changes (~15 µs a skill)
     tools = default_tools(config, config_file=config_file, skills=skills)
-    rt = Runtime.from_config(config, gateway, tools=tools, llm_name=llm_name, skills=skills.summaries)
+    sources: list[ToolSource] = []
+    if any(server.enabled for server in config.mcp.servers):
+        from kesoku.mcp.manager import McpManager  # light: the mcp SDK loads in a thread at the first connection
+
+        sources.append(McpManager(config.mcp, max_output_bytes=config.shell.max_output_bytes))
+    rt = Runtime.from_config(
+        config, gateway, tools=tools, llm_name=llm_name, skills=skills.summaries, tool_sources=sources
+    )
     if serves is not None:
         rt.dispatcher = ScopedDispatcher(rt, serves)
     return rt

@@ -132,6 +132,7 @@ class Runtime:
         tools: Sequence[Tool] = (),
         llm_name: str | None = None,
         skills: Callable[[], Sequence[tuple[str, str]]] = tuple,
+        tool_sources: Sequence[ToolSource] = (),
     ) -> Runtime:
         """Build the runtime kesoku.toml describes (blocking: backends load their SDKs; call it at start-up).
 
@@ -141,6 +142,7 @@ class Runtime:
             tools: The tools to offer.
             llm_name: A backend that overrides ``agent.llm`` (``kesoku chat --llm``).
             skills: ``(name, description)`` of the skills, for the system prompt.
+            tool_sources: Tools that come and go (the MCP servers), served in the runtime's nursery.
 
         Raises:
             OperatorError: The chosen backend cannot be built (missing key, unknown name).
@@ -171,6 +173,7 @@ class Runtime:
             question_timeout_s=agent.question_timeout_s,
             subagent_max_steps=config.subagent.max_steps if config.subagent.enabled else None,
             compaction=CompactionPolicy.from_config(config),
+            tool_sources=tool_sources,
         )
 
     def llm_for(self, session: Session) -> BaseLLM:

@@ -22,13 +22,14 @@ SUMMARY = "Kesoku: a self-hosted autonomous agent on Discord, Google Chat and th
 COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("chat", "kesoku.cli.chat_cmd:chat", 'Talk to the agent, or ask once: kesoku chat "question"'),
     ("config", "", "Check kesoku.toml and print its JSON Schema."),
+    ("mcp", "", "List the MCP servers: whether each connects, its tools and prompts."),
     ("service", "kesoku.cli.service_cmd:service_app", "Install and control the systemd service."),
     ("sessions", "", "List, show, fork, export (JSON lines) and clear sessions."),
     ("skills", "", "List the skills the agent can use, and the ones that fail to load."),
     ("start", "kesoku.cli.start_cmd:start", "Run the daemon in the foreground (what systemd runs)."),
     ("trace", "kesoku.cli.trace_cmd:trace", "Write a session's trajectory as an HTML page (works offline)."),
 )
-"""(name, lazy import path, one-line help) of each top-level command; ``config``, ``skills``, ``sessions`` below."""
+"""(name, lazy import path, one-line help) of each top-level command; the sub-apps below."""
 _HELP_FLAGS = frozenset({"--help", "-h"})
 
 
@@ -53,6 +54,9 @@ def build_app() -> App:
     skills_app = App(name="skills", help=dict((c[0], c[2]) for c in COMMANDS)["skills"])
     skills_app.command("kesoku.cli.skills_cmd:list_skills", name="list")
     app.command(skills_app)
+    mcp_app = App(name="mcp", help=dict((c[0], c[2]) for c in COMMANDS)["mcp"])
+    mcp_app.command("kesoku.cli.mcp_cmd:list_servers", name="list")
+    app.command(mcp_app)
     sessions_app = App(name="sessions", help=dict((c[0], c[2]) for c in COMMANDS)["sessions"])
     for name, text in (
         ("list", "List the sessions: id, creation time, adapter, turns, title."),

@@ -1,0 +1,91 @@
+"""``kesoku mcp list``: each MCP server of kesoku.toml, whether it connects, and what it offers."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+from cyclopts import Parameter
+
+if TYPE_CHECKING:
+    from kesoku.config import McpConfig
+    from kesoku.mcp.manager import ServerStatus
+
+DESCRIPTION_WIDTH = 70
+"""Characters of a description shown."""
+
+
+def list_servers(
+    *,
+    config: Annotated[Path | None, Parameter(name=["--config", "-c"])] = None,
+    timeout: Annotated[float, Parameter(name="--timeout")] = 30.0,
+) -> None:
+    """Connect to each enabled MCP server once and show its state, tools, prompts and resources.
+
+    Servers are the [[mcp.servers]] tables of kesoku.toml; a tool is offered to the model as
+    <server>__<tool> (characters other than letters, digits, _ and - become _; a name over 64
+    characters is cut and ends with a hash). A server that cannot be started or reached shows why
+    (the last line it wrote on stderr, lines on stdout that are not JSON-RPC). Exit 0 when every
+    enabled server connected, 1 when one did not, 2 with one line when the config is bad.
+
+    Args:
+        config: The TOML file. Default: $KESOKU_CONFIG, else ./kesoku.toml, else built-in defaults.
+        timeout: Seconds each server gets to start, pass the handshake and list its tools.
+    """
+    import trio
+
+    from kesoku.config import default_config_path, load_config
+
+    path = config if config is not None else default_config_path()
+    cfg = load_config(path)
+    if not cfg.mcp.servers:
+        print("no MCP servers configured: add a [[mcp.servers]] table to kesoku.toml (name, transport, command or url)")
+        return
+    # Failures are in the table below; the log lines would say the same thing a second time.
+    logging.getLogger("kesoku.mcp").addHandler(logging.NullHandler())
+    logging.getLogger("kesoku.mcp").propagate = False
+    statuses = trio.run(probe, cfg.mcp, timeout)
+    for status in statuses:
+        for line in render(status):
+            print(line)
+    if any(s.state not in ("connected", "disabled") for s in statuses):
+        raise SystemExit(1)
+
+
+async def probe(config: McpConfig, timeout_s: float) -> list[ServerStatus]:
+    """Connect every enabled server once (concurrently), then stop them; their statuses."""
+    import trio
+
+    from kesoku.mcp.manager import McpManager
+
+    manager = McpManager(config, connect_timeout_s=timeout_s, startup_wait_s=timeout_s + 1.0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(manager.serve)
+        statuses = manager.statuses()
+        nursery.cancel_scope.cancel()
+    return statuses
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= DESCRIPTION_WIDTH else text[: DESCRIPTION_WIDTH - 1] + "…"
+
+
+def render(status: ServerStatus) -> list[str]:
+    """A server's lines: a heading, then its tools, prompts and resources indented."""
+    if status.state == "connected":
+        offers = [f"{len(status.tools)} tool(s)", f"{len(status.prompts)} prompt(s)"]
+        if status.resources:
+            offers.append("resources (list_resources, read_resource)")
+        state = f"connected: {', '.join(offers)}"
+    elif status.state == "failed":
+        state = f"failed: {status.error}"
+    else:
+        state = status.state
+    lines = [f"{status.name} ({status.transport}): {state}"]
+    width = max((len(name) for name, _ in status.tools), default=0)
+    lines.extend(f"  {name:<{width}}  {_cut(text)}".rstrip() for name, text in status.tools)
+    for name, text, arguments in status.prompts:
+        args = " ".join(arg if required else f"[{arg}]" for arg, required in arguments)
+        lines.append(f"  prompt: /mcp {status.name} {name} {args}".rstrip() + (f"  {_cut(text)}" if text else ""))
+    return lines

@@ -1,0 +1,91 @@
+"""`kesoku mcp list` and `kesoku chat` with MCP servers in kesoku.toml, as the real CLI in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from kesoku.model import Kind, Outcome
+from kesoku.store import Store
+
+SERVER = Path(__file__).resolve().parent / "data" / "mcp" / "server.py"
+CLEARED = ("KESOKU_CONFIG", "GEMINI_API_KEY", "GOOGLE_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_API_KEY")
+SERVERS = f"""
+[[mcp.servers]]
+name = "t"
+transport = "stdio"
+command = '{sys.executable}'
+args = ['{SERVER}', "stdio"]
+
+[[mcp.servers]]
+name = "bad"
+transport = "stdio"
+command = '{sys.executable}'
+args = ['{SERVER}', "stdio", "--crash-at-start"]
+
+[[mcp.servers]]
+name = "off"
+transport = "http"
+url = "http://127.0.0.1:9/mcp"
+enabled = false
+"""
+
+
+def kesoku(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in CLEARED} | {"XDG_STATE_HOME": str(tmp_path / "state")}
+    return subprocess.run(
+        [sys.executable, "-m", "kesoku", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_mcp_list_shows_each_server_its_state_and_tools(tmp_path: Path) -> None:
+    (tmp_path / "kesoku.toml").write_text(SERVERS)
+    result = kesoku(tmp_path, "mcp", "list", "-c", "kesoku.toml", "--timeout", "20")
+    assert result.returncode == 1, result.stderr  # one enabled server failed
+    lines = result.stdout.splitlines()
+    assert lines[0] == "t (stdio): connected: 11 tool(s), 1 prompt(s), resources (list_resources, read_resource)"
+    assert "  t__add" in [line[: len("  t__add")] for line in lines]
+    assert any(line.startswith("  t__echo ") and line.endswith("Return the text unchanged.") for line in lines)
+    assert "  prompt: /mcp t review code [language]  Ask for a review of some code." in lines
+    assert "bad (stdio): failed: the server process ended (stderr: RuntimeError: the server cannot start)" in lines
+    assert lines[-1] == "off (http): disabled"
+    assert result.stderr == ""
+
+
+def test_mcp_list_without_servers_says_how_to_add_one(tmp_path: Path) -> None:
+    (tmp_path / "kesoku.toml").write_text("")
+    result = kesoku(tmp_path, "mcp", "list", "-c", "kesoku.toml")
+    assert result.returncode == 0
+    assert result.stdout.startswith("no MCP servers configured: add a [[mcp.servers]] table")
+
+
+def test_a_one_shot_chat_calls_an_mcp_tool(tmp_path: Path) -> None:
+    (tmp_path / "scenario.yaml").write_text(
+        "model: mcp-demo\nsteps:\n"
+        '  - tool_calls:\n      - {name: t__echo, arguments: {text: "from the MCP server"}}\n'
+        '  - text: "done"\n'
+    )
+    config = '[agent]\nllm = "scripted"\n[scripted]\npath = "scenario.yaml"\n' + SERVERS
+    (tmp_path / "kesoku.toml").write_text(config)
+    result = kesoku(tmp_path, "chat", "-c", "kesoku.toml", "use the tool")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "done"
+    # The failing server is reported on stderr in one line and does not stop the chat.
+    assert "MCP server bad failed: the server process ended (stderr: RuntimeError" in result.stderr
+    store = Store(tmp_path / "kesoku.db")
+    try:
+        [session] = store.list_sessions()
+        results = [m for m in store.history(session.id) if m.kind is Kind.TOOL_RESULT]
+        taint = store.taint_sources(session.id)
+    finally:
+        store.close()
+    assert [(m.content, m.metadata.outcome) for m in results] == [("from the MCP server", Outcome.COMPLETED)]
+    assert [(s.kind, s.label) for s in taint] == [("mcp", "t")]
