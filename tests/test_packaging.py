@@ -68,3 +68,18 @@ def test_the_wheel_carries_the_symlinked_data_and_no_generic_packages(tmp_path: 
     assert not tops & {"adapters", "schema", "skills", "tests"}
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "[kesoku.adapters]" in zipfile.ZipFile(wheel).read(entry_points).decode()
+
+
+def test_every_package_folder_is_listed_for_the_wheel() -> None:
+    import tomllib
+
+    repo = Path(__file__).resolve().parent.parent
+    listed = set(tomllib.loads((repo / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {
+        ".".join(init.parent.relative_to(root).parts)
+        for root in (repo, repo / "adapters")
+        for top in (["kesoku"] if root == repo else ["kesoku_terminal", "kesoku_discord", "kesoku_gchat"])
+        for init in (root / top).rglob("__init__.py")
+        if "_schema" not in init.parts and "_skills" not in init.parts
+    }
+    assert found == listed, f"add to [tool.setuptools] packages: {sorted(found - listed)}"
