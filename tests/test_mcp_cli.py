@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from kesoku_terminal.mcp_commands import bind_arguments
+from test_cli_chat import Terminal
+
 from kesoku.model import Kind, Outcome
 from kesoku.store import Store
 
@@ -88,4 +92,51 @@ def test_a_one_shot_chat_calls_an_mcp_tool(tmp_path: Path) -> None:
     finally:
         store.close()
     assert [(m.content, m.metadata.outcome) for m in results] == [("from the MCP server", Outcome.COMPLETED)]
+    assert [(s.kind, s.label) for s in taint] == [("mcp", "t")]
+
+
+def test_bind_arguments_takes_names_and_positions() -> None:
+    spec = [("code", True), ("language", False)]
+    assert bind_arguments(spec, ["x = 1"]) == {"code": "x = 1"}
+    assert bind_arguments(spec, ["language=go", "x"]) == {"language": "go", "code": "x"}
+    assert bind_arguments(spec, ["code=a=b", "go"]) == {"code": "a=b", "language": "go"}
+    assert bind_arguments(spec, ["1+1=2"]) == {"code": "1+1=2"}  # not a name before "=": a value
+    for words, error in (
+        ([], "missing code"),
+        (["x", "y", "z"], "too many values"),
+        (["lang=go", "x"], "unknown argument 'lang'"),
+        (["code=1", "code=2"], "code is given twice"),
+    ):
+        with pytest.raises(ValueError, match=error):
+            bind_arguments(spec, words)
+
+
+def test_a_prompt_becomes_the_message_of_an_interactive_chat(tmp_path: Path) -> None:
+    (tmp_path / "scenario.yaml").write_text('model: mcp-demo\nsteps:\n  - text: "Looks fine."\n')
+    config = '[agent]\nllm = "scripted"\n[scripted]\npath = "scenario.yaml"\n' + SERVERS
+    (tmp_path / "kesoku.toml").write_text(config)
+    term = Terminal(tmp_path)
+    try:
+        term.wait_for("Ctrl-D to exit")
+        term.type("/mcp\r")
+        term.wait_for("t (connected): 11 tools")
+        term.wait_for("  /mcp t review code [language]  Ask for a review of some code.")
+        term.wait_for("bad (failed): the server process ended")
+        term.type("/mcp t review\r")
+        term.wait_for("/mcp: missing code; usage: /mcp t review code [language]")
+        term.type('/mcp t review "x = 1" language=go\r')
+        term.wait_for("sending t's prompt review (33 characters) as your message")
+        term.wait_for("Looks fine.")
+        term.type("\x04")
+        assert term.wait_exit() == 0
+    finally:
+        term.kill()
+    store = Store(tmp_path / "kesoku.db")
+    try:
+        [session] = store.list_sessions()
+        users = [m.content for m in store.history(session.id) if m.role == "user"]
+        taint = store.taint_sources(session.id)
+    finally:
+        store.close()
+    assert users == ["Please review this go code:\nx = 1"]
     assert [(s.kind, s.label) for s in taint] == [("mcp", "t")]

@@ -8,6 +8,8 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from kesoku.daemon import INTERACTIVE_ADAPTER
+from kesoku_terminal.mcp_commands import USAGE as MCP_USAGE
+from kesoku_terminal.mcp_commands import mcp_command
 
 if TYPE_CHECKING:
     from kesoku_terminal.interactive import ChatUI
@@ -153,5 +155,6 @@ COMMANDS: dict[str, tuple[Handler, str]] = {
     "usage": (_usage, "tokens used in this session"),
     "context": (_context, "what the model works with: backend, history, folder, tools"),
     "sessions": (_sessions, "recent terminal sessions"),
+    "mcp": (mcp_command, f"MCP servers' prompts; one is sent as your message: {MCP_USAGE}"),
     "exit": (_exit, "leave (Ctrl-D does the same)"),
 }
