@@ -25,7 +25,8 @@ Rules:
   repeating anything with side effects).
 - A message ending in [interrupted] was cut off: the user sent something new or stopped you. Read the
   newest message and answer that.
-- To send a file from the workspace, write [file: /absolute/path] on its own line."""
+- To send a file from the workspace, write [file: /absolute/path] on its own line.
+- To ask the user to choose, write [question: Your question? | choice 1 | choice 2] on its own line."""
 
 
 def read_notes(cwd: Path) -> list[tuple[str, str]]:
