@@ -5,6 +5,7 @@ Names: every provider has a rule for tool names; the strictest together is
 ``_``, at most 64). An MCP tool is offered as ``<server>__<tool>``: other characters become ``_``, a name
 too long is cut and given a hash of the original, and names that still collide get ``_2``, ``_3``… in the
 order of the original names, so the mapping does not depend on the order a server lists its tools in.
+A server prefix never holds ``__`` (runs of ``_`` are made one), so names of two servers never collide.
 
 Results: the :class:`~kesoku.tools.base.Tool` interface returns text, so text blocks are kept, embedded
 text resources are inlined under a header, and images, audio and blobs are described by type and size
@@ -44,6 +45,7 @@ SEPARATOR = "__"
 """Between the server prefix and the tool name (kesoku.toml documents ``<name>__<tool>``)."""
 _HASH_CHARS = 8
 _BAD_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
+_RUNS = re.compile(r"_+")
 
 
 def _digest(*parts: str) -> str:
@@ -54,7 +56,7 @@ def _fit(name: str, limit: int, *original: str) -> str:
     """``name`` if it fits in ``limit`` characters, else its start and a hash of ``original``."""
     if len(name) <= limit:
         return name
-    return f"{name[: limit - _HASH_CHARS - 1]}_{_digest(*original)}"
+    return f"{name[: limit - _HASH_CHARS - 1].rstrip('_')}_{_digest(*original)}"
 
 
 def sanitize(text: str) -> str:
@@ -69,20 +71,22 @@ def server_prefixes(names: Sequence[str]) -> dict[str, str]:
         names: The configured server names (unique, as the config guarantees).
 
     Returns:
-        ``{server name: prefix}``: sanitized, starting with a letter or ``_``, at most
-        :data:`MAX_PREFIX_CHARS`; a prefix already taken by an earlier server gets ``_2``, ``_3``…
+        ``{server name: prefix}``: sanitized, runs of ``_`` made one, starting with a letter or ``_``,
+        never ending with ``_`` (``mcp`` when nothing is left), at most :data:`MAX_PREFIX_CHARS`; a
+        prefix already taken by an earlier server gets ``_2``, ``_3``… A prefix never holds ``__``, so
+        the first ``__`` of an offered name ends it and two servers never offer the same name.
     """
     out: dict[str, str] = {}
     taken: set[str] = set()
     for name in names:
-        base = sanitize(name)
-        if not (base[0].isascii() and (base[0].isalpha() or base[0] == "_")):
+        base = _RUNS.sub("_", sanitize(name)).strip("_") or "mcp"
+        if not (base[0].isascii() and base[0].isalpha()):
             base = "_" + base  # Gemini: a name starts with a letter or an underscore
         base = _fit(base, MAX_PREFIX_CHARS, name)
         prefix, n = base, 2
         while prefix in taken:
             suffix = f"_{n}"
-            prefix, n = base[: MAX_PREFIX_CHARS - len(suffix)] + suffix, n + 1
+            prefix, n = base[: MAX_PREFIX_CHARS - len(suffix)].rstrip("_") + suffix, n + 1
         taken.add(prefix)
         out[name] = prefix
     return out
