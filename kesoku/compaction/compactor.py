@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import msgspec
 import trio
 
-from kesoku.compaction.tokens import Calibration, estimate_turns, window_of
+from kesoku.compaction.tokens import Calibration, TurnSizes, estimate_turns, window_of
 from kesoku.compaction.view import Archive, Key, ViewState, key, view_turns
 from kesoku.errors import BackendError
 from kesoku.llm.base import BaseLLM
@@ -109,11 +109,21 @@ class Compactor:
         self.store = store
         self.policy = policy
         self.calibration = Calibration()
+        self.sizes = TurnSizes()
+        """The sizes of the turns of this session's last request (reused by identity)."""
         self.cooldown_until = 0.0
         """Trio clock time before which stage 3 (the model summary) is not tried again."""
 
     def estimate(self, turns: Sequence[LLMTurn], fixed_tokens: float) -> int:
-        """Calibrated tokens of a request of ``turns`` plus its system prompt and tool schemas."""
+        """Calibrated tokens of a request of ``turns`` plus its system prompt and tool schemas.
+
+        Meant for the session's growing requests (the turn loop): the turns it measured last time are
+        not measured again. :meth:`measure` is the one for candidate views.
+        """
+        return self.calibration.tokens(self.sizes.estimate(turns) + fixed_tokens)
+
+    def measure(self, turns: Sequence[LLMTurn], fixed_tokens: float) -> int:
+        """Calibrated tokens of any request's turns plus its system prompt and tool schemas."""
         return self.calibration.tokens(estimate_turns(turns) + fixed_tokens)
 
     async def compact(
@@ -210,7 +220,7 @@ class _Plan:
 
     def measure(self, view: ViewState | None) -> int:
         """Calibrated tokens of the request under ``view``."""
-        return self.owner.estimate(view_turns(self.messages, view), self.fixed_tokens)
+        return self.owner.measure(view_turns(self.messages, view), self.fixed_tokens)
 
     def stages_1_2(
         self, current: ViewState | None, window: int, reason: str, force: bool

@@ -24,6 +24,7 @@ from kesoku.llm.ir import (
     ToolCallBlock,
     ToolSpec,
 )
+from kesoku.transcript import shared_prefix
 
 CHARS_PER_TOKEN = 4.0
 IMAGE_TOKENS = 1600
@@ -66,20 +67,24 @@ def window_of(windows: Mapping[str, int], provider: str, model: str, local_windo
 
 def estimate_turns(turns: Sequence[LLMTurn]) -> float:
     """Estimated tokens of some turns (uncalibrated)."""
+    return sum(map(estimate_turn, turns))
+
+
+def estimate_turn(turn: LLMTurn) -> float:
+    """Estimated tokens of one turn (uncalibrated)."""
     chars = 0
     fixed = 0
-    for turn in turns:
-        for block in turn.blocks:
-            if isinstance(block, TextBlock | ThoughtBlock):
-                chars += len(block.text)
-            elif isinstance(block, ToolCallBlock):
-                chars += len(block.name) + len(msgspec.json.encode(block.arguments))
-            elif isinstance(block, ImageBlock):
-                fixed += IMAGE_TOKENS
-            elif isinstance(block, DocumentBlock):
-                fixed += DOCUMENT_TOKENS
-            else:  # a tool result
-                chars += len(block.content)
+    for block in turn.blocks:
+        if isinstance(block, TextBlock | ThoughtBlock):
+            chars += len(block.text)
+        elif isinstance(block, ToolCallBlock):
+            chars += len(block.name) + len(msgspec.json.encode(block.arguments))
+        elif isinstance(block, ImageBlock):
+            fixed += IMAGE_TOKENS
+        elif isinstance(block, DocumentBlock):
+            fixed += DOCUMENT_TOKENS
+        else:  # a tool result
+            chars += len(block.content)
     return chars / CHARS_PER_TOKEN + fixed
 
 
@@ -91,6 +96,29 @@ def fixed_tokens(system: str, tools: Sequence[ToolSpec]) -> float:
 def estimate_request(request: LLMRequest) -> float:
     """Estimated input tokens of a request (uncalibrated): system prompt, tool schemas and turns."""
     return fixed_tokens(request.system, request.tools) + estimate_turns(request.turns)
+
+
+class TurnSizes:
+    """:func:`estimate_turns` for a request that grows step by step: only the new turns are measured.
+
+    The turns of one session's requests are the same objects from call to call (see
+    :class:`kesoku.transcript.Transcript`), so the sizes of the shared prefix (by identity) are reused.
+    """
+
+    def __init__(self) -> None:
+        self._turns: list[LLMTurn] = []
+        self._sums: list[float] = []  # running totals: _sums[i] = tokens of _turns[: i + 1]
+
+    def estimate(self, turns: Sequence[LLMTurn]) -> float:
+        """Estimated tokens of ``turns`` (uncalibrated)."""
+        shared = shared_prefix(self._turns, turns)
+        del self._turns[shared:], self._sums[shared:]
+        total = self._sums[-1] if self._sums else 0.0
+        for turn in turns[shared:]:
+            total += estimate_turn(turn)
+            self._turns.append(turn)
+            self._sums.append(total)
+        return total
 
 
 class Calibration:

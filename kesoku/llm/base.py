@@ -16,6 +16,7 @@ retried twice over (../shared/STACK.md, "SDK behaviour").
 from __future__ import annotations
 
 import email.utils
+import operator
 import random
 import time
 from abc import ABC, abstractmethod
@@ -36,11 +37,11 @@ from kesoku.llm.ir import (
     LLMTurn,
     ResponseBuilder,
     ToolSpec,
+    own_signatures,
     signed,
-    without_foreign_signatures,
 )
 from kesoku.model import Message
-from kesoku.transcript import TranscriptError, TurnChecker, to_turns
+from kesoku.transcript import TranscriptError, TurnChecker, shared_prefix, to_turns
 
 MAX_RETRIES = 4
 """Retries of a retryable failure before the error reaches the turn (``agent.max_retries``)."""
@@ -84,6 +85,8 @@ class BaseLLM(ABC):
         self.stall_timeout_s = stall_timeout_s
         self.backoff_cap_s = backoff_cap_s
         self.calls = 0
+        self._signature_turns: list[LLMTurn] = []  # the last request's turns, and the same without
+        self._signature_cleaned: list[LLMTurn] = []  # foreign signatures (see _own_signatures)
 
     # -- the template ----------------------------------------------------------------------------
 
@@ -144,7 +147,7 @@ class BaseLLM(ABC):
         Cancellation:
             Cancelling the consumer closes the provider stream; use ``contextlib.aclosing``.
         """
-        native = self._build_native_input(without_foreign_signatures(request, self.provider))
+        native = self._build_native_input(self._own_signatures(request))
         attempt = 0
         while True:
             attempt += 1
@@ -179,6 +182,20 @@ class BaseLLM(ABC):
             if started or not error.retryable or attempt > self.max_retries:
                 raise error
             await trio.sleep(self._backoff_s(attempt, error))
+
+    def _own_signatures(self, request: LLMRequest) -> LLMRequest:
+        """:func:`~kesoku.llm.ir.without_foreign_signatures`, reusing the last request's turns by identity.
+
+        A session's requests grow by a step per call with the earlier turns the same objects, so only
+        the new turns are looked at: the cost of a call must not grow with the history.
+        """
+        turns = request.turns
+        shared = shared_prefix(self._signature_turns, turns)
+        cleaned = self._signature_cleaned[:shared] + [own_signatures(t, self.provider) for t in turns[shared:]]
+        self._signature_turns, self._signature_cleaned = list(turns), cleaned
+        if all(map(operator.is_, cleaned, turns)):
+            return request
+        return msgspec.structs.replace(request, turns=tuple(cleaned))
 
     async def generate(self, request: LLMRequest) -> LLMResponse:
         """Run one model step to the end and return it assembled (no streaming)."""

@@ -7,6 +7,7 @@ the tool specs. Backends map it to their wire format (``_build_native_input``) a
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Literal
 
 import msgspec
@@ -233,20 +234,24 @@ def without_foreign_signatures(request: LLMRequest, provider: str) -> LLMRequest
     another goes without it. A signature of unknown origin (``signed_by`` None: written before Kesoku
     recorded it) is kept. Returns ``request`` itself when nothing changes.
     """
-    changed = False
-    turns: list[LLMTurn] = []
-    for turn in request.turns:
-        blocks = list(turn.blocks)
-        for i, block in enumerate(blocks):
-            if (
-                isinstance(block, ThoughtBlock | ToolCallBlock)
-                and block.signature is not None
-                and block.signed_by not in (None, provider)
-            ):
-                blocks[i] = msgspec.structs.replace(block, signature=None, signed_by=None)
-                changed = True
-        turns.append(LLMTurn(turn.role, tuple(blocks)) if blocks != list(turn.blocks) else turn)
-    return msgspec.structs.replace(request, turns=tuple(turns)) if changed else request
+    turns = tuple(own_signatures(turn, provider) for turn in request.turns)
+    changed = any(map(operator.is_not, turns, request.turns))
+    return msgspec.structs.replace(request, turns=turns) if changed else request
+
+
+def own_signatures(turn: LLMTurn, provider: str) -> LLMTurn:
+    """The turn without signatures another provider made (the same object when it has none)."""
+    if turn.role == "user":  # signatures are only on the model's own blocks
+        return turn
+    blocks = [
+        msgspec.structs.replace(block, signature=None, signed_by=None)
+        if isinstance(block, ThoughtBlock | ToolCallBlock)
+        and block.signature is not None
+        and block.signed_by not in (None, provider)
+        else block
+        for block in turn.blocks
+    ]
+    return turn if all(map(operator.is_, blocks, turn.blocks)) else LLMTurn(turn.role, tuple(blocks))
 
 
 def estimate_tokens(text: str) -> int:
