@@ -474,3 +474,11 @@ def test_interactive_asks_and_y_allows(tmp_path: Path) -> None:
         term.kill()
     assert (tmp_path / "outside.txt").read_text() == "written with consent\n"
     assert "y" not in [r[3] for r in history(tmp_path) if r[1] == Role.USER]  # an answer, not a message
+
+
+def test_a_setup_error_leaves_no_database_behind(tmp_path: Path) -> None:
+    (tmp_path / "kesoku.toml").write_text('[agent]\nllm = "claude"\n')
+    result = chat(tmp_path, "hello")
+    assert result.returncode == 2
+    assert result.stderr.startswith("kesoku: claude.api_key: not set")
+    assert not (tmp_path / "kesoku.db").exists()

@@ -285,3 +285,11 @@ def test_bad_options_are_one_line(config: Path, home: Path, tmp_path: Path) -> N
     missing = tmp_path / "nope.toml"
     line = one_line_error(kesoku("install", "-c", str(missing), "--dry-run", home=home, path="/bin"))
     assert line.startswith(f"kesoku: {missing}: no such file")
+
+
+def test_install_without_a_config_file_says_how_to_get_one(home: Path, tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere" / "kesoku.toml"
+    result = kesoku("install", "--dry-run", "-c", str(missing), home=home, path=os.environ["PATH"])
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.startswith(f"kesoku: service install: {missing} does not exist; give the daemon's config")

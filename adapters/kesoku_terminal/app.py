@@ -52,11 +52,20 @@ def chat(
     if interactive and not sys.stdout.isatty():
         raise OperatorError("chat: the interactive mode needs a terminal; give a PROMPT for a one-shot answer")
     _log_warnings_only()
-    store = Store(config.workspace.db_path)
+    db_path = Path(config.workspace.db_path)
+    new_database = not db_path.exists()
+    store = Store(db_path)
     try:
         serving: set[str] = set()
-        rt = build_runtime(config, store, config_file=config_file, llm_name=llm_name, serves=serving.__contains__)
-        session = open_session(rt.gateway, session_id)
+        try:
+            rt = build_runtime(config, store, config_file=config_file, llm_name=llm_name, serves=serving.__contains__)
+            session = open_session(rt.gateway, session_id)
+        except OperatorError:
+            if new_database:  # a setup error must not leave an empty kesoku.db behind
+                store.close()
+                for suffix in ("", "-wal", "-shm"):
+                    db_path.with_name(db_path.name + suffix).unlink(missing_ok=True)
+            raise
         serving.add(session.id)
         if question is not None:
             from kesoku_terminal.oneshot import run_oneshot

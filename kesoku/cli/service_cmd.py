@@ -52,7 +52,14 @@ def install_cmd(
         dry_run: Print the unit and write nothing.
     """
     from kesoku.config import load_config
+    from kesoku.errors import OperatorError
 
+    if not config.exists():
+        # A daemon needs a file of its own (credentials, adapters): say how to get one.
+        raise OperatorError(
+            f"service install: {config} does not exist; give the daemon's config with -c PATH, or start from "
+            "the commented reference kesoku.toml of the Kesoku repository (`kesoku config schema` lists every key)"
+        )
     load_config(config)  # a service that crash-loops on a config typo helps nobody: check it now
     unit = svc.plan_unit(config, env, user=user)
     if dry_run:
