@@ -35,6 +35,7 @@ as one line naming the file and key path: ``scenario.yaml: steps[2].tool_calls[0
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import uuid
@@ -337,6 +338,21 @@ def _convert(data: Any, kind: type[Any], name: str, prefix: str = "") -> Any:
         raise ConfigError(f"{name}: {_explain(str(exc), prefix)}") from None
 
 
+def _known_keys(path: str) -> list[str]:
+    """The keys allowed where ``path`` (``steps[2].tool_calls[0]``) points, from its last named part."""
+    parent = re.sub(r"\[\d+\]", "", path).rpartition(".")[2]
+    kinds: dict[str, Any] = {
+        "": Script,
+        "steps": Step,
+        "tool_calls": StepToolCall,
+        "tool_call": StepToolCall,
+        "usage": StepUsage,
+        "error": StepError,
+        "events": StepEvent,
+    }
+    return [f.encode_name for f in msgspec.structs.fields(kinds.get(parent, Step))]
+
+
 def _explain(message: str, prefix: str) -> str:
     """Turn msgspec's ``Expected `str`, got `int` - at `$.steps[2].name``` into ``steps[2].name: ...``."""
     m = re.match(r"(?s)(.*?)(?: - at `\$(.*)`)?$", message)
@@ -349,5 +365,8 @@ def _explain(message: str, prefix: str) -> str:
     unknown = re.match(r"object contains unknown field (\S+)", text)
     if unknown:
         field = unknown.group(1)
-        return f"{path + '.' if path else ''}{field}: unknown key"
+        known = _known_keys(path)
+        close = " or ".join(map(repr, difflib.get_close_matches(field, known, n=2)))
+        hint = f"; did you mean {close}?" if close else ""
+        return f"{path + '.' if path else ''}{field}: unknown key{hint} (known: {', '.join(known)})"
     return f"{path}: {text}" if path else text
