@@ -12,11 +12,13 @@ from pathlib import Path
 import msgspec
 import trio
 import trio.testing
+from fakes.anthropic_api import AnthropicFake, ErrorReply, Reply, Text
 from runtime_harness import Harness, echo, serve_runtime
 
 from kesoku.compaction import CompactionPolicy, ViewState
 from kesoku.compaction.tokens import estimate_request
 from kesoku.events import Compacted
+from kesoku.llm.claude import ClaudeLLM
 from kesoku.llm.ir import LLMRequest, TextBlock, ToolResultBlock
 from kesoku.metrics import TurnState
 from kesoku.model import Kind, Metadata, Outcome, Role, Status, in_turn, user_text
@@ -217,3 +219,30 @@ async def test_mid_turn_compaction_keeps_the_turns_own_tool_pairs(tmp_path: Path
     assert [b.content for b in results] == [big]  # the active turn's pair is whole
     assert check_turns(second.turns) == []
     assert tokens(second) < 0.85 * WINDOW
+
+
+async def test_claude_over_the_wire_refuses_a_long_prompt_and_the_compacted_retry_goes_through(
+    tmp_path: Path,
+) -> None:
+    fake = AnthropicFake()
+    too_long = "prompt is too long: 212345 tokens > 200000 maximum"
+    fake.push(ErrorReply(400, "invalid_request_error", too_long), Reply([Text("It fits now.")]))
+    async with fake.serve() as url:
+        llm = ClaudeLLM(base_url=url, api_key=fake.api_key, model="claude-haiku-4-5", thinking_level="minimal")
+        await llm.connect()
+        try:
+            async with serve_runtime(tmp_path, llm, compaction=CompactionPolicy()) as h:
+                await seed(h, 20)
+                await h.say("the task in progress")
+                metrics = await h.turn_end()
+                view = views(h)
+                answer = h.history()[-1]
+        finally:
+            await llm.aclose()
+    assert metrics.state is TurnState.DONE
+    assert answer.content == "It fits now."
+    assert view is not None and view.reason == "context overflow"
+    refused, retried = fake.bodies
+    assert len(str(retried["messages"])) < len(str(refused["messages"]))
+    assert "[evicted to save context" in str(retried["messages"])
+    assert "the task in progress" in str(retried["messages"][-1]["content"])  # the active request, verbatim
