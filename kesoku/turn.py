@@ -403,9 +403,13 @@ class Turn:
 
 
 def system_prompt(rt: Runtime, session: Session) -> str:
-    """The system prompt of a session's next request (tools, skills and notes as they are now)."""
+    """The system prompt of a session's next request (tools, skills and notes as they are now).
+
+    An adapter may add a section of its own: a string in ``session.metadata["context"]`` (the Discord
+    adapter's server, channel and members) is appended as it is.
+    """
     cwd = rt.cwd(session)
-    return build_system_prompt(
+    prompt = build_system_prompt(
         persona=rt.persona,
         tools=rt.current_tools(),
         skills=rt.skills(),
@@ -413,6 +417,10 @@ def system_prompt(rt: Runtime, session: Session) -> str:
         cwd=cwd,
         now=dt.datetime.now().astimezone(),
     )
+    context = session.metadata.get("context")
+    if isinstance(context, str) and context.strip():
+        prompt = f"{prompt}\n\n{context.strip()}"
+    return prompt
 
 
 def _with_usage(message: Message, usage: Usage) -> Message:

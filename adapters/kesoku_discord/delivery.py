@@ -1,0 +1,343 @@
+"""Delivery: every message of the adapter's sessions, from the durable log to Discord, exactly once.
+
+The adapter follows ``rt.gateway.listen(after=cursor, adapter=chatbot_id)`` and saves its cursor
+(``adapter:<chatbot_id>`` in the store) after each message is delivered, so a restart resumes where
+it stopped: nothing lost, nothing sent twice (a crash in the middle of one message's chunks can
+repeat that message only). Discord's websocket reconnects do not touch this path: replies go out
+over REST.
+
+Per turn (keyed by its root user message) the adapter keeps the header message, the intermediate
+messages (thoughts, tool calls and results, which 🛑 deletes) and the typing indicator.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import trio
+from kesoku.markup import FilePart, QuestionPart, TextPart, parse_reply
+from kesoku.model import ANSWER_KEY, QUESTION_KEY, Kind, Message, Role, Session, Status, is_answer, is_question
+from kesoku.store import MessageFilter
+from kesoku.tools.paths import PathGates, shareable
+
+from kesoku_discord._compat import discord, ui
+from kesoku_discord.client import NO_MASS_MENTIONS, aio
+from kesoku_discord.convert import render_thought, render_tool_call, render_tool_result, split_message
+from kesoku_discord.views import answer_view, choice_view, disabled_copy, header_view
+
+if TYPE_CHECKING:
+    from kesoku.config import Config
+    from kesoku.metrics import TurnMetrics
+    from kesoku.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+TYPING_TIMEOUT_S = 600.0
+"""A typing indicator never runs longer than this (a turn that never ends must not type forever)."""
+TYPING_REPEAT_S = 8.0
+"""Discord shows typing for about 10 s per trigger (API, "Trigger Typing Indicator"): repeat before."""
+DEFAULT_UPLOAD_LIMIT = 10 * 1024 * 1024
+"""Upload limit outside a guild (Discord API, "Uploading Files": 10 MiB without boosts)."""
+RETRY_CAP_S = 60.0
+"""Longest pause between two tries of a send while Discord cannot be reached."""
+DELIVERED_WAIT_S = 60.0
+"""How long the end of a turn waits for its messages to be delivered before updating the header anyway."""
+WORKING = "⏳ working…"
+
+
+@dataclass
+class TurnView:
+    """What the adapter shows for one turn."""
+
+    session_id: str
+    root_id: int
+    channel_id: int
+    header: discord.Message | None = None
+    intermediate: list[int] = field(default_factory=list)
+    stopped: bool = False
+
+
+class Typing:
+    """Typing indicators, one per channel, each bounded by :data:`TYPING_TIMEOUT_S`."""
+
+    def __init__(self, nursery: trio.Nursery, *, timeout_s: float = TYPING_TIMEOUT_S) -> None:
+        self.nursery = nursery
+        self.timeout_s = timeout_s
+        self.scopes: dict[int, trio.CancelScope] = {}
+
+    def start(self, channel: discord.abc.Messageable, channel_id: int) -> None:
+        """Show typing in a channel until :meth:`stop` (or the timeout); already typing: nothing."""
+        if channel_id not in self.scopes:
+            scope = self.scopes[channel_id] = trio.CancelScope()
+            self.nursery.start_soon(self._run, channel, channel_id, scope)
+
+    def poke(self, channel: discord.abc.Messageable, channel_id: int) -> None:
+        """A message was just sent (which clears the indicator in clients): trigger it again now."""
+        if channel_id in self.scopes:
+            self.nursery.start_soon(_trigger_typing, channel)
+
+    def stop(self, channel_id: int) -> None:
+        """Stop typing in a channel."""
+        scope = self.scopes.pop(channel_id, None)
+        if scope is not None:
+            scope.cancel()
+
+    async def _run(self, channel: discord.abc.Messageable, channel_id: int, scope: trio.CancelScope) -> None:
+        with scope:
+            scope.deadline = trio.current_time() + self.timeout_s
+            while True:
+                await _trigger_typing(channel)
+                await trio.sleep(TYPING_REPEAT_S)
+        if self.scopes.get(channel_id) is scope:
+            del self.scopes[channel_id]
+
+
+async def _send(channel: discord.abc.Messageable, content: str | None, kwargs: dict[str, Any]) -> discord.Message:
+    return await channel.send(content, **kwargs)
+
+
+async def _trigger_typing(channel: discord.abc.Messageable) -> None:
+    async def once() -> None:
+        await channel.typing()  # one POST /channels/{id}/typing
+
+    try:
+        await aio(once)
+    except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
+        log.debug("discord: typing failed: %s", exc)
+
+
+class Delivery:
+    """Sends the log's messages to Discord and keeps each turn's header, typing and intermediate messages.
+
+    Args:
+        rt: The runtime.
+        config: The loaded config.
+        client: The connected Discord client.
+        nursery: Where typing tasks run.
+    """
+
+    def __init__(self, rt: Runtime, config: Config, client: discord.Client, nursery: trio.Nursery) -> None:
+        self.rt = rt
+        self.config = config
+        self.client = client
+        self.store = rt.gateway.store
+        self.adapter = config.discord.chatbot_id
+        self.cursor_name = f"adapter:{self.adapter}"
+        self.cursor = 0
+        self.typing = Typing(nursery)
+        self.turns: dict[int, TurnView] = {}
+        self.questions: dict[int, discord.Message] = {}
+        self.gates = PathGates.from_config(config)
+        self.roots = tuple(Path(r) for r in config.workspace.shareable_roots)
+        self._progress = trio.Event()
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Deliver messages until cancelled; ``started`` once listening.
+
+        The first start of an adapter begins after the newest stored message (older sessions are not
+        replayed into Discord); later starts resume from the saved cursor.
+        """
+        saved = self.store.get_cursor(self.cursor_name)
+        self.cursor = self.store.last_message_id() if saved is None else saved
+        if saved is None:
+            self.store.set_cursor(self.cursor_name, self.cursor)
+        with self.rt.gateway.listen(after=self.cursor, adapter=self.adapter) as messages:
+            task_status.started()
+            async for message in messages:
+                try:
+                    await self.deliver(message)
+                except discord.HTTPException as exc:  # refused for good (a deleted channel, no permission)
+                    log.warning("discord: message %d not delivered: %s", message.id, exc)
+                self.cursor = message.id
+                self.store.set_cursor(self.cursor_name, message.id)
+                self._progress.set()
+                self._progress = trio.Event()
+
+    async def delivered(self, session_id: str, *, timeout_s: float = DELIVERED_WAIT_S) -> None:
+        """Wait until every stored message of a session has been delivered (bounded)."""
+        flt = MessageFilter.from_kwargs({"session_id": session_id})
+        with trio.move_on_after(timeout_s):
+            while self.store.messages_after(self.cursor, flt, limit=1):
+                await self._progress.wait()
+
+    # -- channels -------------------------------------------------------------------------------
+
+    async def channel_of(self, session: Session) -> discord.abc.Messageable | None:
+        """The Discord channel or thread of a session (from the cache, else GET /channels/{id})."""
+        channel_id = int(session.channel_id)
+        channel = self.client.get_channel(channel_id)
+        if channel is None:
+            try:
+                channel = await aio(self.client.fetch_channel, channel_id)
+            except discord.HTTPException as exc:
+                log.warning("discord: channel %s of session %s is gone: %s", channel_id, session.id, exc)
+                return None
+        return channel if isinstance(channel, discord.abc.Messageable) else None
+
+    async def send(
+        self, channel: discord.abc.Messageable, content: str | None = None, **kwargs: Any
+    ) -> discord.Message:
+        """``channel.send`` with mass mentions off; waits out network failures and Discord's 5xx.
+
+        discord.py already retries 429 and 5xx a few times (honouring Retry-After); past that, and on
+        connection errors, the message waits (backoff up to :data:`RETRY_CAP_S`) rather than being
+        skipped: a reply must not be lost because the network was down for a minute.
+
+        Raises:
+            discord.HTTPException: Discord refused the message for good (4xx: no permission, gone).
+        """
+        kwargs.setdefault("allowed_mentions", NO_MASS_MENTIONS)
+        delay_s = 1.0
+        while True:
+            try:
+                sent: discord.Message = await aio(_send, channel, content, kwargs)
+                return sent
+            except (aiohttp.ClientError, OSError, discord.DiscordServerError) as exc:
+                log.warning("discord: send failed (%s); retrying in %g s", exc, delay_s)
+                await trio.sleep(delay_s)
+                delay_s = min(delay_s * 2, RETRY_CAP_S)
+            for value in kwargs.values():
+                if isinstance(value, discord.File):
+                    value.reset()  # a retried upload starts from the first byte again
+
+    async def send_text(self, channel: discord.abc.Messageable, text: str, **kwargs: Any) -> list[discord.Message]:
+        """Send text as one or more messages (split at 2,000 characters); ``kwargs`` go with the last one."""
+        chunks = split_message(text)
+        sent = []
+        for i, chunk in enumerate(chunks):
+            sent.append(await self.send(channel, chunk, **(kwargs if i == len(chunks) - 1 else {})))
+        return sent
+
+    # -- delivering -----------------------------------------------------------------------------
+
+    async def deliver(self, message: Message) -> None:
+        """Show one message of the log in its session's channel."""
+        session = self.store.get_session(message.session_id)
+        if session is None:
+            return  # deleted (♻️) since it was posted
+        channel = await self.channel_of(session)
+        if channel is None:
+            return
+        channel_id = int(session.channel_id)
+        if message.role is Role.USER:
+            if message.status in (Status.PENDING, Status.PROCESSING):
+                await self.open_turn(session, channel, message)
+            return
+        turn = self.turns.get(message.root_id)
+        if message.role is Role.ASSISTANT and message.kind is Kind.TEXT:
+            await self.send_answer(session, channel, message)
+        elif message.role is Role.SYSTEM:
+            await self.send_system(channel, message)
+        else:
+            if turn is not None and turn.stopped:
+                return  # 🛑 cleared this turn's progress: do not bring it back
+            if message.kind is Kind.THOUGHT:
+                text = render_thought(message.content)
+            elif message.kind is Kind.TOOL_CALL:
+                text = render_tool_call(message)
+            else:
+                text = render_tool_result(message)
+            sent = await self.send_text(channel, text)
+            if turn is not None:
+                turn.intermediate += [m.id for m in sent]
+        self.typing.poke(channel, channel_id)
+
+    async def open_turn(self, session: Session, channel: discord.abc.Messageable, root: Message) -> None:
+        """A user message arrived: post the turn's header (with its buttons) and start typing."""
+        channel_id = int(session.channel_id)
+        self.typing.start(channel, channel_id)
+        in_thread = isinstance(channel, discord.Thread)
+        view = header_view(session.id, root.id, clear=not in_thread)
+        header = await self.send(channel, WORKING, view=view)
+        self.turns[root.id] = TurnView(session.id, root.id, channel_id, header)
+
+    async def send_answer(self, session: Session, channel: discord.abc.Messageable, message: Message) -> None:
+        """Answer text: markdown chunks, ``[file: …]`` uploads and ``[question: …]`` buttons, in order."""
+        for index, part in enumerate(parse_reply(message.content)):
+            if isinstance(part, TextPart):
+                await self.send_text(channel, part.text)
+            elif isinstance(part, FilePart):
+                await self.send_file(session, channel, part.path)
+            elif isinstance(part, QuestionPart):
+                await self.send_text(channel, part.text or "❓", view=choice_view(message.id, index, part.choices))
+
+    async def send_file(self, session: Session, channel: discord.abc.Messageable, path: str) -> None:
+        """Upload a file the answer named, if the sharing rule allows it and it fits Discord's limit."""
+        check = functools.partial(shareable, path, Path(session.workspace), self.roots, gates=self.gates)
+        name = os.path.basename(path) or path
+        if not await trio.to_thread.run_sync(check):
+            await self.send(channel, f"⚠️ I can't share `{name}`: it does not exist or is outside the shared folders.")
+            return
+        guild = getattr(channel, "guild", None)
+        limit = guild.filesize_limit if guild is not None else DEFAULT_UPLOAD_LIMIT
+        size = (await trio.to_thread.run_sync(os.stat, path)).st_size
+        if size > limit:
+            mib = 1024 * 1024
+            await self.send(
+                channel, f"⚠️ `{name}` is {size / mib:.1f} MiB, over Discord's upload limit ({limit / mib:.0f} MiB)."
+            )
+            return
+        data = await trio.to_thread.run_sync(Path(path).read_bytes)
+        await self.send(channel, file=discord.File(io.BytesIO(data), filename=name))
+
+    async def send_system(self, channel: discord.abc.Messageable, message: Message) -> None:
+        """A tool's question (Allow/Deny buttons), the record of its answer, or a notice."""
+        if is_question(message):
+            options = [str(o) for o in message.metadata.extra[QUESTION_KEY].get("options", ())]
+            sent = await self.send_text(channel, message.content, view=answer_view(message.id, options))
+            self.questions[message.id] = sent[-1]
+        elif is_answer(message):
+            question = self.questions.pop(int(message.metadata.extra[ANSWER_KEY]), None)
+            if question is not None:  # not answered by a click (a timeout, a stop, a new message)
+                choice = str(message.metadata.extra.get("choice", ""))
+                await aio(question.edit, content=f"{question.content}\n→ **{choice}**", view=disabled_copy(question))
+        elif message.content.strip():
+            await self.send_text(channel, message.content)
+
+    # -- the end of a turn ----------------------------------------------------------------------
+
+    async def finish_turn(self, metrics: TurnMetrics) -> None:
+        """After a turn's messages are delivered: edit its header with the metrics, stop typing."""
+        await self.delivered(metrics.session_id)
+        session = self.store.get_session(metrics.session_id)
+        turn = self.turns.pop(metrics.root_id, None)
+        if session is None:
+            return
+        channel = await self.channel_of(session)
+        if channel is None:
+            return
+        in_thread = isinstance(channel, discord.Thread)
+        view = header_view(session.id, metrics.root_id, clear=not in_thread, running=False)
+        if turn is not None and turn.header is not None:
+            await aio(turn.header.edit, content=metrics.render(), view=view)
+        else:  # the header was posted before a restart: post the metrics anew
+            await self.send(channel, metrics.render(), view=view)
+        # User messages answered together with this turn never get a turn of their own.
+        for older in [t for t in self.turns.values() if t.session_id == session.id and t.root_id < metrics.root_id]:
+            del self.turns[older.root_id]
+            if older.header is not None:
+                done = header_view(session.id, older.root_id, clear=not in_thread, running=False)
+                await aio(older.header.edit, content="⤵️ answered with the next message", view=done)
+        if not any(t.session_id == session.id for t in self.turns.values()):
+            self.typing.stop(int(session.channel_id))
+
+    def forget(self, session_id: str) -> Sequence[TurnView]:
+        """Drop a deleted session's turns (♻️); returns them."""
+        gone = [t for t in self.turns.values() if t.session_id == session_id]
+        for turn in gone:
+            del self.turns[turn.root_id]
+            self.typing.stop(turn.channel_id)
+        return gone
+
+
+def no_view() -> ui.View:
+    """An empty view: removes a message's buttons when edited in."""
+    return ui.View(timeout=None)

@@ -1,0 +1,233 @@
+"""Discord → Kesoku: who is answered, which thread is the conversation, attachments, the user message.
+
+A conversation is a session whose ``channel_id`` is the Discord thread (or, where threads are off,
+the channel). In a regular channel every new conversation opens a thread from the user's message
+("Start Thread from Message": the thread takes the message's id); a thread the user started is used
+as it is. When several bots race to open the thread, the losers get HTTP 400 with JSON error code
+160004 ("A thread has already been created for this message") and join the winner's thread, found
+by the message's id.
+"""
+
+from __future__ import annotations
+
+import logging
+import mimetypes
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import trio
+from kesoku.model import Attachment, Session, user_text
+from kesoku.tools.paths import safe_attachment_name
+
+from kesoku_discord._compat import discord
+from kesoku_discord.client import aio
+from kesoku_discord.convert import (
+    Author,
+    Place,
+    attachment_note,
+    channel_override,
+    context_prompt,
+    should_answer,
+    thread_name,
+)
+
+if TYPE_CHECKING:
+    from kesoku.config import Config, DiscordChannel
+    from kesoku.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+HISTORY_FOR_MEMBERS = 50
+"""Recent channel messages read to find the active members for the context prompt."""
+MAX_MEMBERS = 20
+"""Active members listed in the context prompt."""
+SAVE_TRIES = 100
+
+
+class Inbound:
+    """Turns Discord messages into Kesoku user messages.
+
+    Args:
+        rt: The runtime.
+        config: The loaded config.
+        client: The connected client.
+    """
+
+    def __init__(self, rt: Runtime, config: Config, client: discord.Client) -> None:
+        self.rt = rt
+        self.config = config
+        self.client = client
+        self.adapter = config.discord.chatbot_id
+
+    def author(self, message: discord.Message) -> Author:
+        """The facts :func:`should_answer` needs."""
+        me = self.client.user
+        assert me is not None  # only called once connected
+        my_roles = set()
+        if message.guild is not None and message.guild.me is not None:
+            my_roles = {r.id for r in message.guild.me.roles if not r.is_default()}
+        by_role = any(r.id in my_roles for r in message.role_mentions)
+        others = [u for u in message.mentions if u.id != me.id]
+        other_roles = [r for r in message.role_mentions if r.id not in my_roles]
+        author = message.author
+        return Author(
+            names=(author.name, author.display_name, str(author.id)),
+            is_bot=author.bot or author.id == me.id,
+            mentions_bot=any(u.id == me.id for u in message.mentions) or by_role,
+            mentions_others=bool(message.mention_everyone or others or other_roles),
+            direct=isinstance(message.channel, discord.DMChannel),
+        )
+
+    async def handle(self, message: discord.Message) -> None:
+        """Take one message in: decide, find the conversation, save attachments, post it."""
+        if not should_answer(self.author(message), self.config.discord.user_allowlist):
+            return
+        talk, override = await self.conversation(message)
+        session = await self.session_for(message, talk, override)
+        attachments = await self.save_attachments(message, Path(session.workspace))
+        text = self.text(message)
+        if attachments:
+            note = attachment_note((a.filename, a.path) for a in attachments)
+            text = f"{text}\n\n{note}" if text else note
+        post = user_text(
+            session.id,
+            text or "(an empty message)",
+            sender=message.author.name,
+            external_id=str(message.id),
+            attachments=tuple(attachments),
+        )
+        await self.rt.gateway.post(post)
+
+    def text(self, message: discord.Message) -> str:
+        """The message's text, the bot's own mention written as ``@name`` (readable for the model)."""
+        me = self.client.user
+        text = message.content
+        if me is not None:
+            text = text.replace(f"<@{me.id}>", f"@{me.name}").replace(f"<@!{me.id}>", f"@{me.name}")
+        return text.strip()
+
+    # -- the conversation ---------------------------------------------------------------------------
+
+    async def conversation(self, message: discord.Message) -> tuple[Any, DiscordChannel | None]:
+        """Where to talk (the thread or channel) and the ``[[discord.channels]]`` entry that applies."""
+        overrides = self.config.discord.channels
+        channel = message.channel
+        if isinstance(channel, discord.Thread):
+            parent = channel.parent
+            override = channel_override(overrides, channel.id, channel.name)
+            if override is None and parent is not None:
+                override = channel_override(overrides, parent.id, parent.name)
+            return channel, override
+        if isinstance(channel, discord.TextChannel):
+            override = channel_override(overrides, channel.id, channel.name)
+            if override is not None and not override.auto_thread:
+                return channel, override
+            thread = await self.open_thread(message)
+            return (thread if thread is not None else channel), override
+        return channel, None
+
+    async def open_thread(self, message: discord.Message) -> discord.Thread | None:
+        """Open a thread from the message, or join the one a peer bot opened first."""
+        name = thread_name(message.content)
+        try:
+            # A day without messages archives it (Discord allows 60, 1440, 4320 or 10080 minutes).
+            thread: discord.Thread = await aio(message.create_thread, name=name, auto_archive_duration=1440)
+            return thread
+        except discord.HTTPException as exc:
+            # 160004: another bot won the race; its thread has the message's id.
+            found = message.guild.get_thread(message.id) if message.guild is not None else None
+            if found is None:
+                try:
+                    fetched = await aio(self.client.fetch_channel, message.id)
+                except discord.HTTPException:
+                    log.warning("discord: cannot open a thread on %s (%s); answering in the channel", message.id, exc)
+                    return None
+                found = fetched if isinstance(fetched, discord.Thread) else None
+            if found is None:
+                return None
+            await aio(found.join)
+            log.info("discord: joined thread %s opened by a peer", found.id)
+            return found
+
+    async def session_for(self, message: discord.Message, talk: Any, override: DiscordChannel | None) -> Session:
+        """The conversation's session; a new one is dated by the message and carries the context prompt."""
+        store = self.rt.gateway.store
+        key = str(talk.id)
+        session = store.find_session(self.adapter, key)
+        if session is None:
+            context = await self.context(message, talk)
+            store.create_session(
+                self.adapter,
+                key,
+                workspace_root=self.rt.gateway.sessions_dir,
+                created_at=message.created_at.timestamp(),
+                llm=override.llm if override is not None else None,
+                metadata={"context": context},
+            )
+        # open_session makes the workspace folder (and returns the session just created).
+        return self.rt.gateway.open_session(self.adapter, key)
+
+    async def context(self, message: discord.Message, talk: Any) -> str:
+        """The context prompt: server, channel, thread, the bot, and the active members with their ids."""
+        me = self.client.user
+        assert me is not None
+        base = talk.parent if isinstance(talk, discord.Thread) and talk.parent is not None else message.channel
+        members: dict[int, tuple[str, str, int]] = {}
+        author = message.author
+        members[author.id] = (author.display_name, author.name, author.id)
+
+        async def recent() -> list[discord.Message]:
+            if not isinstance(base, discord.abc.Messageable):
+                return []
+            return [m async for m in base.history(limit=HISTORY_FOR_MEMBERS)]
+
+        try:
+            for seen in await aio(recent):
+                if seen.author.id != me.id and len(members) < MAX_MEMBERS:
+                    members.setdefault(seen.author.id, (seen.author.display_name, seen.author.name, seen.author.id))
+        except (discord.HTTPException, AttributeError) as exc:  # no history permission, or a DM
+            log.debug("discord: no channel history for the context: %s", exc)
+        guild = message.guild
+        place = Place(
+            server=guild.name if guild is not None else None,
+            server_id=guild.id if guild is not None else None,
+            channel=getattr(base, "name", None) or "direct message",
+            channel_id=base.id,
+            topic=getattr(base, "topic", None),
+            thread=talk.name if isinstance(talk, discord.Thread) else None,
+            thread_id=talk.id if isinstance(talk, discord.Thread) else None,
+            bot=(me.name, me.id),
+            members=tuple(members.values()),
+        )
+        return context_prompt(place)
+
+    # -- attachments --------------------------------------------------------------------------------
+
+    async def save_attachments(self, message: discord.Message, folder: Path) -> list[Attachment]:
+        """Download each attachment into the session's workspace under a safe, unique name."""
+        saved = []
+        for item in message.attachments:
+            try:
+                data: bytes = await aio(item.read)
+            except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
+                log.warning("discord: attachment %s not downloaded: %s", item.filename, exc)
+                continue
+            path = await trio.to_thread.run_sync(_save, folder, item.filename, data)
+            mime = item.content_type or mimetypes.guess_type(item.filename)[0] or "application/octet-stream"
+            saved.append(Attachment(path=str(path), mime_type=mime.split(";")[0].strip(), filename=path.name))
+        return saved
+
+
+def _save(folder: Path, filename: str, data: bytes) -> Path:
+    """Write ``data`` under a safe name in ``folder``; ``xb`` so a concurrent save never overwrites."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for _ in range(SAVE_TRIES):
+        path = folder / safe_attachment_name(filename, folder)
+        try:
+            with open(path, "xb") as out:
+                out.write(data)
+            return path
+        except FileExistsError:
+            continue
+    raise OSError(f"no free name for {filename!r} in {folder}")

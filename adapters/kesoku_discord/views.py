@@ -1,0 +1,221 @@
+"""Buttons: the turn header (📜 🛑 ♻️) and question choices, as persistent dynamic items.
+
+Every button's state lives in its ``custom_id`` (at most 100 characters, Discord API "Message
+Components"), and the item classes are registered once with ``Client.add_dynamic_items``; so a
+button keeps working after a restart, with no view to re-attach per message (discord.py
+``ui.DynamicItem``). The callbacks run on the asyncio side (discord.py calls them); they hand Kesoku
+work to the adapter, which runs it on the trio side.
+
+Custom ids:
+
+- ``kesoku:trace:<session>:<root>`` and ``kesoku:stop:<session>:<root>``: a turn's header;
+- ``kesoku:clear:<session>``: delete the session (regular channels only);
+- ``kesoku:q:<message>:<part>:<choice>``: a ``[question: …]`` of assistant message ``<message>``;
+- ``kesoku:ask:<question>:<choice>``: a tool's Allow/Deny question (system message ``<question>``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any, Protocol
+
+from kesoku_discord._compat import discord, ui
+from kesoku_discord.convert import button_label
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+TRACE, STOP, CLEAR = "📜", "🛑", "♻️"
+BUTTONS_PER_MESSAGE = 25
+"""Five action rows of five buttons (Discord API, "Action Rows")."""
+
+
+class Actions(Protocol):
+    """What the buttons ask of the adapter (implemented by :class:`kesoku_discord.adapter.DiscordAdapter`)."""
+
+    async def on_trace(self, interaction: discord.Interaction[Any], session_id: str, root_id: int) -> None:
+        """Send the turn's trajectory page."""
+
+    async def on_stop(self, interaction: discord.Interaction[Any], session_id: str, root_id: int) -> None:
+        """Stop the session's running turn."""
+
+    async def on_clear(self, interaction: discord.Interaction[Any], session_id: str) -> None:
+        """Delete the session."""
+
+    async def on_choice(self, interaction: discord.Interaction[Any], message_id: int, part: int, choice: int) -> None:
+        """A choice of a ``[question: …]`` was clicked."""
+
+    async def on_answer(self, interaction: discord.Interaction[Any], question_id: int, choice: int) -> None:
+        """Allow or Deny was clicked on a tool's question."""
+
+
+def _actions(interaction: discord.Interaction[Any]) -> Actions:
+    actions: Actions = interaction.client.actions  # set by KesokuClient
+    return actions
+
+
+class TraceButton(ui.DynamicItem[ui.Button[Any]], template=r"kesoku:trace:(?P<sid>[\w-]+):(?P<root>\d+)"):
+    """📜: the turn's trajectory as an HTML file."""
+
+    def __init__(self, session_id: str, root_id: int) -> None:
+        super().__init__(
+            ui.Button(
+                emoji=TRACE, style=discord.ButtonStyle.secondary, custom_id=f"kesoku:trace:{session_id}:{root_id}"
+            )
+        )
+        self.session_id, self.root_id = session_id, root_id
+
+    @classmethod
+    async def from_custom_id(
+        cls, interaction: discord.Interaction[Any], item: ui.Item[Any], match: re.Match[str], /
+    ) -> TraceButton:
+        """Rebuild the button from its custom id (after a restart too)."""
+        return cls(match["sid"], int(match["root"]))
+
+    async def callback(self, interaction: discord.Interaction[Any]) -> None:
+        """Hand the click to the adapter."""
+        await _actions(interaction).on_trace(interaction, self.session_id, self.root_id)
+
+
+class StopButton(ui.DynamicItem[ui.Button[Any]], template=r"kesoku:stop:(?P<sid>[\w-]+):(?P<root>\d+)"):
+    """🛑: stop the running turn."""
+
+    def __init__(self, session_id: str, root_id: int) -> None:
+        super().__init__(
+            ui.Button(emoji=STOP, style=discord.ButtonStyle.secondary, custom_id=f"kesoku:stop:{session_id}:{root_id}")
+        )
+        self.session_id, self.root_id = session_id, root_id
+
+    @classmethod
+    async def from_custom_id(
+        cls, interaction: discord.Interaction[Any], item: ui.Item[Any], match: re.Match[str], /
+    ) -> StopButton:
+        """Rebuild the button from its custom id (after a restart too)."""
+        return cls(match["sid"], int(match["root"]))
+
+    async def callback(self, interaction: discord.Interaction[Any]) -> None:
+        """Hand the click to the adapter."""
+        await _actions(interaction).on_stop(interaction, self.session_id, self.root_id)
+
+
+class ClearButton(ui.DynamicItem[ui.Button[Any]], template=r"kesoku:clear:(?P<sid>[\w-]+)"):
+    """♻️: delete the session, its messages and its workspace."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(
+            ui.Button(emoji=CLEAR, style=discord.ButtonStyle.secondary, custom_id=f"kesoku:clear:{session_id}")
+        )
+        self.session_id = session_id
+
+    @classmethod
+    async def from_custom_id(
+        cls, interaction: discord.Interaction[Any], item: ui.Item[Any], match: re.Match[str], /
+    ) -> ClearButton:
+        """Rebuild the button from its custom id (after a restart too)."""
+        return cls(match["sid"])
+
+    async def callback(self, interaction: discord.Interaction[Any]) -> None:
+        """Hand the click to the adapter."""
+        await _actions(interaction).on_clear(interaction, self.session_id)
+
+
+class ChoiceButton(ui.DynamicItem[ui.Button[Any]], template=r"kesoku:q:(?P<mid>\d+):(?P<part>\d+):(?P<choice>\d+)"):
+    """One choice of a ``[question: …]``; the choice's text is read back from the stored message."""
+
+    def __init__(self, message_id: int, part: int, choice: int, label: str = "…") -> None:
+        super().__init__(
+            ui.Button(
+                label=button_label(label),
+                style=discord.ButtonStyle.primary,
+                custom_id=f"kesoku:q:{message_id}:{part}:{choice}",
+            )
+        )
+        self.message_id, self.part, self.choice = message_id, part, choice
+
+    @classmethod
+    async def from_custom_id(
+        cls, interaction: discord.Interaction[Any], item: ui.Item[Any], match: re.Match[str], /
+    ) -> ChoiceButton:
+        """Rebuild the button from its custom id (after a restart too)."""
+        label = getattr(item, "label", None) or "…"
+        return cls(int(match["mid"]), int(match["part"]), int(match["choice"]), label)
+
+    async def callback(self, interaction: discord.Interaction[Any]) -> None:
+        """Hand the click to the adapter."""
+        await _actions(interaction).on_choice(interaction, self.message_id, self.part, self.choice)
+
+
+class AnswerButton(ui.DynamicItem[ui.Button[Any]], template=r"kesoku:ask:(?P<qid>\d+):(?P<choice>\d+)"):
+    """Allow or Deny on a tool's question (answered through ``rt.questions``, never as a user message)."""
+
+    def __init__(self, question_id: int, choice: int, label: str = "…") -> None:
+        style = discord.ButtonStyle.success if choice == 0 else discord.ButtonStyle.danger
+        super().__init__(
+            ui.Button(label=button_label(label), style=style, custom_id=f"kesoku:ask:{question_id}:{choice}")
+        )
+        self.question_id, self.choice = question_id, choice
+
+    @classmethod
+    async def from_custom_id(
+        cls, interaction: discord.Interaction[Any], item: ui.Item[Any], match: re.Match[str], /
+    ) -> AnswerButton:
+        """Rebuild the button from its custom id (after a restart too)."""
+        label = getattr(item, "label", None) or "…"
+        return cls(int(match["qid"]), int(match["choice"]), label)
+
+    async def callback(self, interaction: discord.Interaction[Any]) -> None:
+        """Hand the click to the adapter."""
+        await _actions(interaction).on_answer(interaction, self.question_id, self.choice)
+
+
+DYNAMIC_ITEMS = (TraceButton, StopButton, ClearButton, ChoiceButton, AnswerButton)
+"""Registered with ``Client.add_dynamic_items`` at start: every Kesoku button, before and after a restart."""
+
+
+def header_view(session_id: str, root_id: int, *, clear: bool, running: bool = True) -> ui.View:
+    """The header's buttons: 📜 always, 🛑 while the turn runs, ♻️ outside threads."""
+    view = ui.View(timeout=None)
+    view.add_item(TraceButton(session_id, root_id))
+    if running:
+        view.add_item(StopButton(session_id, root_id))
+    if clear:
+        view.add_item(ClearButton(session_id))
+    return view
+
+
+def choice_view(message_id: int, part: int, choices: Sequence[str]) -> ui.View:
+    """Buttons for a question's choices (at most 25)."""
+    view = ui.View(timeout=None)
+    for i, choice in enumerate(choices[:BUTTONS_PER_MESSAGE]):
+        view.add_item(ChoiceButton(message_id, part, i, choice))
+    return view
+
+
+def answer_view(question_id: int, options: Sequence[str]) -> ui.View:
+    """Allow / Deny buttons of a tool's question."""
+    view = ui.View(timeout=None)
+    for i, option in enumerate(options[:BUTTONS_PER_MESSAGE]):
+        view.add_item(AnswerButton(question_id, i, option))
+    return view
+
+
+def disabled_copy(message: discord.Message, chosen: int | None = None) -> ui.View:
+    """The message's buttons, all disabled (the chosen one highlighted): no second submission."""
+    view = ui.View(timeout=None)
+    for row in message.components:
+        for component in getattr(row, "children", ()):
+            if not isinstance(component, discord.Button):
+                continue
+            custom_id = component.custom_id or ""
+            highlight = chosen is not None and custom_id.endswith(f":{chosen}")
+            style = discord.ButtonStyle.success if highlight else discord.ButtonStyle.secondary
+            view.add_item(
+                ui.Button(
+                    label=component.label,
+                    emoji=component.emoji,
+                    style=style,
+                    custom_id=custom_id or None,
+                    disabled=True,
+                )
+            )
+    return view
