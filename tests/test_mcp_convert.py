@@ -92,5 +92,5 @@ def test_the_manager_and_the_daemon_do_not_import_the_sdk() -> None:
     probe = (
         "import sys, kesoku.daemon, kesoku.mcp.manager; print(sorted(m for m in sys.modules if m.startswith('mcp')))"
     )
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
-    assert result.stdout.strip() == "[]"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False, timeout=120)
+    assert result.stdout.strip().splitlines()[-1:] == ["[]"], result.stderr
