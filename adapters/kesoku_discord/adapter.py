@@ -181,11 +181,13 @@ class DiscordAdapter:
 
     async def on_stop(self, interaction: discord.Interaction[Any], session_id: str, root_id: int) -> None:
         """🛑: stop the turn (the runtime marks its prompt interrupted); delete its thoughts and tool messages."""
-        await interaction.response.defer()
-        stopped = self.rt.gateway.stop(session_id)
+        # Marked before any await: the turn may end (and leave delivery's table) during the defer.
         turn = self.delivery.turns.get(root_id) if self.delivery is not None else None
         if turn is not None:
             turn.stopped = True
+        stopped = self.rt.gateway.stop(session_id)
+        await interaction.response.defer()
+        if turn is not None:
             ids, turn.intermediate = turn.intermediate, []
             channel = interaction.channel
             for message_id in ids:

@@ -246,7 +246,10 @@ class Delivery:
             else:
                 text = render_tool_result(message)
             sent = await self.send_text(channel, text)
-            if turn is not None:
+            if turn is not None and turn.stopped:  # 🛑 was clicked while this was on its way
+                for late in sent:
+                    await aio(late.delete)
+            elif turn is not None:
                 turn.intermediate += [m.id for m in sent]
         self.typing.poke(channel, channel_id)
 

@@ -107,6 +107,8 @@ class FakeDiscord:
         self.uploads: dict[int, list[tuple[str, bytes]]] = {}  # message id -> files
         self.attachments: dict[str, bytes] = {}
         self.interaction_replies: list[dict[str, Any]] = []
+        self.interaction_channels: dict[str, int] = {}  # token -> channel
+        self.interaction_messages: dict[str, int] = {}  # interaction id -> the clicked message
         self.typing: list[int] = []
         self.commands: list[dict[str, Any]] = []
         self.sessions: dict[str, GatewaySession] = {}
@@ -132,10 +134,11 @@ class FakeDiscord:
         self._changed = trio.Event()
 
     async def wait_for(self, check: Callable[[], Any], *, timeout_s: float = 10.0) -> Any:
-        """Wait until ``check()`` returns something truthy (the state changes with every request)."""
+        """Wait until ``check()`` returns something truthy (looked at on every change of the fake's state)."""
         with trio.fail_after(timeout_s):
             while not (found := check()):
-                await self._changed.wait()
+                with trio.move_on_after(0.05):  # also look again now and then: ``check`` may read other state
+                    await self._changed.wait()
             return found
 
     # -- the world --------------------------------------------------------------------------------
@@ -244,7 +247,7 @@ class FakeDiscord:
         """A user posts a message (MESSAGE_CREATE); attachments are (filename, data, content type)."""
         files = []
         for name, data, mime in attachments:
-            key = f"{self.new_id()}-{name}"
+            key = str(self.new_id())
             self.attachments[key] = data
             files.append(
                 {
@@ -327,6 +330,9 @@ class FakeDiscord:
             "context": 0,
             **extra,
         }
+        self.interaction_channels[payload["token"]] = channel_id
+        if "message" in extra:
+            self.interaction_messages[str(iid)] = int(extra["message"]["id"])
         self.dispatch("INTERACTION_CREATE", payload)
         return str(iid)
 
@@ -374,11 +380,12 @@ class FakeDiscord:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._writer, ws, receive, conn)
-                while True:
-                    frame = json.loads(await ws.receive_text())
-                    self._on_frame(frame, conn)
-        except WebSocketDisconnect:
-            pass
+                try:
+                    while True:
+                        frame = json.loads(await ws.receive_text())
+                        self._on_frame(frame, conn)
+                except WebSocketDisconnect:
+                    nursery.cancel_scope.cancel()
         finally:
             conn.closed = True
             self._touch()
@@ -466,23 +473,29 @@ class FakeDiscord:
         if parts[0] == "channels":
             return await self._channel_route(request, method, parts)
         if parts[0] == "interactions" and parts[-1] == "callback":
-            body = await _body(request)
-            self.interaction_replies.append(body)
+            body, files = await _form(request)
+            self.interaction_replies.append({**body, "files": files})
+            data = body.get("data") or {}
+            clicked = self.interaction_messages.get(parts[1])
+            if body.get("type") == 7 and clicked in self.messages:  # UPDATE_MESSAGE edits the clicked message
+                self.messages[clicked].update({k: v for k, v in data.items() if k in ("content", "components")})
             return _json(
                 {
                     "interaction": {
                         "id": parts[1],
                         "type": 3,
-                        "response_message_loading": False,
-                        "response_message_ephemeral": bool((body.get("data") or {}).get("flags")),
+                        "response_message_loading": body.get("type") == 5,
+                        "response_message_ephemeral": bool(data.get("flags", 0) & 64),
                     }
                 }
             )
         if parts[0] == "webhooks":
-            body = await _body(request)
-            self.interaction_replies.append(body)
-            channel = next(iter(self.channels))
-            return _json(self._message(channel, self.bot, body.get("content") or ""))
+            body, files = await _form(request)
+            self.interaction_replies.append({**body, "files": files})
+            message = self._message(
+                self.interaction_channels.get(parts[2], next(iter(self.channels))), self.bot, body.get("content") or ""
+            )
+            return _json(message)
         if parts[0] == "attachments":
             return Response(self.attachments[parts[1]], media_type="application/octet-stream")
         return _error(404, 0, f"404: no route {method} {path}")
@@ -530,15 +543,7 @@ class FakeDiscord:
         return _error(404, 0, f"404: no route {method} /{'/'.join(parts)}")
 
     async def _create_message(self, request: Request, cid: int) -> Response:
-        files: list[tuple[str, bytes]] = []
-        if request.headers.get("content-type", "").startswith("multipart/form-data"):
-            form = await request.form()
-            body = json.loads(str(form["payload_json"]))
-            for key, value in form.multi_items():
-                if key.startswith("files[") and not isinstance(value, str):
-                    files.append((value.filename or "", await value.read()))
-        else:
-            body = await request.json()
+        body, files = await _form(request)
         if sum(len(data) for _, data in files) > self.max_upload_bytes:
             return _error(413, 40005, "Request entity too large")
         content = body.get("content") or ""
@@ -591,11 +596,22 @@ def _error(status: int, code: int, message: str) -> Response:
 
 
 async def _body(request: Request) -> dict[str, Any]:
+    body, _ = await _form(request)
+    return body
+
+
+async def _form(request: Request) -> tuple[dict[str, Any], list[tuple[str, bytes]]]:
+    """A JSON body, or a multipart one: ``payload_json`` and ``files[n]`` (Discord API, "Uploading Files")."""
     if request.headers.get("content-type", "").startswith("multipart/form-data"):
-        form = await request.form()
-        return dict(json.loads(str(form["payload_json"])))
+        files: list[tuple[str, bytes]] = []
+        async with request.form() as form:  # closes the uploads' spooled temporary files
+            body = dict(json.loads(str(form["payload_json"])))
+            for key, value in form.multi_items():
+                if key.startswith("files[") and not isinstance(value, str):
+                    files.append((value.filename or "", await value.read()))
+        return body, files
     raw = await request.body()
-    return dict(json.loads(raw)) if raw else {}
+    return (dict(json.loads(raw)) if raw else {}), []
 
 
 @asynccontextmanager

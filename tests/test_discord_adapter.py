@@ -1,0 +1,420 @@
+"""The Discord adapter end to end: the real discord.py client against the loopback fake of Discord.
+
+A real runtime (SQLite file, scripted model) serves the adapter; the fake speaks Discord's REST API
+and gateway websocket (tests/fakes/discord_api.py). Nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import yarl
+from fakes.discord_api import BOT_ID, FakeDiscord, FakeUser, serve_discord, snowflake_time
+from kesoku_discord._compat import discord
+from kesoku_discord.adapter import DiscordAdapter
+from runtime_harness import Harness, echo, serve_runtime
+
+from kesoku.config import Config, DiscordChannel, DiscordConfig, WorkspaceConfig
+from kesoku.llm.ir import LLMRequest, TextBlock, ToolResultBlock
+from kesoku.model import Role, Session
+from kesoku.testing import ScriptedLLM, Step, StepToolCall
+from kesoku.tools.base import Tool, ToolContext
+
+ALICE, BOB, CAROL = 5001, 5002, 5003
+
+
+def last_user_text(request: LLMRequest) -> str:
+    for turn in reversed(request.turns):
+        if turn.role == "user":
+            texts = [b.text for b in turn.blocks if isinstance(b, TextBlock)]
+            if texts:  # the transcript writes "sender: text"
+                return re.sub(r"^[\w-]+: ", "", texts[-1])
+    return ""
+
+
+def tool_results(request: LLMRequest) -> list[ToolResultBlock]:
+    return [b for t in request.turns for b in t.blocks if isinstance(b, ToolResultBlock)]
+
+
+def answers(table: Mapping[str, Callable[[LLMRequest], Step] | Step]) -> Callable[[LLMRequest], Step]:
+    """A responder: the first key found in the last user text picks the step; else an echo."""
+
+    def respond(request: LLMRequest) -> Step:
+        text = last_user_text(request)
+        for key, step in table.items():
+            if key in text:
+                return step(request) if callable(step) else step
+        return Step(text=f"you said: {text}")
+
+    return respond
+
+
+@dataclass
+class Bot:
+    fake: FakeDiscord
+    h: Harness
+    adapter: DiscordAdapter
+    general: int
+    quiet: int
+    alice: FakeUser
+    bob: FakeUser
+    carol: FakeUser
+    llm: ScriptedLLM
+    restarts: list[int] = field(default_factory=list)
+
+    def sessions(self) -> list[Session]:
+        return self.h.store.list_sessions(adapter="discord")
+
+    async def reply_in(self, channel_id: int, count: int = 1) -> list[dict[str, Any]]:
+        """Wait for the turn's header to show metrics, then return the bot's messages there."""
+        try:
+            await self.fake.wait_for(lambda: len(self.headers_done(channel_id)) >= count)
+        except trio.TooSlowError:
+            shown = [m["content"][:80] for m in self.fake.bot_messages(channel_id)]
+            logged = [(m.role, m.kind, m.content[:80]) for s in self.sessions() for m in self.h.history(s)]
+            raise AssertionError(f"no finished turn in {channel_id}: {shown}; log: {logged}") from None
+        return self.fake.bot_messages(channel_id)
+
+    def headers_done(self, channel_id: int) -> list[dict[str, Any]]:
+        return [m for m in self.fake.bot_messages(channel_id) if m["content"].startswith(("⚡", "🛑", "⚠ turn"))]
+
+
+def custom_ids(message: dict[str, Any]) -> list[str]:
+    return [c["custom_id"] for row in message.get("components") or [] for c in row["components"]]
+
+
+def config_for(tmp_path: Path, **discord_options: Any) -> Config:
+    options: dict[str, Any] = {
+        "enabled": True,
+        "bot_token": "test-token",
+        "user_allowlist": ("alice",),
+        "channels": (DiscordChannel(channels=("quiet",), auto_thread=False),),
+    }
+    options.update(discord_options)
+    workspace = WorkspaceConfig(
+        db_path=str(tmp_path / "kesoku.db"),
+        sessions_dir=str(tmp_path / "sessions"),
+        shareable_roots=(str(tmp_path / "shared"),),
+    )
+    return Config(workspace=workspace, discord=DiscordConfig(**options))
+
+
+@asynccontextmanager
+async def running_adapter(bot: Bot, config: Config) -> AsyncIterator[DiscordAdapter]:
+    async def restart() -> None:
+        bot.restarts.append(1)
+        await trio.lowlevel.checkpoint()
+
+    adapter = DiscordAdapter(bot.h.rt, config, restart=restart, guild_ready_timeout=0.05)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(adapter.serve)
+        bot.adapter = adapter
+        yield adapter
+        nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def discord_bot(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    table: Mapping[str, Callable[[LLMRequest], Step] | Step] | None = None,
+    *,
+    tools: Sequence[Tool] = (),
+    **discord_options: Any,
+) -> AsyncIterator[Bot]:
+    (tmp_path / "shared").mkdir(exist_ok=True)
+    async with serve_discord() as fake:
+        monkeypatch.setattr(discord.http.Route, "BASE", f"{fake.base_url}/api/v10")
+        monkeypatch.setattr(discord.gateway.DiscordWebSocket, "DEFAULT_GATEWAY", yarl.URL(fake.ws_url))
+        general = fake.add_channel("general")
+        quiet = fake.add_channel("quiet")
+        users = fake.add_user(ALICE, "alice"), fake.add_user(BOB, "bob"), fake.add_user(CAROL, "carol")
+        llm = ScriptedLLM(responder=answers(table or {}))
+        config = config_for(tmp_path, **discord_options)
+        async with serve_runtime(tmp_path, llm, tools=tools) as h:
+            bot = Bot(fake, h, None, general, quiet, *users, llm)  # type: ignore[arg-type]
+            async with running_adapter(bot, config):
+                yield bot
+
+
+def mention(user_id: int) -> str:
+    return f"<@{user_id}>"
+
+
+async def test_a_conversation_gets_its_own_thread_dated_by_the_first_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with discord_bot(tmp_path, monkeypatch) as bot:
+        fake = bot.fake
+        asked = fake.user_says(bot.general, bot.alice, "hello there")
+        thread = int(asked["id"])  # a thread opened from a message takes the message's id
+        messages = await bot.reply_in(thread)
+        assert fake.channels[thread]["parent_id"] == str(bot.general)
+        assert [m["content"] for m in messages] == [messages[0]["content"], "you said: hello there"]
+        header = messages[0]
+        assert header["content"].startswith("⚡ turn 1 · context")
+        assert any(i.startswith("kesoku:trace:") for i in custom_ids(header))
+        assert not any(i.startswith("kesoku:clear:") for i in custom_ids(header)), "no ♻️ inside a thread"
+        assert thread in fake.typing
+        (session,) = bot.sessions()
+        assert session.channel_id == str(thread)
+        assert session.created_at == pytest.approx(snowflake_time(thread))
+        # The context prompt: server, channel, the bot and the active members with their ids.
+        system = bot.llm.requests[-1].system
+        assert "Server: Test Guild" in system and "#general" in system
+        assert f"alice (@alice, id {ALICE})" in system and f"user id {BOT_ID}" in system
+        # A follow-up in the thread continues the same session.
+        fake.user_says(thread, bot.alice, "and again")
+        await bot.reply_in(thread, 2)
+        assert len(bot.sessions()) == 1
+        assert [m.content for m in bot.h.history(session) if m.role is Role.USER] == ["hello there", "and again"]
+
+
+async def test_who_gets_answers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with discord_bot(tmp_path, monkeypatch) as bot:
+        fake = bot.fake
+        fake.user_says(bot.quiet, bot.bob, "unlisted, no mention")
+        fake.user_says(bot.quiet, bot.alice, f"{mention(CAROL)} this is for carol", mentions=(bot.carol,))
+        robot = fake.add_user(7777, "other-bot", bot=True)
+        fake.user_says(bot.quiet, robot, f"{mention(BOT_ID)} from a bot", mentions=(fake.bot,))
+        fake.user_says(bot.quiet, bot.bob, f"{mention(BOT_ID)} bob asks", mentions=(fake.bot,))
+        messages = await bot.reply_in(bot.quiet)
+        texts = [m["content"] for m in messages]
+        assert "you said: @kesoku bob asks" in texts
+        (session,) = bot.sessions()
+        users = [(m.sender, m.content) for m in bot.h.history(session) if m.role is Role.USER]
+        assert users == [("bob", "@kesoku bob asks")]
+        # Its own messages come back through the gateway too: never answered.
+        assert all(not m.content.startswith("you said: you said") for m in bot.h.history(session))
+
+
+async def test_a_channel_override_answers_in_the_channel_and_offers_clear(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with discord_bot(tmp_path, monkeypatch) as bot:
+        fake = bot.fake
+        fake.user_says(bot.quiet, bot.alice, "no thread here")
+        messages = await bot.reply_in(bot.quiet)
+        assert not [c for c in fake.channels.values() if c["type"] == 11]
+        (session,) = bot.sessions()
+        assert session.channel_id == str(bot.quiet)
+        header = messages[0]
+        clear = next(i for i in custom_ids(header) if i.startswith("kesoku:clear:"))
+        workspace = Path(session.workspace)
+        assert workspace.is_dir()
+        fake.click(int(header["id"]), clear, bot.alice)
+        await fake.wait_for(lambda: "Session cleared" in fake.messages[int(header["id"])]["content"])
+        assert bot.sessions() == []
+        assert not workspace.exists()
+        # The next message starts a new session.
+        fake.user_says(bot.quiet, bot.alice, "fresh start")
+        await fake.wait_for(lambda: len(bot.sessions()) == 1)
+        assert bot.sessions()[0].id != session.id
+
+
+async def test_a_thread_the_user_started_is_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with discord_bot(tmp_path, monkeypatch) as bot:
+        fake = bot.fake
+        thread = fake.start_thread(bot.general, "alice's thread", owner=ALICE)
+        fake.user_says(thread, bot.alice, "in my thread")
+        await bot.reply_in(thread)
+        (session,) = bot.sessions()
+        assert session.channel_id == str(thread)
+        assert not [r for r in fake.log.requests if r.path.endswith("/threads")], "no thread was created"
+
+
+async def test_a_peer_bot_wins_the_thread_race(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with discord_bot(tmp_path, monkeypatch) as bot:
+        fake = bot.fake
+        fake.peer_wins_thread_race = True
+        asked = fake.user_says(bot.general, bot.alice, "two bots hear this")
+        thread = int(asked["id"])
+        await bot.reply_in(thread)
+        assert fake.channels[thread]["owner_id"] != str(BOT_ID)
+        assert fake.channels[thread].get("joined") is True
+        (session,) = bot.sessions()
+        assert session.channel_id == str(thread)
+
+
+def _long_answer() -> str:
+    code = "\n".join(f"line_{i} = {i}" for i in range(300))
+    return "Intro.\n\n```python\n" + code + "\n```\n\nThe end. @everyone @here <@&42>"
+
+
+async def test_rendering_thoughts_tools_long_answers_and_mentions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def step(request: LLMRequest) -> Step:
+        if tool_results(request):
+            return Step(text=_long_answer())
+        return Step(thought="Let me echo it.", tool_calls=(StepToolCall(name="echo", arguments={"text": "echoed"}),))
+
+    async with discord_bot(tmp_path, monkeypatch, {"render": step}, tools=[echo()]) as bot:
+        fake = bot.fake
+        thread = int(fake.user_says(bot.general, bot.alice, "render please")["id"])
+        messages = await bot.reply_in(thread)
+        texts = [m["content"] for m in messages]
+        assert texts[1].startswith("💭 Let me echo it.")
+        assert texts[2].startswith("🛠️ **echo**") and "text='echoed'" in texts[2]
+        assert texts[3].startswith("📥 **echo**") and "echoed" in texts[3]
+        answer = texts[4:]
+        assert len(answer) >= 3 and all(0 < len(t) <= 2000 and t.strip() for t in answer)
+        assert all(t.count("```") % 2 == 0 for t in answer), "every chunk closes its code fence"
+        assert answer[1].startswith("```python")
+        assert "".join(answer).count("line_") == 300
+        for m in messages:
+            assert "everyone" not in (m["allowed_mentions"] or {}).get("parse", [])
+            assert "roles" not in (m["allowed_mentions"] or {}).get("parse", [])
+
+
+async def test_files_are_uploaded_under_the_sharing_rule(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "report.txt").write_text("the report")
+    (shared / "huge.bin").touch()
+    os.truncate(shared / "huge.bin", 11 * 1024 * 1024)  # sparse: over the guild's 10 MiB upload limit
+    text = (
+        f"Here it is:\n[file: {shared / 'report.txt'}]\nand\n[file: /etc/passwd]\n[file: {shared / 'missing.txt'}]\n"
+        f"[file: {shared / 'huge.bin'}]\nDone."
+    )
+    async with discord_bot(tmp_path, monkeypatch, {"file": Step(text=text)}) as bot:
+        fake = bot.fake
+        thread = int(fake.user_says(bot.general, bot.alice, "file please")["id"])
+        messages = await bot.reply_in(thread)
+        texts = [m["content"] for m in messages][1:]
+        assert texts[0] == "Here it is:"
+        upload = messages[2]
+        assert fake.uploads[int(upload["id"])] == [("report.txt", b"the report")]
+        assert texts[2] == "and"
+        assert texts[3].startswith("⚠️ I can't share `passwd`")
+        assert texts[4].startswith("⚠️ I can't share `missing.txt`")
+        assert texts[5].startswith("⚠️ `huge.bin` is 11.0 MiB, over Discord's upload limit")
+        assert texts[6] == "Done."
+
+
+async def test_stop_deletes_progress_and_marks_the_turn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def step(request: LLMRequest) -> Step:
+        if tool_results(request):
+            return Step(text="this takes a while", delay_s=30)
+        return Step(tool_calls=(StepToolCall(name="echo", arguments={"text": "x"}),))
+
+    async with discord_bot(tmp_path, monkeypatch, {"slow": step}, tools=[echo()]) as bot:
+        fake = bot.fake
+        thread = int(fake.user_says(bot.general, bot.alice, "slow one")["id"])
+        await fake.wait_for(lambda: any(m["content"].startswith("📥") for m in fake.bot_messages(thread)))
+        progress = [int(m["id"]) for m in fake.bot_messages(thread) if m["content"][:1] in ("🛠", "📥")]
+        header = fake.bot_messages(thread)[0]
+        stop = next(i for i in custom_ids(header) if i.startswith("kesoku:stop:"))
+        fake.click(int(header["id"]), stop, bot.alice)
+        remaining = await bot.reply_in(thread)
+        assert len(remaining) == 1, ([(m["id"], m["content"][:5]) for m in remaining], progress, fake.deleted)
+        (after,) = remaining
+        assert after["content"].startswith("🛑") and "(Stopped)" in after["content"]
+        assert set(progress) <= set(fake.deleted)
+        assert not any(i.startswith("kesoku:stop:") for i in custom_ids(after))
+        (session,) = bot.sessions()
+        root = next(m for m in bot.h.history(session) if m.role is Role.USER)
+        assert root.status == "interrupted"
+
+
+async def test_question_buttons_post_the_choice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = {"pick": Step(text="Choose:\n[question: Which colour? | Red | Blue]"), "Blue": Step(text="Blue it is.")}
+    async with discord_bot(tmp_path, monkeypatch, table) as bot:
+        fake = bot.fake
+        thread = int(fake.user_says(bot.general, bot.alice, "pick one")["id"])
+        messages = await bot.reply_in(thread)
+        question = next(m for m in messages if m["content"] == "Which colour?")
+        labels = [c["label"] for row in question["components"] for c in row["components"]]
+        assert labels == ["Red", "Blue"]
+        fake.click(int(question["id"]), custom_ids(question)[1], bot.alice)
+        await bot.reply_in(thread, 2)
+        edited = fake.messages[int(question["id"])]
+        assert all(c.get("disabled") for row in edited["components"] for c in row["components"])
+        texts = [m["content"] for m in fake.bot_messages(thread)]
+        assert f"<@{ALICE}> selected: **Blue**" in texts
+        assert "Blue it is." in texts
+        (session,) = bot.sessions()
+        assert [(m.sender, m.content) for m in bot.h.history(session) if m.role is Role.USER][-1] == ("alice", "Blue")
+
+
+def confirming_tool() -> Tool:
+    async def run(arguments: Mapping[str, Any], ctx: ToolContext) -> str:
+        approval = await ctx.confirm("Write the file? Allow?")
+        return "written" if approval.allowed else f"not written: {approval.note}"
+
+    return Tool("write_it", "Write a file after asking.", run)
+
+
+async def test_a_tool_question_is_answered_through_the_questions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def step(request: LLMRequest) -> Step:
+        results = [str(b) for b in tool_results(request)]
+        if results:
+            return Step(
+                text="result: " + ("written" if "written" in results[-1] and "not" not in results[-1] else "no")
+            )
+        return Step(tool_calls=(StepToolCall(name="write_it"),))
+
+    async with discord_bot(tmp_path, monkeypatch, {"write": step}, tools=[confirming_tool()]) as bot:
+        fake = bot.fake
+        thread = int(fake.user_says(bot.general, bot.alice, "write it")["id"])
+        question = await fake.wait_for(
+            lambda: next((m for m in fake.bot_messages(thread) if "Allow?" in m["content"]), None)
+        )
+        assert [c["label"] for row in question["components"] for c in row["components"]] == ["Allow", "Deny"]
+        fake.click(int(question["id"]), custom_ids(question)[0], bot.alice)
+        texts = [m["content"] for m in await bot.reply_in(thread)]
+        assert "result: written" in texts
+        assert f"<@{ALICE}> selected: **Allow**" in texts
+        (session,) = bot.sessions()
+        assert [m.content for m in bot.h.history(session) if m.role is Role.USER] == ["write it"]
+
+
+async def test_attachments_are_saved_in_the_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with discord_bot(tmp_path, monkeypatch) as bot:
+        fake = bot.fake
+        png = b"\x89PNG\r\n\x1a\n" + b"\0" * 64
+        files = (("../photo.png", png, "image/png"), ("../photo.png", b"second", "image/png"))
+        thread = int(fake.user_says(bot.general, bot.alice, "look", attachments=files)["id"])
+        await bot.reply_in(thread)
+        (session,) = bot.sessions()
+        root = next(m for m in bot.h.history(session) if m.role is Role.USER)
+        first, second = root.metadata.attachments
+        assert Path(first.path).parent == Path(session.workspace)
+        assert first.mime_type == "image/png" and Path(first.path).read_bytes() == png
+        assert Path(second.path).read_bytes() == b"second" and second.path != first.path
+        assert f"[attachment: {first.filename} → {first.path}]" in root.content
+
+
+async def test_trace_button_sends_the_turn_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with discord_bot(tmp_path, monkeypatch) as bot:
+        fake = bot.fake
+        thread = int(fake.user_says(bot.general, bot.alice, "trace me")["id"])
+        header = (await bot.reply_in(thread))[0]
+        trace = next(i for i in custom_ids(header) if i.startswith("kesoku:trace:"))
+        fake.click(int(header["id"]), trace, bot.alice)
+        reply = await fake.wait_for(lambda: next((r for r in fake.interaction_replies if r.get("files")), None))
+        ((name, page),) = reply["files"]
+        assert name.endswith("-turn-1.html")
+        assert b"<html" in page.lower() and b"trace me" in page
+
+
+async def test_restart_replies_closes_and_restarts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with discord_bot(tmp_path, monkeypatch) as bot:
+        fake = bot.fake
+        assert [c["name"] for c in fake.commands] == ["restart"]
+        fake.slash(bot.quiet, "restart", bot.alice)
+        await fake.wait_for(lambda: bot.restarts)
+        (reply,) = fake.interaction_replies
+        assert reply["type"] == 4 and reply["data"]["flags"] & 64, "an ephemeral message"
+        assert "Restarting" in reply["data"]["content"]
+        await fake.wait_for(lambda: all(s.conn is None or s.conn.closed for s in fake.sessions.values()))
