@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 from test_discord_adapter import config_for, discord_bot, running_adapter
 
+from kesoku.errors import OperatorError
 from kesoku.model import Kind, Role, in_turn
+from kesoku_discord.adapter import bot_token
 
 
 async def test_replies_written_while_the_adapter_was_down_are_delivered_once(
@@ -48,3 +50,19 @@ async def test_a_reconnect_resumes_and_replayed_messages_are_dropped(
         assert fake.identifies == 1, "resumed, not a new session"
         answers = [m["content"] for m in fake.bot_messages(bot.quiet) if m["content"].startswith("you said")]
         assert answers == ["you said: first", "you said: second"]
+
+
+async def test_the_token_falls_back_to_discord_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DISCORD_TOKEN", "from-the-environment")
+    async with discord_bot(tmp_path, monkeypatch, bot_token=None) as bot:
+        login = bot.fake.log.requests[0]
+        assert login.path == "/api/v10/users/@me"
+        assert login.headers["authorization"] == "Bot from-the-environment"
+
+
+def test_no_token_is_an_operator_error(tmp_path: Path) -> None:
+    config = config_for(tmp_path, bot_token=None)
+    with pytest.raises(OperatorError, match="DISCORD_TOKEN"):
+        bot_token(config, {})
+    assert bot_token(config, {"DISCORD_TOKEN": "t"}) == "t"
+    assert bot_token(config_for(tmp_path), {"DISCORD_TOKEN": "t"}) == "test-token", "the config wins"

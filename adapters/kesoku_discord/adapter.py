@@ -15,7 +15,7 @@ import io
 import logging
 import os
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -46,6 +46,19 @@ CLOSE_TIMEOUT_S = 10.0
 SEEN_IDS = 4096
 """Recent Discord message ids remembered, so a replayed MESSAGE_CREATE is dropped before any REST call
 (the gateway's external_id dedupe is the durable guard)."""
+
+
+def bot_token(config: Config, env: Mapping[str, str] | None = None) -> str:
+    """The bot token: ``[discord] bot_token``, else ``DISCORD_TOKEN`` (load_config applies it too).
+
+    Raises:
+        OperatorError: Neither is set.
+    """
+    env = os.environ if env is None else env
+    token = config.discord.bot_token or env.get("DISCORD_TOKEN")
+    if not token:
+        raise OperatorError("discord: no bot token: set [discord] bot_token or the DISCORD_TOKEN variable")
+    return token
 
 
 class DiscordAdapter:
@@ -80,15 +93,8 @@ class DiscordAdapter:
         self._work: trio.CancelScope | None = None
 
     def token(self) -> str:
-        """The bot token: ``[discord] bot_token``, else ``DISCORD_TOKEN``.
-
-        Raises:
-            OperatorError: Neither is set.
-        """
-        token = self.config.discord.bot_token or os.environ.get("DISCORD_TOKEN")
-        if not token:
-            raise OperatorError("discord: no bot token: set [discord] bot_token or the DISCORD_TOKEN variable")
-        return token
+        """The bot token (see :func:`bot_token`)."""
+        return bot_token(self.config)
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Connect, then deliver and receive until cancelled (or /restart).
