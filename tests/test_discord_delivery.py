@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from kesoku_discord.adapter import bot_token
 from test_discord_adapter import config_for, discord_bot, running_adapter
 
 from kesoku.errors import OperatorError
 from kesoku.model import Kind, Role, in_turn
-from kesoku_discord.adapter import bot_token
 
 
 async def test_replies_written_while_the_adapter_was_down_are_delivered_once(
