@@ -284,7 +284,7 @@ def test_bad_options_are_one_line(config: Path, home: Path, tmp_path: Path) -> N
     assert line == "kesoku: -e 'NOEQUALS': expected KEY=VALUE with KEY made of letters, digits and _"
     missing = tmp_path / "nope.toml"
     line = one_line_error(kesoku("install", "-c", str(missing), "--dry-run", home=home, path="/bin"))
-    assert line.startswith(f"kesoku: {missing}: no such file")
+    assert line.startswith(f"kesoku: service install: {missing} does not exist")
 
 
 def test_install_without_a_config_file_says_how_to_get_one(home: Path, tmp_path: Path) -> None:
