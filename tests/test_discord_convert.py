@@ -200,3 +200,14 @@ def test_fence_chunks_fit(limit: int) -> None:
     chunks = split_message(text, limit)
     assert all(len(c) <= limit for c in chunks)
     assert all(c.count("```") == 2 for c in chunks)
+
+
+def test_the_entry_point_finds_the_adapter(tmp_path: Path) -> None:
+    from kesoku.adapters import Adapter, find_adapter, is_enabled
+    from kesoku.config import Config, DiscordConfig
+
+    entry = find_adapter("discord")
+    adapter = entry.load()
+    assert isinstance(adapter, Adapter)
+    assert is_enabled(entry, adapter, Config(discord=DiscordConfig(enabled=True)))
+    assert not is_enabled(entry, adapter, Config())
