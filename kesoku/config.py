@@ -254,7 +254,7 @@ class McpStdioServer(_McpServer, frozen=True, kw_only=True, tag="stdio"):
     command: Annotated[str, _doc("Program to run.", min_length=1)]
     args: Annotated[tuple[str, ...], _doc("Its arguments.")] = ()
     env: Annotated[dict[str, str], _doc("Extra environment variables.")] = {}
-    cwd: Annotated[str | None, _doc("Working directory. Unset: Kesoku's.")] = None
+    cwd: Annotated[str | None, _doc("Working directory, relative to the config file. Unset: Kesoku's.")] = None
 
 
 class McpHttpServer(_McpServer, frozen=True, kw_only=True, tag="http"):
@@ -471,7 +471,13 @@ def _resolve_paths(cfg: Config, base: Path) -> Config:
     for key in ("readable_roots", "shareable_roots"):
         roots = getattr(cfg.workspace, key)
         cfg = _replace(cfg, "workspace", key, tuple(os.fspath(base / Path(r).expanduser()) for r in roots))
-    return cfg
+    servers = tuple(
+        msgspec.structs.replace(s, cwd=os.fspath(base / Path(s.cwd).expanduser()))
+        if isinstance(s, McpStdioServer) and s.cwd is not None
+        else s
+        for s in cfg.mcp.servers
+    )
+    return _replace(cfg, "mcp", "servers", servers)
 
 
 def _apply_env(cfg: Config, data: Mapping[str, Any], env: Mapping[str, str]) -> Config:

@@ -72,7 +72,8 @@ def default_tools(
 
     The file tools (read, write, edit, list, glob, grep: always, through the path gates), the shell
     tool (``[shell] enabled``), run_code (``[run_code] enabled``) and the skill tools (list_skills,
-    use_skill); MCP tools join here as they land. The subagent tool is the runtime's own.
+    use_skill). MCP servers' tools come and go: the runtime asks its tool source (kesoku.mcp) at every
+    step. The subagent tool is the runtime's own.
 
     Args:
         config: The loaded config.

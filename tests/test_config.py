@@ -355,3 +355,13 @@ def test_readable_and_shareable_roots_resolve_and_reach_the_path_gates(tmp_path:
     gates = PathGates.from_config(cfg, config_file=conf)
     assert Path(tmp_path / "docs") in gates.readable_roots
     assert Path("/srv/out") in gates.shareable_roots
+
+
+def test_an_mcp_servers_cwd_is_relative_to_the_config_file(tmp_path: Path) -> None:
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "kesoku.toml").write_text(
+        '[[mcp.servers]]\nname = "a"\ntransport = "stdio"\ncommand = "x"\ncwd = "srv"\n'
+        '[[mcp.servers]]\nname = "b"\ntransport = "stdio"\ncommand = "y"\n'
+    )
+    servers = load_config(tmp_path / "conf" / "kesoku.toml", env={}).mcp.servers
+    assert [getattr(s, "cwd", None) for s in servers] == [str(tmp_path / "conf" / "srv"), None]
