@@ -1,0 +1,215 @@
+"""Google Chat → Kesoku: events pulled from Pub/Sub become user messages, answers and stops.
+
+An event is acked only once what it carries is persisted (the user message posted through the
+gateway) or done (a question answered): a crash before that leaves it unacked, Pub/Sub delivers it
+again, and the gateway drops the repeat by its external id, the Chat message's resource name
+(unique per adapter). An event that cannot be read is acked and dropped with a warning, so it does
+not come back forever.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import trio
+
+from kesoku.markup import TextPart
+from kesoku.model import Attachment, Session, user_text
+from kesoku.questions import parse_answer
+from kesoku.tools.paths import safe_attachment_name
+from kesoku_gchat import cards
+from kesoku_gchat.chat_api import ChatApi, ChatApiError
+from kesoku_gchat.delivery import place
+from kesoku_gchat.events import (
+    ANSWER_FUNCTION,
+    CARD_CLICKED,
+    MESSAGE,
+    STOP_FUNCTION,
+    ChatAttachment,
+    ChatEvent,
+    EventError,
+    parse_event,
+)
+
+if TYPE_CHECKING:
+    from kesoku.config import GChatConfig
+    from kesoku.runtime import Runtime
+    from kesoku_gchat.pubsub import PulledMessage
+
+log = logging.getLogger(__name__)
+
+SAVE_TRIES = 100
+"""Names tried for one attachment when concurrent saves keep taking the chosen one."""
+
+
+class Inbound:
+    """Turns Chat events into Kesoku messages and actions.
+
+    Args:
+        rt: The runtime.
+        gchat: ``[gchat]``.
+        api: The Chat client (attachments, reactions, notes).
+        nursery: Where reactions run (they never delay an ack).
+    """
+
+    def __init__(self, rt: Runtime, gchat: GChatConfig, api: ChatApi, nursery: trio.Nursery) -> None:
+        self.rt = rt
+        self.gchat = gchat
+        self.adapter = gchat.chatbot_id
+        self.api = api
+        self.nursery = nursery
+
+    async def handle(self, pulled: PulledMessage) -> None:
+        """Handle one pulled message; ack it once handled, nack it if handling did not finish.
+
+        Cancellation:
+            A cancelled handling nacks the message: Pub/Sub delivers it again (to this process after a
+            restart, or to another subscriber).
+        """
+        try:
+            event = parse_event(pulled.data)
+        except EventError as exc:
+            log.warning("gchat: Pub/Sub message %s dropped: %s", pulled.message_id, exc)
+            pulled.ack()
+            return
+        done = False
+        try:
+            if event.type == MESSAGE:
+                await self.message(event)
+            elif event.type == CARD_CLICKED:
+                self.click(event)
+            else:
+                log.info("gchat: %s event in %s ignored", event.type, event.space)
+            done = True
+        finally:
+            if done:
+                pulled.ack()
+            else:
+                pulled.nack()
+
+    # -- messages -----------------------------------------------------------------------------------
+
+    async def message(self, event: ChatEvent) -> None:
+        """A user wrote: answer an open question with it, or post it (attachments saved first)."""
+        if event.sender_type == "BOT" or not event.channel_id or not event.message_name:
+            return
+        session = self.rt.gateway.open_session(
+            self.adapter, event.channel_id, created_at=event.created_at, llm=self.gchat.llm
+        )
+        if self.answers_question(session, event):
+            return
+        saved, notes = await self.save_attachments(event.attachments, Path(session.workspace))
+        text = event.text
+        lines = [f"[attachment: {a.filename} → {a.path}]" for a in saved] + [f"[{note}]" for note in notes]
+        if lines:
+            text = "\n\n".join(filter(None, [text, "\n".join(lines)]))
+        before = self.rt.gateway.store.last_message_id()
+        stored = await self.rt.gateway.post(
+            user_text(
+                session.id,
+                text or "(an empty message)",
+                sender=event.sender or "User",
+                external_id=event.message_name,
+                attachments=tuple(saved),
+            )
+        )
+        if stored.id <= before:
+            return  # a redelivery: already posted, reacted to and told
+        if self.gchat.reaction_emoji and self.api.user_client is not None:
+            self.nursery.start_soon(self.react, event.message_name, self.gchat.reaction_emoji)
+        if notes:
+            self.nursery.start_soon(self.tell, session, "\n".join(f"⚠️ {n}" for n in notes))
+
+    def answers_question(self, session: Session, event: ChatEvent) -> bool:
+        """A typed ``allow``/``deny`` while a tool waits for one answers it instead of being posted."""
+        open_questions = self.rt.questions.open_questions(session.id)
+        choice = parse_answer(event.text) if open_questions else None
+        if choice is None:
+            return False
+        return self.rt.questions.answer(open_questions[0].id, choice, by=event.sender or "the user")
+
+    async def save_attachments(
+        self, attachments: tuple[ChatAttachment, ...], folder: Path
+    ) -> tuple[list[Attachment], list[str]]:
+        """Download uploaded attachments into the session folder; a note for each one that was not."""
+        saved: list[Attachment] = []
+        notes: list[str] = []
+        for item in attachments:
+            if not item.resource_name:
+                kind = "a Google Drive file" if item.drive_file_id else "not uploaded content"
+                notes.append(f"attachment {item.content_name} was not downloaded: {kind}, which the app cannot read")
+                continue
+            try:
+                data = await self.api.download(item.resource_name)
+            except ChatApiError as exc:
+                notes.append(f"attachment {item.content_name} could not be downloaded ({exc})")
+                continue
+            path = await trio.to_thread.run_sync(_save, folder, item.content_name, data)
+            mime = item.content_type.split(";")[0].strip()
+            saved.append(Attachment(path=str(path), mime_type=mime, filename=path.name))
+        return saved, notes
+
+    async def react(self, message_name: str, emoji: str) -> None:
+        """Add ``[gchat] reaction_emoji`` to a user's message, as the user (a failure is only logged)."""
+        try:
+            await self.api.create_reaction(message_name, emoji)
+        except ChatApiError as exc:
+            log.warning("gchat: no reaction on %s: %s", message_name, exc)
+
+    async def tell(self, session: Session, text: str) -> None:
+        """A short note in the session's thread (attachments that could not be read)."""
+        space, thread = place(session)
+        try:
+            for body in cards.answer_bodies([TextPart(text)]):
+                await self.api.create_message(space, body, thread=thread)
+        except ChatApiError as exc:
+            log.warning("gchat: note not sent to %s: %s", session.channel_id, exc)
+
+    # -- card clicks --------------------------------------------------------------------------------
+
+    def click(self, event: ChatEvent) -> None:
+        """A button of one of our cards: Allow/Deny a question, or stop a turn.
+
+        The click's thread must be the session's: a button cannot act on another conversation.
+        """
+        if event.function == ANSWER_FUNCTION:
+            try:
+                question_id = int(event.parameters.get("question_id", ""))
+            except ValueError:
+                return
+            question = self.rt.gateway.store.get_message(question_id)
+            if question is None or not self._same_place(question.session_id, event):
+                log.warning("gchat: a click on question %s from another conversation ignored", question_id)
+                return
+            try:
+                self.rt.questions.answer(question_id, event.parameters.get("choice", ""), by=event.sender or "the user")
+            except ValueError as exc:
+                log.warning("gchat: %s", exc)
+        elif event.function == STOP_FUNCTION:
+            session_id = event.parameters.get("session_id", "")
+            if self._same_place(session_id, event):
+                self.rt.gateway.stop(session_id)
+
+    def _same_place(self, session_id: str, event: ChatEvent) -> bool:
+        session = self.rt.gateway.store.get_session(session_id)
+        return (
+            session is not None
+            and session.adapter == self.adapter
+            and session.channel_id in {event.thread, event.space} - {""}
+        )
+
+
+def _save(folder: Path, filename: str, data: bytes) -> Path:
+    """Write ``data`` under a safe name in ``folder``; ``xb`` so a concurrent save never overwrites."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for _ in range(SAVE_TRIES):
+        path = folder / safe_attachment_name(filename, folder)
+        try:
+            with open(path, "xb") as out:
+                out.write(data)
+            return path
+        except FileExistsError:
+            continue
+    raise OSError(f"no free name for {filename!r} in {folder}")
