@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import grpc
+import grpc  # type: ignore[import-untyped]
 import trio
 from fakes.chat_api import ChatFake
 from fakes.server import serve_app
@@ -43,15 +43,15 @@ from google.pubsub_v1.types import (
     StreamingPullRequest,
     StreamingPullResponse,
 )
+from kesoku_gchat.adapter import GChatAdapter
+from kesoku_gchat.chat_api import ChatApi
+from kesoku_gchat.pubsub import Puller, default_subscriber
 from runtime_harness import Harness, serve_runtime
 
 from kesoku.config import GChatConfig
 from kesoku.llm.base import BaseLLM
 from kesoku.model import Message
 from kesoku.tools.base import Tool
-from kesoku_gchat.adapter import GChatAdapter
-from kesoku_gchat.chat_api import ChatApi
-from kesoku_gchat.pubsub import Puller, default_subscriber
 
 EMULATOR_JARS = "/usr/lib/google-cloud-sdk/platform/pubsub-emulator/lib/cloud-pubsub-emulator-*-all.jar"
 EMULATOR_START_S = 30.0
@@ -83,7 +83,7 @@ class FakePubSub:
         """Block (in a worker thread) until ``predicate()`` holds."""
         assert callable(predicate)
         with self.cond:
-            return self.cond.wait_for(predicate, timeout=timeout_s)
+            return bool(self.cond.wait_for(predicate, timeout=timeout_s))
 
     # -- the RPCs -------------------------------------------------------------------------------
 
@@ -93,14 +93,30 @@ class FakePubSub:
         next(requests)  # the opening request names the subscription
         # Later requests (heartbeats) must be read, or the client's stream stalls.
         threading.Thread(target=_drain, args=(requests,), daemon=True).start()
+        mine: set[str] = set()
+        ended: list[bool] = []
+
+        def lease_lost() -> None:
+            # The stream ended (the subscriber closed): what it held unacked is delivered again, as
+            # Pub/Sub does once the ack deadline passes.
+            with self.cond:
+                ended.append(True)
+                for ack_id in mine:
+                    found = self.outstanding.pop(ack_id, None)
+                    if found is not None:
+                        self.ready.append(found)
+                self.cond.notify_all()
+
+        context.add_callback(lease_lost)
         while context.is_active():
             with self.cond:
-                self.cond.wait_for(lambda: bool(self.ready) or not context.is_active(), timeout=0.2)
+                self.cond.wait_for(lambda: bool(self.ready) or bool(ended), timeout=0.2)
                 batch = []
-                while self.ready:
+                while self.ready and not ended:
                     message_id, data = self.ready.popleft()
                     ack_id = f"ack-{message_id}-{uuid.uuid4().hex[:6]}"
                     self.outstanding[ack_id] = (message_id, data)
+                    mine.add(ack_id)
                     self.deliveries.append(message_id)
                     batch.append(
                         ReceivedMessage(ack_id=ack_id, message=PubsubMessage(data=data, message_id=message_id))
@@ -237,7 +253,10 @@ def click_event(function: str, **parameters: str) -> bytes:
     """A CARD_CLICKED event of a button with ``function`` and ``parameters``."""
     raw = event("card_clicked")
     raw["common"] = {"invokedFunction": function, "parameters": parameters}
-    raw["action"] = {"actionMethodName": function, "parameters": [{"key": k, "value": v} for k, v in parameters.items()]}
+    raw["action"] = {
+        "actionMethodName": function,
+        "parameters": [{"key": k, "value": v} for k, v in parameters.items()],
+    }
     return json.dumps(raw).encode()
 
 
@@ -257,8 +276,9 @@ class GChatRun:
 
     async def start(self) -> GChatAdapter:
         """Start (or restart) the adapter over the same runtime and fakes."""
-        user = AnonymousCredentials() if self.gchat.reaction_emoji else None
-        api = await ChatApi.connect(AnonymousCredentials(), endpoint=self.base_url, user=user)
+        user = AnonymousCredentials() if self.gchat.reaction_emoji else None  # type: ignore[no-untyped-call]
+        app = AnonymousCredentials()  # type: ignore[no-untyped-call]
+        api = await ChatApi.connect(app, endpoint=self.base_url, user=user)
         puller = Puller(self.subscription, default_subscriber(None))
         adapter = GChatAdapter(self.h.rt, self.gchat, api, puller, card_interval_s=self.card_interval_s)
 
@@ -290,7 +310,7 @@ class GChatRun:
     async def until(self, predicate: Callable[[], object], *, timeout_s: float = 20.0) -> None:
         """Poll ``predicate`` (store state) until it holds."""
         with trio.fail_after(timeout_s):
-            while not predicate():
+            while not predicate():  # noqa: ASYNC110 -- the store has no event to wait on
                 await trio.sleep(0.02)
 
 
@@ -310,9 +330,12 @@ async def gchat_running(
     """
     chat = ChatFake()
     gchat = GChatConfig(enabled=True, subscription=subscription, reaction_emoji=reaction)
-    async with serve_app(chat.app()) as base_url, serve_runtime(tmp_path, llm, tools=tools) as h:
-        async with trio.open_nursery() as nursery:
-            run = GChatRun(h, chat, base_url, gchat, nursery, subscription, card_interval_s)
-            await run.start()
-            yield run
-            nursery.cancel_scope.cancel()
+    async with (
+        serve_app(chat.app()) as base_url,
+        serve_runtime(tmp_path, llm, tools=tools) as h,
+        trio.open_nursery() as nursery,
+    ):
+        run = GChatRun(h, chat, base_url, gchat, nursery, subscription, card_interval_s)
+        await run.start()
+        yield run
+        nursery.cancel_scope.cancel()

@@ -47,9 +47,7 @@ class ChatFake:
     def patched(self, name: str | None = None) -> list[Recorded]:
         """The messages.update/patch requests (of one message when named)."""
         return [
-            r
-            for r in self.log.requests
-            if r.method in ("PUT", "PATCH") and (name is None or r.path == f"/v1/{name}")
+            r for r in self.log.requests if r.method in ("PUT", "PATCH") and (name is None or r.path == f"/v1/{name}")
         ]
 
     def reactions(self) -> list[Recorded]:
