@@ -16,7 +16,6 @@ import copy
 import glob
 import itertools
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -215,7 +214,8 @@ def start_emulator(log_path: str) -> tuple[subprocess.Popen[bytes], str] | str:
     if command is None:
         return "the Pub/Sub emulator is not installed (no emulator jar with java, no gcloud)"
     with open(log_path, "wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ})
+        # A session of its own: the tests end the whole group (gcloud runs java as a child).
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     ready = threading.Event()
     deadline = EMULATOR_START_S
     while deadline > 0:

@@ -89,7 +89,7 @@ def turn_card(
     Returns:
         The message body.
     """
-    top: list[Json] = [paragraph(html.escape(status))]
+    top: list[Json] = [paragraph(html.escape(status, quote=False))]
     if running and session_id:
         top.append({"buttonList": {"buttons": [button("🛑 Stop", STOP_FUNCTION, session_id=session_id)]}})
     lines = list(entries)
@@ -108,19 +108,19 @@ def turn_card(
 
 def thought_entry(text: str) -> str:
     """A thought, in italics, cut to :data:`ENTRY_CHARS`."""
-    return f"💭 <i>{html.escape(_cut(text.strip(), ENTRY_CHARS))}</i>"
+    return f"💭 <i>{html.escape(_cut(text.strip(), ENTRY_CHARS), quote=False)}</i>"
 
 
 def tool_entry(name: str, arguments: dict[str, Any] | None, mark: str = "") -> str:
     """A tool call: its name and its arguments as a ``<code>`` suffix (``🛠️ <b>shell</b> <code>ls</code>``)."""
     suffix = args_suffix(arguments)
-    code = f" <code>{html.escape(suffix)}</code>" if suffix else ""
-    return f"🛠️ <b>{html.escape(name)}</b>{code}{f' {mark}' if mark else ''}"
+    code = f" <code>{html.escape(suffix, quote=False)}</code>" if suffix else ""
+    return f"🛠️ <b>{html.escape(name, quote=False)}</b>{code}{f' {mark}' if mark else ''}"
 
 
 def system_entry(text: str) -> str:
     """A system notice (a failed model call, a step limit, an answer record, a compaction)."""
-    return f"ℹ️ {html.escape(_cut(text.strip(), ENTRY_CHARS))}"
+    return f"ℹ️ {html.escape(_cut(text.strip(), ENTRY_CHARS), quote=False)}"
 
 
 def args_suffix(arguments: dict[str, Any] | None) -> str:
@@ -266,7 +266,7 @@ def question_body(question_id: int, text: str, options: Sequence[str]) -> Json:
     widgets = [
         markdown(text),
         {"buttonList": {"buttons": buttons}},
-        paragraph(f"<i>or reply {html.escape(hint)}</i>"),
+        paragraph(f"<i>or reply {html.escape(hint, quote=False)}</i>"),
     ]
     return message_body(f"question-{question_id}", [{"widgets": widgets}], fallback=text)
 
