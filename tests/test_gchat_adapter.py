@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import trio
 from kesoku_gchat.events import ANSWER_FUNCTION, STOP_FUNCTION
+from runtime_harness import echo
 from test_gchat_support import FakePubSub, GChatRun, click_event, gchat_running, message_event, start_fake
 
 from kesoku.model import Kind, Role, is_answer
@@ -251,3 +252,30 @@ async def test_the_stop_button_stops_the_turn_and_the_card_says_so(tmp_path: Pat
         card = "spaces/AAAA/messages/m1"
         await run.chat.wait_for(lambda: any("(Stopped)" in t for p in run.chat.patched(card) for t in texts(p.body)))
         assert not any(m.role is Role.ASSISTANT and m.kind is Kind.TEXT and m.content == "abc" for m in run.h.history())
+
+
+async def test_turn_card_updates_are_throttled_and_the_last_one_holds_every_step(
+    tmp_path: Path, pubsub: FakePubSub
+) -> None:
+    steps: list[dict[str, object]] = [
+        {"tool_calls": [{"name": "echo", "arguments": {"text": f"step {i}"}}]} for i in range(8)
+    ]
+    llm = ScriptedLLM([*steps, {"text": "all done"}])
+    async with gchat_running(tmp_path, llm, tools=[echo()], reaction=None, card_interval_s=0.5) as run:
+        pubsub.publish(message_event("go"))
+        card = "spaces/AAAA/messages/m1"
+        await run.chat.wait_for(lambda: any("⚡" in t for p in run.chat.patched(card) for t in texts(p.body)))
+        patches = run.chat.patched(card)
+        assert len(patches) <= 4  # 17 changes (8 calls, 8 results, the end) in a handful of writes
+        lines = texts(patches[-1].body)[1:]
+        assert lines == [f"🛠️ <b>echo</b> <code>step {i}</code> ✅" for i in range(8)]
+
+
+async def test_a_chat_503_is_retried_and_the_card_still_arrives(tmp_path: Path, pubsub: FakePubSub) -> None:
+    async with gchat_running(tmp_path, ScriptedLLM([{"text": "fine"}]), reaction=None) as run:
+        run.chat.fail_next.append(503)
+        pubsub.publish(message_event("hello"))
+        await run.chat.wait_for(lambda: len(run.chat.created()) >= 3)
+        first, retried, answer = run.chat.created()[:3]
+        assert first.body == retried.body and texts(retried.body) == ["⏳ Working…", "<i>nothing yet</i>"]
+        assert texts(answer.body) == ["fine"]

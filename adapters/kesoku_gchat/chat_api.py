@@ -11,7 +11,9 @@
   google-auth's ``AuthorizedSession`` (the generated client has no media methods).
 
 The client is synchronous: every call runs in a worker thread. Errors are mapped in that thread to
-:class:`ChatApiError`, so the trio side never imports google.api_core.
+:class:`ChatApiError`, so the trio side never imports google.api_core. The client's own retries are off
+(``retry=None``; it retries 503 for 30 s by default): :meth:`ChatApi._call` owns them, so a failure is
+not retried twice over.
 """
 
 from __future__ import annotations
@@ -186,7 +188,7 @@ class ChatApi:
             if thread:
                 request.message.thread = chat_v1.Thread(name=thread)
                 request.message_reply_option = getattr(chat_v1.CreateMessageRequest.MessageReplyOption, REPLY_OPTION)
-            created = self.client.create_message(request=request, timeout=CALL_TIMEOUT_S)
+            created = self.client.create_message(request=request, timeout=CALL_TIMEOUT_S, retry=None)
             return str(created.name)
 
         return await self._call(call)
@@ -201,7 +203,7 @@ class ChatApi:
             message = chat_v1.Message.from_json(json.dumps({"cardsV2": body.get("cardsV2", [])}))
             message.name = name
             mask = field_mask_pb2.FieldMask(paths=["cards_v2"])
-            self.client.update_message(message=message, update_mask=mask, timeout=CALL_TIMEOUT_S)
+            self.client.update_message(message=message, update_mask=mask, timeout=CALL_TIMEOUT_S, retry=None)
 
         await self._call(call)
 
@@ -218,7 +220,7 @@ class ChatApi:
             else:
                 mark = chat_v1.Emoji(unicode=emoji)
             reaction = chat_v1.Reaction(emoji=mark)
-            self.user_client.create_reaction(parent=message_name, reaction=reaction, timeout=CALL_TIMEOUT_S)
+            self.user_client.create_reaction(parent=message_name, reaction=reaction, timeout=CALL_TIMEOUT_S, retry=None)
 
         await self._call(call)
 
