@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
     from kesoku.config import Config
     from kesoku.runtime import Runtime
+    from kesoku.store import Store
 
 GROUP = "kesoku.adapters"
 """The entry-point group adapters register under (pyproject.toml ``[project.entry-points."kesoku.adapters"]``)."""
@@ -157,3 +158,54 @@ def is_enabled(entry: AdapterEntry, adapter: object, config: Config) -> bool:
     if callable(check):
         return bool(check(config))
     return bool(section_enabled(entry.name, config))
+
+
+DELIVERED_WAIT_S = 60.0
+"""How long :meth:`DeliveryCursor.delivered` waits at most."""
+
+
+class DeliveryCursor:
+    """An adapter's durable place in the log, so each reply is delivered once across restarts.
+
+    The adapter follows ``gateway.listen(after=cursor.start(), adapter=...)`` and calls
+    :meth:`advance` after each message it delivered (or gave up on for good).
+
+    Args:
+        store: Where the cursor is kept.
+        name: The cursor's name, ``adapter:<chatbot_id>``.
+    """
+
+    def __init__(self, store: Store, name: str) -> None:
+        self.store = store
+        self.name = name
+        self.position = 0
+        """The id of the last message handled."""
+        self._progress = trio.Event()
+
+    def start(self) -> int:
+        """The id to listen after: the saved cursor, or the newest stored message.
+
+        An adapter's very first start begins after the newest message: older sessions are not
+        replayed into a chat that never saw them.
+        """
+        saved = self.store.get_cursor(self.name)
+        self.position = self.store.last_message_id() if saved is None else saved
+        if saved is None:
+            self.store.set_cursor(self.name, self.position)
+        return self.position
+
+    def advance(self, message_id: int) -> None:
+        """Record that ``message_id`` was handled, and wake :meth:`delivered` waiters."""
+        self.position = message_id
+        self.store.set_cursor(self.name, message_id)
+        self._progress.set()
+        self._progress = trio.Event()
+
+    async def delivered(self, session_id: str, *, timeout_s: float = DELIVERED_WAIT_S) -> None:
+        """Wait until every stored message of a session has been handled (bounded by ``timeout_s``)."""
+        from kesoku.store import MessageFilter
+
+        flt = MessageFilter.from_kwargs({"session_id": session_id})
+        with trio.move_on_after(timeout_s):
+            while self.store.messages_after(self.position, flt, limit=1):
+                await self._progress.wait()

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import trio
+from kesoku.adapters import DeliveryCursor
 from kesoku.markup import FilePart, QuestionPart, TextPart, parse_reply
 from kesoku.model import ANSWER_KEY, QUESTION_KEY, Kind, Message, Role, Session, Status, is_answer, is_question
-from kesoku.store import MessageFilter
 from kesoku.tools.paths import PathGates, shareable
 
 from kesoku_discord._compat import discord, ui
@@ -48,8 +48,6 @@ DEFAULT_UPLOAD_LIMIT = 10 * 1024 * 1024
 """Upload limit outside a guild (Discord API, "Uploading Files": 10 MiB without boosts)."""
 RETRY_CAP_S = 60.0
 """Longest pause between two tries of a send while Discord cannot be reached."""
-DELIVERED_WAIT_S = 60.0
-"""How long the end of a turn waits for its messages to be delivered before updating the header anyway."""
 WORKING = "⏳ working…"
 
 
@@ -130,14 +128,12 @@ class Delivery:
         self.client = client
         self.store = rt.gateway.store
         self.adapter = config.discord.chatbot_id
-        self.cursor_name = f"adapter:{self.adapter}"
-        self.cursor = 0
+        self.cursor = DeliveryCursor(self.store, f"adapter:{self.adapter}")
         self.typing = Typing(nursery)
         self.turns: dict[int, TurnView] = {}
         self.questions: dict[int, discord.Message] = {}
         self.gates = PathGates.from_config(config)
         self.roots = tuple(Path(r) for r in config.workspace.shareable_roots)
-        self._progress = trio.Event()
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Deliver messages until cancelled; ``started`` once listening.
@@ -145,28 +141,14 @@ class Delivery:
         The first start of an adapter begins after the newest stored message (older sessions are not
         replayed into Discord); later starts resume from the saved cursor.
         """
-        saved = self.store.get_cursor(self.cursor_name)
-        self.cursor = self.store.last_message_id() if saved is None else saved
-        if saved is None:
-            self.store.set_cursor(self.cursor_name, self.cursor)
-        with self.rt.gateway.listen(after=self.cursor, adapter=self.adapter) as messages:
+        with self.rt.gateway.listen(after=self.cursor.start(), adapter=self.adapter) as messages:
             task_status.started()
             async for message in messages:
                 try:
                     await self.deliver(message)
                 except discord.HTTPException as exc:  # refused for good (a deleted channel, no permission)
                     log.warning("discord: message %d not delivered: %s", message.id, exc)
-                self.cursor = message.id
-                self.store.set_cursor(self.cursor_name, message.id)
-                self._progress.set()
-                self._progress = trio.Event()
-
-    async def delivered(self, session_id: str, *, timeout_s: float = DELIVERED_WAIT_S) -> None:
-        """Wait until every stored message of a session has been delivered (bounded)."""
-        flt = MessageFilter.from_kwargs({"session_id": session_id})
-        with trio.move_on_after(timeout_s):
-            while self.store.messages_after(self.cursor, flt, limit=1):
-                await self._progress.wait()
+                self.cursor.advance(message.id)
 
     # -- channels -------------------------------------------------------------------------------
 
@@ -309,7 +291,7 @@ class Delivery:
 
     async def finish_turn(self, metrics: TurnMetrics) -> None:
         """After a turn's messages are delivered: edit its header with the metrics, stop typing."""
-        await self.delivered(metrics.session_id)
+        await self.cursor.delivered(metrics.session_id)
         session = self.store.get_session(metrics.session_id)
         turn = self.turns.pop(metrics.root_id, None)
         if session is None:

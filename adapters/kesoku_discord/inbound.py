@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import trio
 from kesoku.model import Attachment, Session, user_text
-from kesoku.tools.paths import safe_attachment_name
+from kesoku.tools.paths import save_attachment
 
 from kesoku_discord._compat import discord
 from kesoku_discord.client import aio
@@ -42,7 +42,6 @@ HISTORY_FOR_MEMBERS = 50
 """Recent channel messages read to find the active members for the context prompt."""
 MAX_MEMBERS = 20
 """Active members listed in the context prompt."""
-SAVE_TRIES = 100
 
 
 class Inbound:
@@ -213,21 +212,7 @@ class Inbound:
             except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
                 log.warning("discord: attachment %s not downloaded: %s", item.filename, exc)
                 continue
-            path = await trio.to_thread.run_sync(_save, folder, item.filename, data)
+            path = await trio.to_thread.run_sync(save_attachment, folder, item.filename, data)
             mime = item.content_type or mimetypes.guess_type(item.filename)[0] or "application/octet-stream"
             saved.append(Attachment(path=str(path), mime_type=mime.split(";")[0].strip(), filename=path.name))
         return saved
-
-
-def _save(folder: Path, filename: str, data: bytes) -> Path:
-    """Write ``data`` under a safe name in ``folder``; ``xb`` so a concurrent save never overwrites."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for _ in range(SAVE_TRIES):
-        path = folder / safe_attachment_name(filename, folder)
-        try:
-            with open(path, "xb") as out:
-                out.write(data)
-            return path
-        except FileExistsError:
-            continue
-    raise OSError(f"no free name for {filename!r} in {folder}")

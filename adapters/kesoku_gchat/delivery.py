@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from kesoku.adapters import DeliveryCursor
 from kesoku.events import Compacted, ToolStarted, TurnEnded
 from kesoku.markup import parse_reply
 from kesoku.model import ANSWER_KEY, QUESTION_KEY, Kind, Message, Role, Session, Status, is_answer, is_question
-from kesoku.store import MessageFilter
 from kesoku_gchat import cards
 from kesoku_gchat.chat_api import ChatApi, ChatApiError
 
@@ -35,8 +35,6 @@ log = logging.getLogger(__name__)
 
 CARD_INTERVAL_S = 2.0
 """Least time between two updates of one turn card (Chat: about one write per second per space)."""
-DELIVERED_WAIT_S = 60.0
-"""How long the end of a turn waits for its messages to be delivered before updating the card anyway."""
 EVENT_BUFFER = 1024
 """Hub events the delivery may fall behind before some are lost (they only refine the cards)."""
 FILE_NOTE = "📎 `{name}` (files are not sent to Google Chat; it stays in the session folder)"
@@ -115,12 +113,10 @@ class Delivery:
         self.adapter = chatbot_id
         self.api = api
         self.card_interval_s = card_interval_s
-        self.cursor_name = f"adapter:{chatbot_id}"
-        self.cursor = 0
+        self.cursor = DeliveryCursor(self.store, f"adapter:{chatbot_id}")
         self.cards: dict[int, TurnCard] = {}
         self.questions: dict[int, tuple[str, str]] = {}
         """An open question's id → (its Chat message name, its text)."""
-        self._progress = trio.Event()
         self._nursery: trio.Nursery | None = None
         self._ours: dict[str, bool] = {}
 
@@ -130,15 +126,11 @@ class Delivery:
         The first start begins after the newest stored message (older sessions are not replayed into
         Chat); later starts resume from the saved cursor.
         """
-        saved = self.store.get_cursor(self.cursor_name)
-        self.cursor = self.store.last_message_id() if saved is None else saved
-        if saved is None:
-            self.store.set_cursor(self.cursor_name, self.cursor)
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             with (
                 self.rt.hub.subscribe(buffer=EVENT_BUFFER) as events,
-                self.rt.gateway.listen(after=self.cursor, adapter=self.adapter) as messages,
+                self.rt.gateway.listen(after=self.cursor.start(), adapter=self.adapter) as messages,
             ):
                 nursery.start_soon(self._follow_events, events)
                 task_status.started()
@@ -147,17 +139,7 @@ class Delivery:
                         await self.deliver(message)
                     except ChatApiError as exc:  # refused for good (a deleted space, no permission)
                         log.warning("gchat: message %d not delivered: %s", message.id, exc)
-                    self.cursor = message.id
-                    self.store.set_cursor(self.cursor_name, message.id)
-                    self._progress.set()
-                    self._progress = trio.Event()
-
-    async def delivered(self, session_id: str, *, timeout_s: float = DELIVERED_WAIT_S) -> None:
-        """Wait until every stored message of a session has been delivered (bounded)."""
-        flt = MessageFilter.from_kwargs({"session_id": session_id})
-        with trio.move_on_after(timeout_s):
-            while self.store.messages_after(self.cursor, flt, limit=1):
-                await self._progress.wait()
+                    self.cursor.advance(message.id)
 
     # -- the log ------------------------------------------------------------------------------------
 
@@ -264,7 +246,7 @@ class Delivery:
 
     async def finish_turn(self, metrics: TurnMetrics) -> None:
         """Once a turn's messages are delivered: its card shows the metrics and its final state."""
-        await self.delivered(metrics.session_id)
+        await self.cursor.delivered(metrics.session_id)
         card = self.cards.pop(metrics.root_id, None)
         if card is not None:
             card.status, card.running = metrics.render(), False

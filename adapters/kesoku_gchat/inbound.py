@@ -18,7 +18,7 @@ import trio
 from kesoku.markup import TextPart
 from kesoku.model import Attachment, Session, user_text
 from kesoku.questions import parse_answer
-from kesoku.tools.paths import safe_attachment_name
+from kesoku.tools.paths import save_attachment
 from kesoku_gchat import cards
 from kesoku_gchat.chat_api import ChatApi, ChatApiError
 from kesoku_gchat.delivery import place
@@ -39,9 +39,6 @@ if TYPE_CHECKING:
     from kesoku_gchat.pubsub import PulledMessage
 
 log = logging.getLogger(__name__)
-
-SAVE_TRIES = 100
-"""Names tried for one attachment when concurrent saves keep taking the chosen one."""
 
 
 class Inbound:
@@ -146,7 +143,7 @@ class Inbound:
             except ChatApiError as exc:
                 notes.append(f"attachment {item.content_name} could not be downloaded ({exc})")
                 continue
-            path = await trio.to_thread.run_sync(_save, folder, item.content_name, data)
+            path = await trio.to_thread.run_sync(save_attachment, folder, item.content_name, data)
             mime = item.content_type.split(";")[0].strip()
             saved.append(Attachment(path=str(path), mime_type=mime, filename=path.name))
         return saved, notes
@@ -199,17 +196,3 @@ class Inbound:
             and session.adapter == self.adapter
             and session.channel_id in {event.thread, event.space} - {""}
         )
-
-
-def _save(folder: Path, filename: str, data: bytes) -> Path:
-    """Write ``data`` under a safe name in ``folder``; ``xb`` so a concurrent save never overwrites."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for _ in range(SAVE_TRIES):
-        path = folder / safe_attachment_name(filename, folder)
-        try:
-            with open(path, "xb") as out:
-                out.write(data)
-            return path
-        except FileExistsError:
-            continue
-    raise OSError(f"no free name for {filename!r} in {folder}")

@@ -554,3 +554,34 @@ __all__ = [
     "shareable",
     "workspaces",
 ]
+
+
+SAVE_TRIES = 100
+"""Names tried by :func:`save_attachment` before it gives up (each collision renames)."""
+
+
+def save_attachment(folder: Path, filename: str, data: bytes) -> Path:
+    """Write a received file under a safe, unused name in ``folder`` (blocking: a worker thread's job).
+
+    Args:
+        folder: The session workspace (created when missing).
+        filename: The name the user gave; made safe by :func:`safe_attachment_name`.
+        data: The file's bytes.
+
+    Returns:
+        The path written.
+
+    Raises:
+        OSError: The folder cannot be written, or no free name was found.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    for _ in range(SAVE_TRIES):
+        path = folder / safe_attachment_name(filename, folder)
+        try:
+            # "xb": a save racing this one for the same name never overwrites it; the next try renames.
+            with open(path, "xb") as out:
+                out.write(data)
+            return path
+        except FileExistsError:
+            continue
+    raise OSError(f"no free name for {filename!r} in {folder}")
