@@ -11,11 +11,10 @@ Sources are kept in memory at once (a tool in a worker thread may add one) and w
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING
 
 from kesoku.model import TaintSource
-from kesoku.tools.base import Approval
+from kesoku.tools.base import Approval, TaintSources
 
 if TYPE_CHECKING:
     from kesoku.model import Message
@@ -26,7 +25,7 @@ LABEL_MAX_CHARS = 300
 """A longer taint label (a URL, a path) is cut: it is for people to read, not to match."""
 
 
-class SessionGuard:
+class SessionGuard(TaintSources):
     """The :class:`~kesoku.tools.base.Guard` of one session, shared by its turns.
 
     Args:
@@ -36,33 +35,20 @@ class SessionGuard:
     """
 
     def __init__(self, store: Store, questions: Questions, session_id: str) -> None:
+        super().__init__(store.taint_sources(session_id))
         self.store = store
         self.questions = questions
         self.session_id = session_id
         self.root: Message | None = None
         """The running turn's root: questions are posted in its turn (set by the turn)."""
-        self._sources = store.taint_sources(session_id)
         self._unsaved: list[TaintSource] = []
-        self._lock = threading.Lock()
-
-    @property
-    def tainted(self) -> bool:
-        """True once any taint source was recorded (in this process or before)."""
-        return bool(self._sources)
-
-    def taint_sources(self) -> tuple[TaintSource, ...]:
-        """The session's taint sources, oldest first."""
-        with self._lock:
-            return tuple(self._sources)
 
     def add_taint(self, kind: str, label: str) -> None:
         """Record a taint source unless it is known; thread-safe, written to the store by :meth:`flush`."""
-        label = label if len(label) <= LABEL_MAX_CHARS else label[: LABEL_MAX_CHARS - 1] + "…"
-        source = TaintSource(kind, label)
-        with self._lock:
-            if source not in self._sources:
-                self._sources.append(source)
-                self._unsaved.append(source)
+        super().add_taint(kind, label if len(label) <= LABEL_MAX_CHARS else label[: LABEL_MAX_CHARS - 1] + "…")
+
+    def _added(self, source: TaintSource) -> None:
+        self._unsaved.append(source)
 
     def flush(self) -> None:
         """Write the sources recorded since the last flush (call on the trio thread)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -66,18 +66,16 @@ class Guard(Protocol):
         ...
 
 
-class StaticGuard:
-    """A guard for tools run outside a session (tests, ``kesoku`` commands): answers every question alike.
+class TaintSources:
+    """A session's taint sources: ordered, deduplicated by (kind, label), safe to add to from threads.
+
+    The taint half of every :class:`Guard`; a subclass hears of each new source through :meth:`_added`.
 
     Args:
-        allow: The answer to every question; None: nobody can be asked, so every question is denied.
-        sources: Taint sources to start with.
+        sources: Sources recorded before (read back from the store).
     """
 
-    def __init__(self, allow: bool | None = None, sources: tuple[TaintSource, ...] = ()) -> None:
-        self.allow = allow
-        self.questions: list[str] = []
-        """Every question asked, in order."""
+    def __init__(self, sources: Sequence[TaintSource] = ()) -> None:
         self._sources = list(sources)
         self._lock = threading.Lock()
 
@@ -97,6 +95,25 @@ class StaticGuard:
         with self._lock:
             if source not in self._sources:
                 self._sources.append(source)
+                self._added(source)
+
+    def _added(self, source: TaintSource) -> None:
+        """A new source was recorded (called under the lock)."""
+
+
+class StaticGuard(TaintSources):
+    """A guard for tools run outside a session (tests, ``kesoku`` commands): answers every question alike.
+
+    Args:
+        allow: The answer to every question; None: nobody can be asked, so every question is denied.
+        sources: Taint sources to start with.
+    """
+
+    def __init__(self, allow: bool | None = None, sources: tuple[TaintSource, ...] = ()) -> None:
+        super().__init__(sources)
+        self.allow = allow
+        self.questions: list[str] = []
+        """Every question asked, in order."""
 
     async def confirm(self, question: str) -> Approval:
         """Record the question and give the fixed answer."""
