@@ -97,13 +97,20 @@ class SessionHistory:
         """Tool calls that have no result, in id order."""
         return [self._unanswered[i] for i in sorted(self._unanswered)]
 
+    def up_to(self, root: Message) -> list[Message]:
+        """The messages up to the end of ``root``'s turn (later user messages open later turns)."""
+        return self.messages[: self._end(root)]
+
+    def _end(self, root: Message) -> int:
+        return bisect.bisect(self._keys, (root.root_ts, float("inf"), 0))
+
     def turns(self, root: Message) -> list[LLMTurn]:
         """The request turns of the history up to ``root``'s turn, under the compacted view.
 
         Later user messages are left out: they interrupt this turn and open the next one. Call
         :meth:`sync` first so the turn's own posts are in.
         """
-        end = bisect.bisect(self._keys, (root.root_ts, float("inf"), 0))
+        end = self._end(root)
         view = self.view
         start = min(archive_start(self.messages, self._keys, view), end)
         if start != self._start:

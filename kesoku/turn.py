@@ -16,7 +16,6 @@ next turn can answer with ``lost``.
 
 from __future__ import annotations
 
-import bisect
 import datetime as dt
 import logging
 import time
@@ -383,9 +382,8 @@ class Turn:
         """Compact the session's view before the next request; True when a new view is in force."""
         self.history.sync()
         active_ts = min(r.root_ts for r in self.roots)  # every message this turn answers stays verbatim
-        end = bisect.bisect(self.history._keys, (self.root.root_ts, float("inf"), 0))
         view = await self.compactor.compact(
-            self.history.messages[:end],
+            self.history.up_to(self.root),
             active_ts,
             self.llm,
             current=self.history.view,
