@@ -12,21 +12,15 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-import msgspec
-
 from kesoku.llm.ir import (
-    DocumentBlock,
-    ImageBlock,
     LLMRequest,
     LLMTurn,
-    TextBlock,
-    ThoughtBlock,
-    ToolCallBlock,
     ToolSpec,
+    head_tokens,
+    turn_tokens,
 )
 from kesoku.transcript import shared_prefix
 
-CHARS_PER_TOKEN = 4.0
 IMAGE_TOKENS = 1600
 """What one image costs, about: Claude bills ~1,600 tokens for a 1,092 px square, Gemini 258 per tile."""
 DOCUMENT_TOKENS = 3000
@@ -71,26 +65,13 @@ def estimate_turns(turns: Sequence[LLMTurn]) -> float:
 
 
 def estimate_turn(turn: LLMTurn) -> float:
-    """Estimated tokens of one turn (uncalibrated)."""
-    chars = 0
-    fixed = 0
-    for block in turn.blocks:
-        if isinstance(block, TextBlock | ThoughtBlock):
-            chars += len(block.text)
-        elif isinstance(block, ToolCallBlock):
-            chars += len(block.name) + len(msgspec.json.encode(block.arguments))
-        elif isinstance(block, ImageBlock):
-            fixed += IMAGE_TOKENS
-        elif isinstance(block, DocumentBlock):
-            fixed += DOCUMENT_TOKENS
-        else:  # a tool result
-            chars += len(block.content)
-    return chars / CHARS_PER_TOKEN + fixed
+    """Estimated tokens of one turn (uncalibrated; :func:`kesoku.llm.ir.turn_tokens`)."""
+    return turn_tokens(turn, image_tokens=IMAGE_TOKENS, document_tokens=DOCUMENT_TOKENS)
 
 
 def fixed_tokens(system: str, tools: Sequence[ToolSpec]) -> float:
     """Estimated tokens of a system prompt and tool schemas (uncalibrated)."""
-    return (len(system) + sum(len(msgspec.json.encode(t)) for t in tools)) / CHARS_PER_TOKEN
+    return head_tokens(system, tools)
 
 
 def estimate_request(request: LLMRequest) -> float:

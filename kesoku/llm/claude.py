@@ -63,7 +63,8 @@ from kesoku.llm.ir import (
     ToolResultBlock,
     ToolSpec,
     UsageEvent,
-    estimate_tokens,
+    head_tokens,
+    turn_tokens,
 )
 from kesoku.model import Usage
 from kesoku.transcript import CONTINUE_PROMPT, OMITTED_OPENING
@@ -424,19 +425,9 @@ def _tool(spec: ToolSpec) -> dict[str, Any]:
 
 
 def _estimate_request_tokens(request: LLMRequest) -> int:
-    """Tokens of the system prompt, every text and the tool schemas, estimated from their length."""
-    parts = [request.system]
-    for turn in request.turns:
-        for block in turn.blocks:
-            if isinstance(block, TextBlock | ThoughtBlock):
-                parts.append(block.text)
-            elif isinstance(block, ToolResultBlock):
-                parts.append(block.content)
-            elif isinstance(block, ToolCallBlock):
-                parts.append(msgspec.json.encode(block.arguments).decode())
-    if request.tools:
-        parts.append(msgspec.json.encode([_tool(t) for t in request.tools]).decode())
-    return estimate_tokens("".join(parts))
+    """Tokens of the system prompt, the turns' text and the tool schemas (attachments not counted)."""
+    turns = sum(turn_tokens(t, image_tokens=0, document_tokens=0) for t in request.turns)
+    return head_tokens(request.system, request.tools) + turns
 
 
 # -- responses --------------------------------------------------------------------------------------

@@ -44,7 +44,7 @@ from google.genai import types
 from kesoku.errors import BackendError, ConfigError
 from kesoku.llm import gemini_convert as conv
 from kesoku.llm.base import MAX_RETRIES, BaseLLM
-from kesoku.llm.ir import DocumentBlock, ImageBlock, LLMEvent, LLMRequest, LLMTurn
+from kesoku.llm.ir import DocumentBlock, ImageBlock, LLMEvent, LLMRequest, LLMTurn, head_tokens
 
 if TYPE_CHECKING:
     from google.auth.credentials import Credentials
@@ -257,7 +257,7 @@ class GeminiLLM(BaseLLM):
             tools=conv.to_tools(request.tools),
             keys=keys,
             turn_tokens=[conv.turn_tokens(t) for t in request.turns],
-            head_tokens=conv.head_tokens(request.system, request.tools),
+            head_tokens=head_tokens(request.system, request.tools),
         )
 
     def _content_of(self, turn: LLMTurn, digest: bytes) -> types.Content | None:

@@ -47,11 +47,10 @@ from kesoku.llm.ir import (
     ThoughtDelta,
     ToolCallBlock,
     ToolCallEvent,
-    ToolResultBlock,
     ToolSpec,
     UsageEvent,
-    estimate_tokens,
 )
+from kesoku.llm.ir import turn_tokens as ir_turn_tokens
 from kesoku.model import Usage
 
 THINKING_BUDGETS_TOKENS: dict[str, int] = {"minimal": 0, "low": 1024, "medium": 8192, "high": 24576}
@@ -180,28 +179,8 @@ def to_tools(specs: Sequence[ToolSpec]) -> list[types.Tool]:
 
 
 def turn_tokens(turn: LLMTurn) -> int:
-    """Estimate a turn's tokens: its text at four characters a token, attachments as a page each.
-
-    Text documents count by their size; other attachments count :data:`ATTACHMENT_TOKENS`.
-    """
-    total = 0
-    for block in turn.blocks:
-        if isinstance(block, TextBlock | ThoughtBlock):
-            total += estimate_tokens(block.text)
-        elif isinstance(block, ToolCallBlock):
-            total += estimate_tokens(block.name) + (len(msgspec.json.encode(block.arguments)) + 3) // 4
-        elif isinstance(block, ToolResultBlock):
-            total += estimate_tokens(block.content)
-        elif isinstance(block, DocumentBlock) and block.mime_type.startswith("text/"):
-            total += (len(block.data) + 3) // 4
-        else:
-            total += ATTACHMENT_TOKENS
-    return total
-
-
-def head_tokens(system: str, tools: Sequence[ToolSpec]) -> int:
-    """Estimate the tokens of the system instruction and the tool declarations."""
-    return estimate_tokens(system) + (len(msgspec.json.encode(tools)) + 3) // 4
+    """Estimate a turn's tokens (:func:`kesoku.llm.ir.turn_tokens`, every attachment one image's cost)."""
+    return ir_turn_tokens(turn, image_tokens=ATTACHMENT_TOKENS, document_tokens=ATTACHMENT_TOKENS)
 
 
 def turn_digest(turn: LLMTurn) -> bytes:

@@ -8,6 +8,7 @@ the tool specs. Backends map it to their wire format (``_build_native_input``) a
 from __future__ import annotations
 
 import operator
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import msgspec
@@ -257,3 +258,29 @@ def own_signatures(turn: LLMTurn, provider: str) -> LLMTurn:
 def estimate_tokens(text: str) -> int:
     """A provider-free token estimate: about four characters per token for English and code."""
     return (len(text) + 3) // 4
+
+
+def turn_tokens(turn: LLMTurn, *, image_tokens: int, document_tokens: int) -> int:
+    """Estimate a turn's tokens: its text at four characters a token, attachments at a fixed cost.
+
+    Text documents count by their size; images and other documents by what the provider bills for one
+    (``image_tokens``, ``document_tokens``).
+    """
+    total = 0
+    for block in turn.blocks:
+        if isinstance(block, TextBlock | ThoughtBlock):
+            total += estimate_tokens(block.text)
+        elif isinstance(block, ToolCallBlock):
+            total += estimate_tokens(block.name) + (len(msgspec.json.encode(block.arguments)) + 3) // 4
+        elif isinstance(block, ToolResultBlock):
+            total += estimate_tokens(block.content)
+        elif isinstance(block, DocumentBlock) and block.mime_type.startswith("text/"):
+            total += (len(block.data) + 3) // 4
+        else:
+            total += image_tokens if isinstance(block, ImageBlock) else document_tokens
+    return total
+
+
+def head_tokens(system: str, tools: Sequence[ToolSpec]) -> int:
+    """Estimate the tokens of a system prompt and the tool schemas."""
+    return estimate_tokens(system) + (len(msgspec.json.encode(tools)) + 3) // 4
