@@ -106,6 +106,9 @@ class _Builder:
         self.open_calls: list[tuple[Message, ToolCallBlock]] = []
         self.answered = False  # a result of the open calls was seen: the next call starts a new step
         self.call_ids: set[str] = set()
+        # The turns the last finish() closed early (the open step and its results). When the same turn
+        # is closed for real, that object is kept, so turns stay identical from one request to the next.
+        self.finished: list[LLMTurn] = []
 
     def _flush(self) -> None:
         if not self.blocks:
@@ -113,7 +116,12 @@ class _Builder:
         if self.turns and self.turns[-1].role == self.role:
             prev = self.turns.pop()
             self.blocks = [*prev.blocks, *self.blocks]
-        self.turns.append(LLMTurn(self.role, tuple(self.blocks)))  # type: ignore[arg-type]
+        blocks = tuple(self.blocks)
+        at, finished = len(self.turns), self.finished
+        if at < len(finished) and finished[at].role == self.role and finished[at].blocks == blocks:
+            self.turns.append(finished[at])
+        else:
+            self.turns.append(LLMTurn(self.role, blocks))  # type: ignore[arg-type]
         self.blocks = []
 
     def _close_calls(self) -> None:
@@ -183,6 +191,7 @@ class _Builder:
         self._close_calls()
         self._flush()
         turns = self.turns
+        self.finished = turns[:]
         if turns and turns[0].role == "assistant":
             turns.insert(0, LLMTurn("user", (TextBlock(OMITTED_OPENING),)))
         if not turns or turns[-1].role == "assistant":

@@ -16,16 +16,18 @@ it is written, so two writers (threads or processes) never share an index; a per
 next index keeps a long session from rescanning its folder on every call.
 
 :func:`write_turn_log` is synchronous (dumping a long history takes milliseconds);
-:class:`TurnLogWriter` runs it in a worker thread so the event loop never waits for a dump, and its
+:class:`TurnLogWriter` runs it in a thread of its own so the event loop never waits for a dump, and its
 :class:`TurnLogRenderer` reuses the YAML of turns it already wrote, so a log costs about its new turns.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import operator
 import os
+import queue
 import re
 import threading
 from collections import OrderedDict
@@ -62,21 +64,48 @@ try:  # libyaml's emitter: several times faster than the pure-Python one
 except ImportError:  # PyYAML built without libyaml
     from yaml import SafeDumper as _BaseDumper  # type: ignore[assignment]
 
+_STR_TAG = "tag:yaml.org,2002:str"
+_RESOLVED_MAX = 4096
+"""Scalars whose implicit tag :class:`_Dumper` remembers (keys and small values repeat in every log)."""
+_resolved: dict[tuple[str, object], str] = {}
+
 
 class _Dumper(_BaseDumper):
-    """Block style, with multi-line strings as ``|`` literal blocks, and no ``&id001`` anchors."""
+    """Block style, with multi-line strings as ``|`` literal blocks, no ``&id001`` anchors."""
 
-    def ignore_aliases(self, data: Any) -> bool:
-        # A value that appears twice is written twice: a reader should not have to chase anchors.
-        return True
+    def resolve(self, kind: type[yaml.Node], value: Any, implicit: Any) -> str:
+        # The emitter asks, for every scalar, whether it could be written plain: the same few keys and
+        # values ("type", "id", "completed") thousands of times per session. The answer depends on the
+        # value alone (the safe resolver has no path rules), so it is remembered.
+        if kind is not yaml.ScalarNode:
+            return super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call,no-any-return]
+        key = (value, implicit if isinstance(implicit, bool) else tuple(implicit))
+        tag = _resolved.get(key)
+        if tag is None:
+            if len(_resolved) >= _RESOLVED_MAX:
+                _resolved.clear()
+            tag = _resolved[key] = super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
+        return tag
 
 
-def _represent_str(dumper: _Dumper, value: str) -> yaml.ScalarNode:
-    # PyYAML falls back to a quoted scalar by itself when a literal block cannot hold the text.
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+_scalars = yaml.representer.SafeRepresenter()
 
 
-_Dumper.add_representer(str, _represent_str)
+def _node(value: Any) -> yaml.Node:
+    """The YAML node of a msgspec builtins value (dict, list, str, int, float, bool, None).
+
+    What ``yaml.dump`` does with a representer, without its per-value dispatch and alias bookkeeping
+    (a log is dumped on every model call). Strings with a line break become ``|`` literal blocks (PyYAML
+    falls back to quoting by itself when a literal block cannot hold the text).
+    """
+    if isinstance(value, str):
+        return yaml.ScalarNode(_STR_TAG, value, style="|" if "\n" in value else None)
+    if isinstance(value, dict):
+        pairs = [(_node(k), _node(v)) for k, v in value.items()]
+        return yaml.MappingNode("tag:yaml.org,2002:map", pairs, flow_style=False)
+    if isinstance(value, list | tuple):
+        return yaml.SequenceNode("tag:yaml.org,2002:seq", [_node(v) for v in value], flow_style=False)
+    return _scalars.represent_data(value)  # None, bool, int, float; anything else raises RepresenterError
 
 
 class TurnLogEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -119,16 +148,17 @@ def write_turn_log(entry: TurnLogEntry, renderer: TurnLogRenderer | None = None)
     Raises:
         OSError: The folder or file cannot be created or written (no partial file is left behind).
     """
-    # The large part first: reserving an index only once there is something to write.
-    body = (renderer or TurnLogRenderer()).body(entry)
     folder = Path(entry.folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    idx, fd = _reserve(folder)
+    try:
+        idx, fd = _reserve(folder)
+    except FileNotFoundError:  # the session's first log: its folder may not exist yet
+        folder.mkdir(parents=True, exist_ok=True)
+        idx, fd = _reserve(folder)
     path = folder / f"llm-turn-{idx}.log.yaml"
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(_dump({"metadata": _metadata_doc(entry, idx)}))
-            f.write(body)
+        data = (renderer or TurnLogRenderer()).render(entry, idx).encode()
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)  # one write: each system call lets the event loop's thread take the GIL back
     except BaseException:
         path.unlink(missing_ok=True)
         raise
@@ -136,7 +166,11 @@ def write_turn_log(entry: TurnLogEntry, renderer: TurnLogRenderer | None = None)
 
 
 class TurnLogWriter:
-    """Writes turn logs in a worker thread, one at a time, in the order they were submitted.
+    """Writes turn logs in its own thread, one at a time, in the order they were submitted.
+
+    The thread takes entries from a queue as fast as it can write them: the event loop only queues an
+    entry (no trip through the scheduler per log), and a writer that fell behind catches up without
+    waiting for the loop between logs.
 
     Args:
         buffer: Entries queued before :meth:`submit` waits (:data:`WRITER_BUFFER`).
@@ -149,45 +183,44 @@ class TurnLogWriter:
     """
 
     def __init__(self, *, buffer: int = WRITER_BUFFER) -> None:
-        self._send, self._receive = trio.open_memory_channel[TurnLogEntry](buffer)
+        if buffer < 1:
+            raise ValueError("buffer must be at least 1")
+        self._queue: queue.SimpleQueue[TurnLogEntry | None] = queue.SimpleQueue()  # None: stop
+        self._room = trio.Semaphore(buffer)  # released by the thread (through the trio token) per entry
         self._state = "new"
-        self._renderer = TurnLogRenderer()  # used by one write at a time: writes are sequential
+        self._renderer = TurnLogRenderer()  # used by the writer thread only
         self.written = 0
         self.failed = 0
         self.dropped = 0
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Write submitted entries until cancelled.
+        """Run the writer thread until cancelled.
 
         Raises:
             RuntimeError: ``serve`` already ran on this writer.
 
         Cancellation:
             Entries already queued are written first (shielded, at most :data:`DRAIN_TIMEOUT_S`), then
-            ``Cancelled`` propagates. Later submissions are dropped and counted.
+            ``Cancelled`` propagates. Later submissions are dropped and counted; so are the queued
+            entries a timed-out drain leaves (a hung disk cannot hold the shutdown).
         """
         if self._state != "new":
             raise RuntimeError("TurnLogWriter.serve runs once per writer")
         self._state = "serving"
+        token = trio.lowlevel.current_trio_token()
+        thread = threading.Thread(target=self._run, args=(token,), name="kesoku turn log writer", daemon=True)
+        thread.start()
         task_status.started()
-        taken: TurnLogEntry | None = None  # received but not yet handed to a thread
         try:
-            async for entry in self._receive:
-                taken = entry
-                # Not abandoned on cancel: once a thread runs the write, we wait for it and count it.
-                await self._write(entry, abandon_on_cancel=False)
-                taken = None
+            await trio.sleep_forever()
         finally:
             self._state = "stopped"
-            self._send.close()  # submitters blocked on a full buffer get ClosedResourceError: a drop
-            # Shielded: queued entries are calls that happened, and their logs explain the last turns
-            # before a shutdown. Bounded, abandoning a stuck write, so a hung disk cannot hold shutdown.
-            with trio.CancelScope(shield=True), trio.move_on_after(DRAIN_TIMEOUT_S):
-                if taken is not None:
-                    await self._write(taken, abandon_on_cancel=True)
-                async for entry in self._receive:
-                    await self._write(entry, abandon_on_cancel=True)
-            self.dropped += self._discard_queued()
+            self._queue.put(None)  # after what is queued: those are calls that happened
+            with trio.CancelScope(shield=True), trio.move_on_after(DRAIN_TIMEOUT_S) as drain:
+                await trio.to_thread.run_sync(thread.join, abandon_on_cancel=True)
+            if drain.cancelled_caught:
+                self.dropped += self._discard_queued()
+                self._queue.put(None)  # the stuck thread ends after its write
 
     async def submit(self, entry: TurnLogEntry) -> None:
         """Queue an entry for writing; waits only while the buffer is full (backpressure).
@@ -202,32 +235,38 @@ class TurnLogWriter:
         """
         if self._state == "new":
             raise RuntimeError("TurnLogWriter.submit before serve: start serve in the daemon's nursery first")
-        try:
+        if self._state == "serving":
             try:
-                self._send.send_nowait(entry)
+                self._room.acquire_nowait()
             except trio.WouldBlock:
-                await self._send.send(entry)
-        except trio.ClosedResourceError:  # serve has stopped (perhaps while we waited for room)
+                await self._room.acquire()
+        if self._state != "serving":  # stopped (perhaps while we waited for room)
             self.dropped += 1
             logger.warning("turn log of session %s dropped: the turn log writer has stopped", entry.session_id)
+            return
+        self._queue.put(entry)
 
-    async def _write(self, entry: TurnLogEntry, *, abandon_on_cancel: bool) -> None:
-        try:
-            await trio.to_thread.run_sync(write_turn_log, entry, self._renderer, abandon_on_cancel=abandon_on_cancel)
-        except Exception as exc:  # disk full, a folder that is a file, an argument YAML cannot hold
-            self.failed += 1
-            logger.error("turn log of session %s not written: %s: %s", entry.session_id, type(exc).__name__, exc)
-        else:
-            self.written += 1
+    def _run(self, token: trio.lowlevel.TrioToken) -> None:
+        """The writer thread: write queued entries until the stop mark."""
+        while (entry := self._queue.get()) is not None:
+            try:
+                write_turn_log(entry, self._renderer)
+            except Exception as exc:  # disk full, a folder that is a file, an argument YAML cannot hold
+                self.failed += 1
+                logger.error("turn log of session %s not written: %s: %s", entry.session_id, type(exc).__name__, exc)
+            else:
+                self.written += 1
+            with contextlib.suppress(trio.RunFinishedError):  # the run ended during a drain that gave up
+                token.run_sync_soon(self._room.release)
 
     def _discard_queued(self) -> int:
         count = 0
         while True:
             try:
-                self._receive.receive_nowait()
-            except (trio.WouldBlock, trio.EndOfChannel):
+                entry = self._queue.get_nowait()
+            except queue.Empty:
                 return count
-            count += 1
+            count += entry is not None
 
 
 # -- the index ----------------------------------------------------------------------------------------
@@ -273,8 +312,24 @@ def _scan(folder: Path) -> int:
 
 
 def _dump(doc: Any) -> str:
-    text: str = yaml.dump(doc, Dumper=_Dumper, sort_keys=False, allow_unicode=True, default_flow_style=False, width=100)
+    text: str = yaml.serialize(_node(doc), Dumper=_Dumper, allow_unicode=True, width=100)
     return text
+
+
+def _dump_all(docs: list[Any]) -> list[str]:
+    """The YAML of each doc (mappings or non-empty lists), from one emitter.
+
+    The docs are written as one stream of ``---`` documents and split at the markers: every line of a
+    block mapping or list that starts in column 0 is a key or a ``- `` item, so ``---`` alone on a
+    line can only be a marker. Should the split ever disagree, each doc is dumped on its own.
+    """
+    text: str = yaml.serialize_all(
+        [_node(doc) for doc in docs], Dumper=_Dumper, allow_unicode=True, width=100, explicit_start=True
+    )
+    parts = text.removeprefix("---\n").split("\n---\n")
+    if len(parts) != len(docs) or not text.startswith("---\n"):
+        return [_dump(doc) for doc in docs]
+    return [part + "\n" for part in parts[:-1]] + parts[-1:]
 
 
 def _metadata_doc(entry: TurnLogEntry, idx: int) -> dict[str, Any]:
@@ -341,25 +396,43 @@ class TurnLogRenderer:
     def __init__(self) -> None:
         self._sessions: OrderedDict[str, _SessionCache] = OrderedDict()
 
-    def body(self, entry: TurnLogEntry) -> str:
-        """The YAML of ``request``, ``tools`` and ``response`` of one log."""
+    def render(self, entry: TurnLogEntry, idx: int) -> str:
+        """The YAML document of one log: ``metadata`` (with ``idx``), ``request``, ``tools``, ``response``."""
         request = entry.request
         cache = self._sessions.pop(entry.session_id, None) or _SessionCache()
         self._sessions[entry.session_id] = cache
         while len(self._sessions) > _RENDER_CACHE_SESSIONS:
             self._sessions.popitem(last=False)
-        if request.system is not cache.system:
-            cache.system, cache.system_text = request.system, _indent(_dump({"system": request.system}))
         shared = shared_prefix(cache.turns, request.turns)
-        texts = cache.texts[:shared]
-        texts += [_indent(_dump([_turn_doc(turn)])) for turn in request.turns[shared:]]
-        cache.turns, cache.texts = request.turns, texts
+        new_turns = request.turns[shared:]
+        # Everything new goes through one emitter: setting one up costs more than a small document.
+        docs: list[Any] = [
+            {"metadata": _metadata_doc(entry, idx)},
+            {"response": _response_doc(entry.response)},
+            *([_turn_doc(turn)] for turn in new_turns),
+        ]
+        system_changed = request.system is not cache.system
+        if system_changed:
+            docs.append({"system": request.system})
         tools = request.tools
-        if cache.tools is None or len(cache.tools) != len(tools) or not all(map(operator.is_, cache.tools, tools)):
-            cache.tools, cache.tools_text = tools, _dump({"tools": msgspec.to_builtins(tools)})
-        turns_head = "  turns:\n" if texts else "  turns: []\n"
-        response = _dump({"response": _response_doc(entry.response)})
-        return "".join(["request:\n", cache.system_text, turns_head, *texts, cache.tools_text, response])
+        tools_changed = (
+            cache.tools is None or len(cache.tools) != len(tools) or not all(map(operator.is_, cache.tools, tools))
+        )
+        if tools_changed:
+            docs.append({"tools": msgspec.to_builtins(tools)})
+        texts = _dump_all(docs)
+        metadata, response = texts[0], texts[1]
+        turn_texts = texts[2 : 2 + len(new_turns)]
+        rest = texts[2 + len(new_turns) :]
+        if system_changed:
+            cache.system, cache.system_text = request.system, _indent(rest.pop(0))
+        if tools_changed:
+            cache.tools, cache.tools_text = tools, rest.pop(0)
+        cache.texts = cache.texts[:shared] + [_indent(text) for text in turn_texts]
+        cache.turns = request.turns
+        turns_head = "  turns:\n" if cache.texts else "  turns: []\n"
+        parts = [metadata, "request:\n", cache.system_text, turns_head, *cache.texts, cache.tools_text, response]
+        return "".join(parts)
 
 
 def _response_doc(response: LLMResponse | None) -> dict[str, Any] | None:

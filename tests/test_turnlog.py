@@ -12,7 +12,7 @@ import yaml
 from kesoku import turnlog
 from kesoku.llm.ir import ImageBlock, LLMRequest, LLMResponse, LLMTurn, TextBlock, ToolCallBlock, ToolSpec
 from kesoku.model import Usage
-from kesoku.turnlog import TurnLogEntry, TurnLogRenderer, TurnLogWriter, write_turn_log
+from kesoku.turnlog import TurnLogEntry, TurnLogRenderer, TurnLogWriter, _dump, _dump_all, write_turn_log
 
 
 def entry(folder: Path, *turns: LLMTurn, session_id: str = "s", error: str | None = None) -> TurnLogEntry:
@@ -99,11 +99,11 @@ def test_the_renderer_reuses_earlier_turns_and_changes_nothing(tmp_path: Path) -
     renderer = TurnLogRenderer()
     first = LLMTurn("user", (TextBlock("line one\nline two"),))
     turns = [first, LLMTurn("assistant", (TextBlock("ok"),)), LLMTurn("user", (TextBlock("more"),))]
-    renderer.body(entry(tmp_path, *turns[:1]))
+    renderer.render(entry(tmp_path, *turns[:1]), 1)
     cached = renderer._sessions["s"].texts[0]
-    body = renderer.body(entry(tmp_path, *turns))
+    body = renderer.render(entry(tmp_path, *turns), 2)
     assert renderer._sessions["s"].texts[0] is cached  # not rendered again
-    assert body == TurnLogRenderer().body(entry(tmp_path, *turns))
+    assert body == TurnLogRenderer().render(entry(tmp_path, *turns), 2)
     doc = yaml.safe_load(body)
     assert [t["blocks"][0]["text"] for t in doc["request"]["turns"]] == ["line one\nline two", "ok", "more"]
 
@@ -124,3 +124,15 @@ async def test_the_writer_writes_in_a_thread_drains_on_cancel_and_counts_failure
     assert len(list((tmp_path / "a").glob("llm-turn-*.log.yaml"))) == 3
     await writer.submit(entry(tmp_path / "a"))  # after serve stopped: dropped, counted
     assert writer.dropped == 1
+
+
+@pytest.mark.parametrize(
+    "docs",
+    [
+        [{"a": "x\n---\ny"}, ["---"], {"---": "--- x"}, {"b": []}],
+        [{"metadata": None}, [{"role": "user", "blocks": [{"text": "...\n---"}]}]],
+        [{"a": 1}, [], {"b": 2}],  # an empty list is written "--- []": each doc on its own instead
+    ],
+)
+def test_one_emitter_for_several_docs_writes_what_one_each_would(docs: list[object]) -> None:
+    assert _dump_all(docs) == [_dump(doc) for doc in docs]

@@ -189,11 +189,17 @@ class Tool:
     run: Callable[[Mapping[str, Any], ToolContext], Awaitable[str]]
     parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
     timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
+    # Built once: requests carry the same ToolSpec objects from one model call to the next, so the turn
+    # log and the backends can tell by identity that the tools did not change.
+    _spec: ToolSpec = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_spec", ToolSpec(self.name, self.description, self.parameters))
 
     @property
     def spec(self) -> ToolSpec:
-        """The tool as the model sees it."""
-        return ToolSpec(self.name, self.description, self.parameters)
+        """The tool as the model sees it (the same object on every call)."""
+        return self._spec
 
     @property
     def snippet(self) -> str:
