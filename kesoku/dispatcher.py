@@ -117,6 +117,7 @@ class Dispatcher:
             worker.turn = None
             await self._report_crash(worker.current_roots, exc)
         finally:
+            worker.history.close()
             if self.workers.get(worker.session.id) is worker:
                 del self.workers[worker.session.id]
         # Messages that arrived for the crashed worker still deserve an answer: give them a new one.

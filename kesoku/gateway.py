@@ -424,6 +424,29 @@ class Listener:
             await trio.lowlevel.wait_task_rescheduled(self._abort)
         raise StopAsyncIteration
 
+    def take_ready(self) -> list[Message]:
+        """Return, without waiting, every message after the cursor that can be had now, in id order.
+
+        What the gateway handed over is returned from memory. Commits of other connections are looked
+        for first (``PRAGMA data_version``, a few microseconds): when there are any, the listener reads
+        the store (in batches of ``listener_buffer``) as :meth:`__anext__` would. The cursor moves past
+        what is returned. For a reader that owns a listener but never waits on it (a session's history,
+        synced before each model call).
+        """
+        self._gateway._check_other_writers()
+        ready: list[Message] = []
+        buffer = self._buffer
+        while not self._closed:
+            while buffer:
+                message = buffer.popleft()
+                if message.id > self.cursor:
+                    self.cursor = message.id
+                    ready.append(message)
+            if not self._stale:
+                return ready
+            self._catch_up()
+        return ready
+
     def close(self) -> None:
         """Stop receiving messages: a waiting or later iteration ends (StopAsyncIteration)."""
         self._closed = True

@@ -1,8 +1,9 @@
 """A session's history kept in memory by its worker, so each model call costs what is new, not all of it.
 
-The store is the truth; this is a cache that only ever reads rows with ids above the last one it saw
-(``Store.messages_after``), inserts them in history order ``(root_ts, ts, id)``, and folds them into an
-incremental :class:`~kesoku.transcript.Transcript`. Almost every new message sorts last (a turn's own
+The store is the truth; this is a cache fed by a gateway listener of the session (what this process
+posts arrives from memory, anything else from the store, in id order, exactly once). It inserts each
+message in history order ``(root_ts, ts, id)`` and folds it into an incremental
+:class:`~kesoku.transcript.Transcript`. Almost every new message sorts last (a turn's own
 posts, a new user message), so folding is an append; one that sorts earlier (an interrupted turn's
 late tool result) makes the transcript rebuild from the cached list, never from the store.
 
@@ -16,13 +17,10 @@ from __future__ import annotations
 import bisect
 
 from kesoku.compaction.view import ViewState, archive_start, with_head
+from kesoku.gateway import Gateway
 from kesoku.llm.ir import LLMTurn
 from kesoku.model import Kind, Message
-from kesoku.store import MessageFilter, Store
 from kesoku.transcript import Transcript, TurnChecker
-
-READ_BATCH = 1024
-"""Rows read from the store per query while catching up."""
 
 
 def _key(msg: Message) -> tuple[float, float, int]:
@@ -33,23 +31,21 @@ class SessionHistory:
     """One session's messages in history order, with request turns built incrementally.
 
     Args:
-        store: The store (used from the trio thread).
+        gateway: The gateway (used from the trio thread); the history listens to it from message 0.
         session_id: The session.
     """
 
-    def __init__(self, store: Store, session_id: str) -> None:
-        self.store = store
+    def __init__(self, gateway: Gateway, session_id: str) -> None:
         self.session_id = session_id
         self.messages: list[Message] = []
         self._keys: list[tuple[float, float, int]] = []
-        self._filter = MessageFilter.from_kwargs({"session_id": session_id})
-        self._last_id = 0
+        self._listener = gateway.listen(after=0, session_id=session_id)
         self._transcript: Transcript | None = None
         self._folded = 0  # messages[:_folded] are in the transcript
         self._unanswered: dict[int, Message] = {}  # tool calls without a result, by id
         self.checker = TurnChecker()
         """Checks this session's requests, re-checking only what changed (see TurnChecker)."""
-        stored = store.latest_view_state(session_id)
+        stored = gateway.store.latest_view_state(session_id)
         self.view: ViewState | None = ViewState.decode(stored) if stored is not None else None
         """The compacted view requests are built under (None: the whole history)."""
         self._start = 0  # messages[_start:] are sent (the rest is archived)
@@ -62,22 +58,21 @@ class SessionHistory:
         self._head = None
 
     def sync(self) -> int:
-        """Read the session's messages written since the last sync.
+        """Take in the session's messages posted since the last sync.
 
         Returns:
             How many were new.
         """
-        count = 0
-        while True:
-            rows = self.store.messages_after(self._last_id, self._filter, limit=READ_BATCH)
-            for msg in rows:
-                self._insert(msg)
-            count += len(rows)
-            if len(rows) < READ_BATCH:
-                return count
+        rows = self._listener.take_ready()
+        for msg in rows:
+            self._insert(msg)
+        return len(rows)
+
+    def close(self) -> None:
+        """Stop following the session (the worker that owns the history is done)."""
+        self._listener.close()
 
     def _insert(self, msg: Message) -> None:
-        self._last_id = max(self._last_id, msg.id)
         key = _key(msg)
         if not self._keys or key > self._keys[-1]:
             self.messages.append(msg)

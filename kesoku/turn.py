@@ -91,7 +91,7 @@ class Turn:
         self.rt = rt
         self.compactor = compactor if compactor is not None else Compactor(rt.gateway.store, rt.compaction)
         self.guard = guard if guard is not None else SessionGuard(rt.gateway.store, rt.questions, session.id)
-        self.history = history if history is not None else SessionHistory(rt.gateway.store, session.id)
+        self.history = history if history is not None else SessionHistory(rt.gateway, session.id)
         self.session_turns = session_turns
         self.session = session
         self.roots = list(roots)

@@ -52,7 +52,7 @@ class SessionWorker:
         """The user messages of the turn being prepared or run (what a crash marks failed)."""
         self.metrics: list[TurnMetrics] = []
         """Metrics of the last turns this worker ran (at most ten)."""
-        self.history = SessionHistory(rt.gateway.store, session.id)
+        self.history = SessionHistory(rt.gateway, session.id)
         """The session's history, read once per worker and then kept up to date incrementally."""
         self.guard = SessionGuard(rt.gateway.store, rt.questions, session.id)
         """The session's taint sources and the questions its tools ask."""

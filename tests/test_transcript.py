@@ -199,7 +199,7 @@ def test_a_growing_turn_keeps_its_earlier_turn_objects() -> None:
     assert not transcript.extend([late])
 
 
-def test_session_history_folds_new_messages_and_rebuilds_for_late_ones(tmp_path: Path) -> None:
+async def test_session_history_folds_new_messages_and_rebuilds_for_late_ones(tmp_path: Path) -> None:
     from kesoku.gateway import Gateway
     from kesoku.history import SessionHistory
     from kesoku.model import in_turn, user_text
@@ -209,26 +209,35 @@ def test_session_history_folds_new_messages_and_rebuilds_for_late_ones(tmp_path:
     gateway = Gateway(store, tmp_path / "sessions")
     session = gateway.open_session("t", "c")
     other = gateway.open_session("t", "other")
-    insert = store.insert_messages
-    first = insert([user_text(session.id, "first", ts=10.0)])[0].message
-    insert([user_text(other.id, "not mine", ts=11.0)])
-    hist = SessionHistory(store, session.id)
-    assert hist.sync() == 1
+    post = gateway.post
+    first = await post(user_text(session.id, "first", ts=10.0))
+    await post(user_text(other.id, "not mine", ts=11.0))
+    hist = SessionHistory(gateway, session.id)
+    assert hist.sync() == 1  # read from the store: it was posted before the history listened
     meta = Metadata(tool_name="t", tool_arguments={})
-    call = insert([in_turn(first, Role.ASSISTANT, Kind.TOOL_CALL, "t()", metadata=meta, ts=12.0)])[0].message
-    second = insert([user_text(session.id, "second", ts=13.0)])[0].message
-    assert hist.sync() == 2
+    call = await post(in_turn(first, Role.ASSISTANT, Kind.TOOL_CALL, "t()", metadata=meta, ts=12.0))
+    second = await post(user_text(session.id, "second", ts=13.0))
+    assert hist.sync() == 2  # handed over in memory
     assert hist.unanswered() == [call]
     turns_first = hist.turns(first)  # the later user message is left out of the first turn
     assert next(getattr(b, "text", None) for t in turns_first for b in t.blocks) == "first"
     assert all(getattr(b, "text", "") != "second" for t in turns_first for b in t.blocks)
     # The call's result arrives after the second message was written: it sorts inside the first turn.
+    # Written by another connection (another process, say): the history finds it in the store.
     result_meta = Metadata(tool_name="t", outcome=Outcome.COMPLETED)
-    insert([in_turn(first, Role.TOOL, Kind.TOOL_RESULT, "r", parent_id=call.id, metadata=result_meta, ts=14.0)])
-    hist.sync()
+    elsewhere = Store(tmp_path / "k.db")
+    elsewhere.insert_messages(
+        [in_turn(first, Role.TOOL, Kind.TOOL_RESULT, "r", parent_id=call.id, metadata=result_meta, ts=14.0)]
+    )
+    elsewhere.close()
+    assert hist.sync() == 1
+    assert hist.sync() == 0
     assert hist.unanswered() == []
     assert [m.id for m in hist.messages] == [m.id for m in store.history(session.id)]
     assert hist.turns(second) == to_turns(store.history(session.id))
+    hist.close()
+    await post(user_text(session.id, "after close", ts=15.0))
+    assert hist.sync() == 0
     store.close()
 
 
