@@ -272,11 +272,15 @@ class Turn:
         # its own timeout_s, and BATCH_BOUND_S bounds a tool that ignores it. Only a forced stop cancels
         # the inner kill scope: the tools are cancelled and report `killed`.
         with trio.CancelScope(shield=True):
-            with trio.CancelScope() as kill_scope, trio.move_on_after(BATCH_BOUND_S):
+            with trio.CancelScope(deadline=trio.current_time() + BATCH_BOUND_S) as kill_scope:
                 self._batch_scope = kill_scope
                 if self.stops >= 2:
                     kill_scope.cancel()
-                if not self.cut:
+                if self.cut:
+                    pass
+                elif len(calls) == 1:  # the usual step: no nursery and task to set up for one call
+                    await self._run_call(calls[0], results)
+                else:
                     async with trio.open_nursery() as nursery:
                         for call in calls:
                             nursery.start_soon(self._run_call, call, results)

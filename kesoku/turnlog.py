@@ -5,10 +5,11 @@ saw it::
 
     metadata:     time (unix s), iso_time, session_id, idx, provider, model, duration_s, error
     request:      system prompt, turns with every block (bytes as base64; large attachments as
-                  "<N bytes>": the file is at the block's path)
+                  "<N bytes>": the file is at the block's path; a block's signature and signed_by
+                  only when it has a signature)
     tools:        name, description, parameters (JSON Schema with the types)
-    response:     text, thoughts, thought_signature, tool_calls, usage (null when the call failed
-                  before any event)
+    response:     text, thoughts, thought_blocks and thought_signature (when there are any),
+                  tool_calls, usage (null when the call failed before any event)
 
 Indexes come from the files in the folder, so they continue across restarts: the first call in an
 empty folder is 1, then the highest index + 1. A file is reserved with ``O_CREAT | O_EXCL`` before
@@ -361,7 +362,17 @@ def _turn_doc(turn: LLMTurn) -> dict[str, Any]:
         for doc, size in zip(blocks, sizes, strict=True):
             if size > INLINE_ATTACHMENT_MAX_BYTES:
                 doc["data"] = f"<{size} bytes>"
-    return {"role": turn.role, "blocks": blocks}
+    return {"role": turn.role, "blocks": _unsigned_left_out(blocks)}
+
+
+def _unsigned_left_out(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Block docs without ``signature: null`` and ``signed_by: null`` (most blocks carry none)."""
+    for doc in blocks:
+        if doc.get("signature", True) is None:
+            del doc["signature"]
+            if doc.get("signed_by", True) is None:
+                del doc["signed_by"]
+    return blocks
 
 
 def _indent(text: str) -> str:
@@ -441,4 +452,7 @@ def _response_doc(response: LLMResponse | None) -> dict[str, Any] | None:
     doc: dict[str, Any] = msgspec.to_builtins(response)
     if response.thought_signature is None:
         doc.pop("thought_signature")
+    if not response.thought_blocks:
+        doc.pop("thought_blocks")  # `thoughts` holds their text; the blocks matter when signed
+    _unsigned_left_out(doc["tool_calls"])
     return doc

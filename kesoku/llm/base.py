@@ -157,11 +157,14 @@ class BaseLLM(ABC):
                 raw_items = self._call(native)
                 try:
                     while True:
-                        with trio.fail_after(self.stall_timeout_s):
+                        # A plain scope, not trio.fail_after (a generator context manager): once per chunk.
+                        with trio.CancelScope(deadline=trio.current_time() + self.stall_timeout_s) as stall:
                             try:
                                 raw = await anext(raw_items)
                             except StopAsyncIteration:
                                 break
+                        if stall.cancelled_caught:
+                            raise trio.TooSlowError
                         for event in self._parse(raw):
                             started = True
                             yield signed(event, self.provider)
