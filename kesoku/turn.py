@@ -51,6 +51,10 @@ log = logging.getLogger(__name__)
 BATCH_BOUND_S = 6 * 3600.0
 """Outer bound of a shielded tool batch, for a tool that ignores its own timeout."""
 
+COMPACTION_RETRY_GROWTH = 0.1
+"""After an auto compaction found nothing old enough to compact, the turn tries again once its estimate
+has grown by this fraction of the compaction limit (the whole history is planned on each try)."""
+
 _ROOT_STATUS = {
     TurnState.DONE: Status.DONE,
     TurnState.STEP_LIMIT: Status.DONE,
@@ -109,6 +113,9 @@ class Turn:
         self._tools: dict[str, Tool] = {}
         """The tools of the current step, by name."""
         self._overflow_retried = False
+        # Estimated tokens below which auto compaction is not tried again: after an attempt that found
+        # nothing old enough, re-planning over the whole history on every step would be in vain.
+        self._compaction_retry_at = 0.0
 
     # -- control, called by the worker ------------------------------------------------------------
 
@@ -194,8 +201,12 @@ class Turn:
             turns = self._turns()
             specs = [t.spec for t in tools]
             fixed = fixed_tokens(system, specs)
-            if self._over_limit(turns, fixed) and await self._compact("auto", fixed):
-                turns = self._turns()
+            if self._over_limit(turns, fixed):
+                if await self._compact("auto", fixed):
+                    turns = self._turns()
+                else:
+                    limit = self.rt.compaction.limit(self.llm.provider, self.llm.model)
+                    self._compaction_retry_at = self.compactor.estimate(turns, fixed) + limit * COMPACTION_RETRY_GROWTH
             request = await self.llm.request_from_turns(turns, system=system, tools=specs, checker=self.history.checker)
             response, error, cancelled = await self._stream(request)
             if error is not None and error.context_overflow and not self._overflow_retried:
@@ -379,8 +390,10 @@ class Turn:
 
     def _over_limit(self, turns: list[LLMTurn], fixed: float) -> bool:
         policy = self.rt.compaction
-        limit = policy.limit(self.llm.provider, self.llm.model)
-        return policy.enabled and self.compactor.estimate(turns, fixed) > limit
+        if not policy.enabled:
+            return False
+        estimate = self.compactor.estimate(turns, fixed)
+        return estimate > policy.limit(self.llm.provider, self.llm.model) and estimate >= self._compaction_retry_at
 
     async def _compact(self, reason: str, fixed: float, *, force: bool = False) -> bool:
         """Compact the session's view before the next request; True when a new view is in force."""

@@ -7,6 +7,7 @@ the invariant) and what the store holds afterwards (the log untouched, one view 
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import msgspec
@@ -17,13 +18,14 @@ from runtime_harness import Harness, echo, serve_runtime
 
 from kesoku.compaction import CompactionPolicy, ViewState
 from kesoku.compaction.tokens import estimate_request
-from kesoku.events import Compacted
+from kesoku.events import Compacted, TurnEnded
 from kesoku.llm.claude import ClaudeLLM
 from kesoku.llm.ir import LLMRequest, TextBlock, ToolResultBlock
 from kesoku.metrics import TurnState
 from kesoku.model import Kind, Metadata, Outcome, Role, Status, in_turn, user_text
 from kesoku.testing import ScriptedLLM
 from kesoku.transcript import check_turns
+from kesoku.turn import COMPACTION_RETRY_GROWTH
 
 WINDOW = 20_000
 """Tokens of the scripted model's window in these tests (threshold 0.85: 17,000)."""
@@ -219,6 +221,27 @@ async def test_mid_turn_compaction_keeps_the_turns_own_tool_pairs(tmp_path: Path
     assert [b.content for b in results] == [big]  # the active turn's pair is whole
     assert check_turns(second.turns) == []
     assert tokens(second) < 0.85 * WINDOW
+
+
+async def test_a_long_turn_with_nothing_old_tries_compaction_again_only_as_it_grows(tmp_path: Path) -> None:
+    steps = 40  # each echo result adds about 500 tokens: the turn alone outgrows the threshold
+    call = {"tool_calls": [{"name": "echo", "arguments": {"text": "w" * 2000}}]}
+    llm = ScriptedLLM([*[call] * steps, {"text": "done"}])
+    async with serve_runtime(tmp_path, llm, tools=[echo()], compaction=policy()) as h:
+        await h.say("echo on and on")
+        tries: list[int] = []  # the model calls made before each compaction attempt
+        async for event in h.events:
+            if isinstance(event, Compacted):
+                assert event.view is None  # nothing before this turn: nothing to compact
+                tries.append(len(llm.requests))
+            if isinstance(event, TurnEnded):
+                break
+    limit = 0.85 * WINDOW
+    over = [i for i, request in enumerate(llm.requests) if tokens(request) > limit]
+    assert len(over) >= 5 and len(tries) < len(over)  # not once per step over the threshold
+    grown = [tokens(llm.requests[b]) - tokens(llm.requests[a]) for a, b in itertools.pairwise(tries)]
+    assert all(g >= COMPACTION_RETRY_GROWTH * limit * 0.9 for g in grown)
+    assert llm.requests[-1].turns[-1].blocks  # the turn ran to its end
 
 
 async def test_claude_over_the_wire_refuses_a_long_prompt_and_the_compacted_retry_goes_through(
