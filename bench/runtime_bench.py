@@ -29,7 +29,7 @@ from kesoku.model import user_text
 from kesoku.runtime import Runtime
 from kesoku.store import Store
 from kesoku.tools.base import Tool, ToolContext
-from kesoku.turnlog import TurnLogWriter
+from kesoku.turnlog_writer import TurnLogWriter
 
 from _util import median, pct, report
 

@@ -20,7 +20,7 @@ from kesoku.dispatcher import Dispatcher
 from kesoku.events import EventHub
 from kesoku.questions import QUESTION_TIMEOUT_S, Questions
 from kesoku.turn import session_cwd
-from kesoku.turnlog import TurnLogWriter
+from kesoku.turnlog_writer import TurnLogWriter
 
 if TYPE_CHECKING:
     from kesoku.gateway import Gateway

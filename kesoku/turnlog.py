@@ -16,45 +16,39 @@ empty folder is 1, then the highest index + 1. A file is reserved with ``O_CREAT
 it is written, so two writers (threads or processes) never share an index; a per-folder cache of the
 next index keeps a long session from rescanning its folder on every call.
 
-:func:`write_turn_log` is synchronous (dumping a long history takes milliseconds);
-:class:`TurnLogWriter` runs it in a thread of its own so the event loop never waits for a dump, and its
-:class:`TurnLogRenderer` reuses the YAML of turns it already wrote, so a log costs about its new turns.
+:func:`write_turn_log` is synchronous (dumping a long history takes milliseconds). The daemon's
+:class:`~kesoku.turnlog_writer.TurnLogWriter` instead sends each call, as a :class:`TurnLogJob` that
+holds only what the session's previous log did not, to a writer process (``python -m kesoku.turnlog``,
+:func:`main`): YAML never runs in the event loop's interpreter, where a thread would still take turns
+with the loop for the GIL. Its :class:`TurnLogRenderer` keeps the YAML of turns already written, so a
+log costs about its new turns.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime
-import logging
-import operator
 import os
 import queue
 import re
+import signal
+import struct
+import sys
 import threading
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import msgspec
-import trio
 import yaml
 
 from kesoku.llm.ir import DocumentBlock, ImageBlock, LLMRequest, LLMResponse, LLMTurn, ToolSpec
-from kesoku.transcript import shared_prefix
-
-logger = logging.getLogger(__name__)
 
 INLINE_ATTACHMENT_MAX_BYTES = 1024
 """Attachment data up to this size is written as base64; larger data as ``<N bytes>``."""
-DRAIN_TIMEOUT_S = 5.0
-"""Longest a cancelled :meth:`TurnLogWriter.serve` spends writing what was already queued."""
-WRITER_BUFFER = 64
-"""Entries queued before :meth:`TurnLogWriter.submit` waits: a burst from many sessions fits, and each
-entry holds a whole request, so the bound keeps memory small."""
 _IDX_CACHE_FOLDERS = 1024
 """Folders whose next index is remembered (least recently used dropped first)."""
-_RENDER_CACHE_SESSIONS = 64
-"""Sessions whose rendered turns a :class:`TurnLogRenderer` keeps."""
+RENDER_CACHE_SESSIONS = 64
+"""Sessions whose rendered turns a :class:`TurnLogRenderer` keeps (the writer keeps as many in step)."""
 _RESERVE_ATTEMPTS = 1000
 """Indexes tried before giving up; only reached if something keeps creating files in the folder."""
 
@@ -135,13 +129,82 @@ class TurnLogEntry(msgspec.Struct, frozen=True, kw_only=True):
     error: str | None = None
 
 
-def write_turn_log(entry: TurnLogEntry, renderer: TurnLogRenderer | None = None) -> Path:
-    """Write one turn log under the next free index of its folder (blocking: a worker thread's job).
+class TurnLogJob(msgspec.Struct, frozen=True, array_like=True):
+    """One log as the writer process gets it: the call, and what is new since the session's last job.
 
-    Args:
-        entry: The call to log.
-        renderer: Keeps the YAML of turns already written for a session, so the next log of a growing
-            turn renders only its new turns; None renders everything.
+    Attributes:
+        folder: The session's folder; created when missing.
+        session_id: The session.
+        provider: The backend.
+        model: The model id.
+        started_at: When the call started, UNIX seconds.
+        duration_s: How long it took.
+        error: Why the call failed, or None.
+        keep: How many turns of the session's previous job lead this request too (their YAML is kept).
+        turns: The request's turns after those.
+        system: The system prompt, or None when it is the previous job's.
+        tools: The tools, or None when they are the previous job's.
+        response: What came back, or None.
+        omitted: ``(turn, block, size)`` of each attachment whose data (over
+            :data:`INLINE_ATTACHMENT_MAX_BYTES`) was left out: indexes into ``turns``, size in bytes.
+    """
+
+    folder: str
+    session_id: str
+    provider: str
+    model: str
+    started_at: float
+    duration_s: float
+    error: str | None
+    keep: int
+    turns: tuple[LLMTurn, ...]
+    system: str | None
+    tools: tuple[ToolSpec, ...] | None
+    response: LLMResponse | None
+    omitted: tuple[tuple[int, int, int], ...] = ()
+
+
+def make_job(entry: TurnLogEntry, *, keep: int = 0, system: bool = True, tools: bool = True) -> TurnLogJob:
+    """The job of ``entry`` that sends its turns from ``keep`` on, and its system prompt and tools if asked.
+
+    Large attachment data is left out here (recorded in ``omitted``): a photo would cost more to send
+    than the whole log, and the log shows only its size.
+    """
+    turns: list[LLMTurn] = []
+    omitted: list[tuple[int, int, int]] = []
+    for t, turn in enumerate(entry.request.turns[keep:]):
+        big = [
+            (b, len(block.data))
+            for b, block in enumerate(turn.blocks)
+            if isinstance(block, ImageBlock | DocumentBlock) and len(block.data) > INLINE_ATTACHMENT_MAX_BYTES
+        ]
+        if big:
+            blocks = list(turn.blocks)
+            for b, size in big:
+                omitted.append((t, b, size))
+                blocks[b] = msgspec.structs.replace(blocks[b], data=b"")
+            turn = LLMTurn(turn.role, tuple(blocks))
+        turns.append(turn)
+    request = entry.request
+    return TurnLogJob(
+        entry.folder,
+        entry.session_id,
+        entry.provider,
+        entry.model,
+        entry.started_at,
+        entry.duration_s,
+        entry.error,
+        keep,
+        tuple(turns),
+        request.system if system else None,
+        tuple(request.tools) if tools else None,
+        entry.response,
+        tuple(omitted),
+    )
+
+
+def write_turn_log(entry: TurnLogEntry) -> Path:
+    """Write one turn log under the next free index of its folder (blocking).
 
     Returns:
         The file written.
@@ -149,7 +212,29 @@ def write_turn_log(entry: TurnLogEntry, renderer: TurnLogRenderer | None = None)
     Raises:
         OSError: The folder or file cannot be created or written (no partial file is left behind).
     """
-    folder = Path(entry.folder)
+    return write_job(make_job(entry), TurnLogRenderer())
+
+
+def write_job(job: TurnLogJob, renderer: TurnLogRenderer) -> Path:
+    """Write the log of ``job`` under the next free index of its folder (blocking).
+
+    Args:
+        job: The call to log.
+        renderer: Holds the YAML of the session's earlier turns that ``job.keep`` counts.
+
+    Returns:
+        The file written.
+
+    Raises:
+        OSError: The folder or file cannot be created or written (no partial file is left behind).
+        TurnLogOutOfStep: ``job.keep`` counts turns the renderer does not hold.
+    """
+    return _write_log(job, renderer.body(job))
+
+
+def _write_log(job: TurnLogJob, body: str) -> Path:
+    """Reserve the next index, then write the metadata (which holds it) and ``body``."""
+    folder = Path(job.folder)
     try:
         idx, fd = _reserve(folder)
     except FileNotFoundError:  # the session's first log: its folder may not exist yet
@@ -157,117 +242,17 @@ def write_turn_log(entry: TurnLogEntry, renderer: TurnLogRenderer | None = None)
         idx, fd = _reserve(folder)
     path = folder / f"llm-turn-{idx}.log.yaml"
     try:
-        data = (renderer or TurnLogRenderer()).render(entry, idx).encode()
+        data = (_dump({"metadata": _metadata_doc(job, idx)}) + body).encode()
         with os.fdopen(fd, "wb") as f:
-            f.write(data)  # one write: each system call lets the event loop's thread take the GIL back
+            f.write(data)
     except BaseException:
         path.unlink(missing_ok=True)
         raise
     return path
 
 
-class TurnLogWriter:
-    """Writes turn logs in its own thread, one at a time, in the order they were submitted.
-
-    The thread takes entries from a queue as fast as it can write them: the event loop only queues an
-    entry (no trip through the scheduler per log), and a writer that fell behind catches up without
-    waiting for the loop between logs.
-
-    Args:
-        buffer: Entries queued before :meth:`submit` waits (:data:`WRITER_BUFFER`).
-
-    Attributes:
-        written: Logs written.
-        failed: Logs that could not be written (logged with ``logging``; never raised).
-        dropped: Entries submitted after :meth:`serve` stopped, or left unwritten when its drain
-            timed out.
-    """
-
-    def __init__(self, *, buffer: int = WRITER_BUFFER) -> None:
-        if buffer < 1:
-            raise ValueError("buffer must be at least 1")
-        self._queue: queue.SimpleQueue[TurnLogEntry | None] = queue.SimpleQueue()  # None: stop
-        self._room = trio.Semaphore(buffer)  # released by the thread (through the trio token) per entry
-        self._state = "new"
-        self._renderer = TurnLogRenderer()  # used by the writer thread only
-        self.written = 0
-        self.failed = 0
-        self.dropped = 0
-
-    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Run the writer thread until cancelled.
-
-        Raises:
-            RuntimeError: ``serve`` already ran on this writer.
-
-        Cancellation:
-            Entries already queued are written first (shielded, at most :data:`DRAIN_TIMEOUT_S`), then
-            ``Cancelled`` propagates. Later submissions are dropped and counted; so are the queued
-            entries a timed-out drain leaves (a hung disk cannot hold the shutdown).
-        """
-        if self._state != "new":
-            raise RuntimeError("TurnLogWriter.serve runs once per writer")
-        self._state = "serving"
-        token = trio.lowlevel.current_trio_token()
-        thread = threading.Thread(target=self._run, args=(token,), name="kesoku turn log writer", daemon=True)
-        thread.start()
-        task_status.started()
-        try:
-            await trio.sleep_forever()
-        finally:
-            self._state = "stopped"
-            self._queue.put(None)  # after what is queued: those are calls that happened
-            with trio.CancelScope(shield=True), trio.move_on_after(DRAIN_TIMEOUT_S) as drain:
-                await trio.to_thread.run_sync(thread.join, abandon_on_cancel=True)
-            if drain.cancelled_caught:
-                self.dropped += self._discard_queued()
-                self._queue.put(None)  # the stuck thread ends after its write
-
-    async def submit(self, entry: TurnLogEntry) -> None:
-        """Queue an entry for writing; waits only while the buffer is full (backpressure).
-
-        Raises:
-            RuntimeError: :meth:`serve` has not started: nothing would ever write the entry.
-
-        Cancellation:
-            With room in the buffer the entry is queued without a checkpoint, so a turn whose scope
-            was just cancelled (an interruption) still logs the call it cut. Cancelled while waiting
-            for room, the entry is not queued.
-        """
-        if self._state == "new":
-            raise RuntimeError("TurnLogWriter.submit before serve: start serve in the daemon's nursery first")
-        if self._state == "serving":
-            try:
-                self._room.acquire_nowait()
-            except trio.WouldBlock:
-                await self._room.acquire()
-        if self._state != "serving":  # stopped (perhaps while we waited for room)
-            self.dropped += 1
-            logger.warning("turn log of session %s dropped: the turn log writer has stopped", entry.session_id)
-            return
-        self._queue.put(entry)
-
-    def _run(self, token: trio.lowlevel.TrioToken) -> None:
-        """The writer thread: write queued entries until the stop mark."""
-        while (entry := self._queue.get()) is not None:
-            try:
-                write_turn_log(entry, self._renderer)
-            except Exception as exc:  # disk full, a folder that is a file, an argument YAML cannot hold
-                self.failed += 1
-                logger.error("turn log of session %s not written: %s: %s", entry.session_id, type(exc).__name__, exc)
-            else:
-                self.written += 1
-            with contextlib.suppress(trio.RunFinishedError):  # the run ended during a drain that gave up
-                token.run_sync_soon(self._room.release)
-
-    def _discard_queued(self) -> int:
-        count = 0
-        while True:
-            try:
-                entry = self._queue.get_nowait()
-            except queue.Empty:
-                return count
-            count += entry is not None
+class TurnLogOutOfStep(LookupError):
+    """A job keeps turns, a system prompt or tools that the writer process does not hold (it restarted)."""
 
 
 # -- the index ----------------------------------------------------------------------------------------
@@ -333,7 +318,7 @@ def _dump_all(docs: list[Any]) -> list[str]:
     return [part + "\n" for part in parts[:-1]] + parts[-1:]
 
 
-def _metadata_doc(entry: TurnLogEntry, idx: int) -> dict[str, Any]:
+def _metadata_doc(entry: TurnLogJob, idx: int) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "time": entry.started_at,
         "iso_time": datetime.datetime.fromtimestamp(entry.started_at, tz=datetime.UTC).isoformat(),
@@ -348,20 +333,11 @@ def _metadata_doc(entry: TurnLogEntry, idx: int) -> dict[str, Any]:
     return doc
 
 
-def _turn_doc(turn: LLMTurn) -> dict[str, Any]:
-    sizes = [len(b.data) if isinstance(b, ImageBlock | DocumentBlock) else 0 for b in turn.blocks]
-    if max(sizes, default=0) <= INLINE_ATTACHMENT_MAX_BYTES:
-        blocks: Any = msgspec.to_builtins(turn.blocks)  # bytes → base64, enums → their values
-    else:
-        # Large data is left out before encoding: base64 of a photo would cost more than the whole log.
-        kept = [
-            msgspec.structs.replace(b, data=b"") if size > INLINE_ATTACHMENT_MAX_BYTES else b
-            for b, size in zip(turn.blocks, sizes, strict=True)
-        ]
-        blocks = msgspec.to_builtins(kept)
-        for doc, size in zip(blocks, sizes, strict=True):
-            if size > INLINE_ATTACHMENT_MAX_BYTES:
-                doc["data"] = f"<{size} bytes>"
+def _turn_doc(turn: LLMTurn, omitted: dict[int, int]) -> dict[str, Any]:
+    """The doc of one turn; ``omitted`` maps a block's index to the size of its data left out."""
+    blocks: list[dict[str, Any]] = msgspec.to_builtins(turn.blocks)  # bytes → base64, enums → their values
+    for b, size in omitted.items():
+        blocks[b]["data"] = f"<{size} bytes>"
     return {"role": turn.role, "blocks": _unsigned_left_out(blocks)}
 
 
@@ -381,69 +357,76 @@ def _indent(text: str) -> str:
 
 
 class _SessionCache:
-    """What the last log of one session rendered: its turns (by identity), their YAML, the system prompt."""
+    """What the last log of one session rendered: the YAML of its turns, system prompt and tools."""
 
-    __slots__ = ("system", "system_text", "texts", "tools", "tools_text", "turns")
+    __slots__ = ("system_text", "texts", "tools_text")
 
     def __init__(self) -> None:
-        self.turns: tuple[LLMTurn, ...] = ()
         self.texts: list[str] = []
-        self.system: str | None = None
-        self.system_text = ""
-        self.tools: tuple[ToolSpec, ...] | None = None
-        self.tools_text = ""
+        self.system_text: str | None = None
+        self.tools_text: str | None = None
 
 
 class TurnLogRenderer:
-    """Renders turn log bodies, reusing the YAML of what the previous log of the session already held.
+    """Renders turn logs, reusing the YAML of what the previous log of the session already held.
 
-    A turn of many model calls sends a history that grows by a step each call; the runtime keeps the
-    earlier turns as the same objects (kesoku.transcript.Transcript), so the longest common prefix of
-    turns (by identity), the system prompt and the tools are reused as text and only the new turns are
-    dumped. The most recent :data:`_RENDER_CACHE_SESSIONS` sessions are kept. Not thread-safe:
-    :class:`TurnLogWriter` uses it from one write at a time.
+    A turn of many model calls sends a history that grows by a step each call: a job names how many
+    turns it shares with the session's previous one (``keep``), and only its new turns are dumped; the
+    system prompt and tools only when they changed. The most recent :data:`RENDER_CACHE_SESSIONS`
+    sessions are kept. Not thread-safe.
     """
 
     def __init__(self) -> None:
         self._sessions: OrderedDict[str, _SessionCache] = OrderedDict()
 
-    def render(self, entry: TurnLogEntry, idx: int) -> str:
-        """The YAML document of one log: ``metadata`` (with ``idx``), ``request``, ``tools``, ``response``."""
-        request = entry.request
-        cache = self._sessions.pop(entry.session_id, None) or _SessionCache()
-        self._sessions[entry.session_id] = cache
-        while len(self._sessions) > _RENDER_CACHE_SESSIONS:
-            self._sessions.popitem(last=False)
-        shared = shared_prefix(cache.turns, request.turns)
-        new_turns = request.turns[shared:]
+    def check(self, job: TurnLogJob) -> None:
+        """Raise :class:`TurnLogOutOfStep` if ``job`` keeps turns, a system prompt or tools not held here."""
+        cache = self._sessions.get(job.session_id) or _SessionCache()
+        if (
+            job.keep > len(cache.texts)
+            or (job.system is None and cache.system_text is None)
+            or (job.tools is None and cache.tools_text is None)
+        ):
+            self._sessions.pop(job.session_id, None)  # a job that sends everything renders again
+            raise TurnLogOutOfStep(f"session {job.session_id}: the job keeps what the writer does not hold")
+
+    def body(self, job: TurnLogJob) -> str:
+        """The YAML of one log after its metadata: ``request``, ``tools`` and ``response``.
+
+        Raises:
+            TurnLogOutOfStep: The job keeps what this renderer does not hold; the session's cache is
+                dropped, so a job that sends everything renders again.
+        """
+        self.check(job)
+        cache = self._sessions.pop(job.session_id, None) or _SessionCache()
         # Everything new goes through one emitter: setting one up costs more than a small document.
+        omitted: list[dict[int, int]] = [{} for _ in job.turns]
+        for t, b, size in job.omitted:
+            omitted[t][b] = size
         docs: list[Any] = [
-            {"metadata": _metadata_doc(entry, idx)},
-            {"response": _response_doc(entry.response)},
-            *([_turn_doc(turn)] for turn in new_turns),
+            {"response": _response_doc(job.response)},
+            *([_turn_doc(turn, sizes)] for turn, sizes in zip(job.turns, omitted, strict=True)),
         ]
-        system_changed = request.system is not cache.system
-        if system_changed:
-            docs.append({"system": request.system})
-        tools = request.tools
-        tools_changed = (
-            cache.tools is None or len(cache.tools) != len(tools) or not all(map(operator.is_, cache.tools, tools))
-        )
-        if tools_changed:
-            docs.append({"tools": msgspec.to_builtins(tools)})
+        if job.system is not None:
+            docs.append({"system": job.system})
+        if job.tools is not None:
+            docs.append({"tools": msgspec.to_builtins(job.tools)})
         texts = _dump_all(docs)
-        metadata, response = texts[0], texts[1]
-        turn_texts = texts[2 : 2 + len(new_turns)]
-        rest = texts[2 + len(new_turns) :]
-        if system_changed:
-            cache.system, cache.system_text = request.system, _indent(rest.pop(0))
-        if tools_changed:
-            cache.tools, cache.tools_text = tools, rest.pop(0)
-        cache.texts = cache.texts[:shared] + [_indent(text) for text in turn_texts]
-        cache.turns = request.turns
+        response = texts[0]
+        turn_texts = texts[1 : 1 + len(job.turns)]
+        rest = texts[1 + len(job.turns) :]
+        if job.system is not None:
+            cache.system_text = _indent(rest.pop(0))
+        if job.tools is not None:
+            cache.tools_text = rest.pop(0)
+        del cache.texts[job.keep :]
+        cache.texts += [_indent(text) for text in turn_texts]
+        self._sessions[job.session_id] = cache
+        while len(self._sessions) > RENDER_CACHE_SESSIONS:
+            self._sessions.popitem(last=False)
         turns_head = "  turns:\n" if cache.texts else "  turns: []\n"
-        parts = [metadata, "request:\n", cache.system_text, turns_head, *cache.texts, cache.tools_text, response]
-        return "".join(parts)
+        parts = ["request:\n", cache.system_text, turns_head, *cache.texts, cache.tools_text, response]
+        return "".join(parts)  # type: ignore[arg-type]  # both texts were set above or before
 
 
 def _response_doc(response: LLMResponse | None) -> dict[str, Any] | None:
@@ -456,3 +439,63 @@ def _response_doc(response: LLMResponse | None) -> dict[str, Any] | None:
         doc.pop("thought_blocks")  # `thoughts` holds their text; the blocks matter when signed
     _unsigned_left_out(doc["tool_calls"])
     return doc
+
+
+# -- the writer process -------------------------------------------------------------------------------
+
+FRAME_HEADER = struct.Struct(">I")
+"""Each job on the writer's stdin: its msgpack length (4 bytes, big-endian), then the msgpack."""
+
+
+def serve_jobs(jobs: BinaryIO, acks: BinaryIO) -> None:
+    """Write the log of each framed job read from ``jobs``; answer each with one line on ``acks``.
+
+    The line is ``ok`` or ``failed SESSION_ID WHY`` (one line: the reason's line breaks become
+    spaces), in the order of the jobs. Rendering (CPU) and writing the files (the file system) overlap:
+    this thread renders the next job while a second one creates and writes the last. Returns at the
+    end of ``jobs``, once every answer is written.
+    """
+    decoder = msgspec.msgpack.Decoder(TurnLogJob)
+    renderer = TurnLogRenderer()
+    rendered: queue.Queue[tuple[TurnLogJob, str | Exception] | None] = queue.Queue(maxsize=8)
+
+    def write_rendered() -> None:
+        while (item := rendered.get()) is not None:
+            job, body = item
+            try:
+                if isinstance(body, Exception):
+                    raise body
+                _write_log(job, body)
+            except Exception as exc:  # disk full, a folder that is a file, a writer out of step
+                why = f"{type(exc).__name__}: {exc}".replace("\n", " ")
+                acks.write(f"failed {job.session_id} {why}\n".encode())
+            else:
+                acks.write(b"ok\n")
+            acks.flush()
+
+    writer = threading.Thread(target=write_rendered, name="turn log files")
+    writer.start()
+    try:
+        while len(header := jobs.read(FRAME_HEADER.size)) == FRAME_HEADER.size:
+            (size,) = FRAME_HEADER.unpack(header)
+            job = decoder.decode(jobs.read(size))
+            try:
+                rendered.put((job, renderer.body(job)))
+            except Exception as exc:  # answered in order, by the writing thread
+                rendered.put((job, exc))
+    finally:
+        rendered.put(None)
+        writer.join()
+
+
+def main() -> None:
+    """The writer process: ``python -m kesoku.turnlog``, fed by :class:`~kesoku.turnlog_writer.TurnLogWriter`."""
+    # The daemon decides when this process ends, by closing its stdin once the queued logs are sent:
+    # systemd's stop signal reaches every process of the service, and Ctrl-C the whole process group.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    serve_jobs(sys.stdin.buffer, sys.stdout.buffer)
+
+
+if __name__ == "__main__":
+    main()

@@ -25,7 +25,7 @@ from kesoku.testing import ScriptedLLM
 from kesoku.tools.base import Tool, ToolContext
 from kesoku.transcript import INTERRUPTED_SUFFIX, check_turns
 from kesoku.turn import Turn
-from kesoku.turnlog import TurnLogWriter
+from kesoku.turnlog_writer import TurnLogWriter
 from kesoku.worker import make_title
 
 Clock = trio.testing.MockClock

@@ -17,7 +17,7 @@ from kesoku.metrics import TurnState
 from kesoku.model import Kind, Outcome
 from kesoku.subagent import PERSONA
 from kesoku.testing import ScriptedLLM
-from kesoku.turnlog import TurnLogWriter
+from kesoku.turnlog_writer import TurnLogWriter
 
 
 def delegate(task: str = "find the answer") -> dict[str, object]:

@@ -1,10 +1,12 @@
-"""Turn logs: indexes across restarts and writers, the YAML content, the writer thread, the render cache."""
+"""Turn logs: indexes across restarts and writers, the YAML content, the render cache, the writer process."""
 
 from __future__ import annotations
 
+import io
 import threading
 from pathlib import Path
 
+import msgspec
 import pytest
 import trio
 import yaml
@@ -12,7 +14,17 @@ import yaml
 from kesoku import turnlog
 from kesoku.llm.ir import ImageBlock, LLMRequest, LLMResponse, LLMTurn, TextBlock, ToolCallBlock, ToolSpec
 from kesoku.model import Usage
-from kesoku.turnlog import TurnLogEntry, TurnLogRenderer, TurnLogWriter, _dump, _dump_all, write_turn_log
+from kesoku.turnlog import (
+    FRAME_HEADER,
+    TurnLogEntry,
+    TurnLogRenderer,
+    _dump,
+    _dump_all,
+    make_job,
+    serve_jobs,
+    write_turn_log,
+)
+from kesoku.turnlog_writer import TurnLogWriter
 
 
 def entry(folder: Path, *turns: LLMTurn, session_id: str = "s", error: str | None = None) -> TurnLogEntry:
@@ -99,16 +111,57 @@ def test_the_renderer_reuses_earlier_turns_and_changes_nothing(tmp_path: Path) -
     renderer = TurnLogRenderer()
     first = LLMTurn("user", (TextBlock("line one\nline two"),))
     turns = [first, LLMTurn("assistant", (TextBlock("ok"),)), LLMTurn("user", (TextBlock("more"),))]
-    renderer.render(entry(tmp_path, *turns[:1]), 1)
+    renderer.body(make_job(entry(tmp_path, *turns[:1])))
     cached = renderer._sessions["s"].texts[0]
-    body = renderer.render(entry(tmp_path, *turns), 2)
+    body = renderer.body(make_job(entry(tmp_path, *turns), keep=1, system=False, tools=False))
     assert renderer._sessions["s"].texts[0] is cached  # not rendered again
-    assert body == TurnLogRenderer().render(entry(tmp_path, *turns), 2)
+    assert body == TurnLogRenderer().body(make_job(entry(tmp_path, *turns)))
     doc = yaml.safe_load(body)
     assert [t["blocks"][0]["text"] for t in doc["request"]["turns"]] == ["line one\nline two", "ok", "more"]
+    assert doc["request"]["system"] == "You are\nKesoku."
+    assert doc["tools"][0]["name"] == "echo"
 
 
-async def test_the_writer_writes_in_a_thread_drains_on_cancel_and_counts_failures(tmp_path: Path) -> None:
+def frames(*jobs: object) -> bytes:
+    encoder = msgspec.msgpack.Encoder()
+    return b"".join(FRAME_HEADER.pack(len(data)) + data for data in map(encoder.encode, jobs))
+
+
+def test_the_writer_process_answers_each_job_and_a_job_out_of_step_fails_alone(tmp_path: Path) -> None:
+    turns = (LLMTurn("user", (TextBlock("hi"),)), LLMTurn("assistant", (TextBlock("yes"),)))
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("x")
+    answers = io.BytesIO()
+    serve_jobs(
+        io.BytesIO(
+            frames(
+                make_job(entry(tmp_path / "a", *turns), keep=1, system=False),  # keeps what it never sent
+                make_job(entry(tmp_path / "a", *turns)),
+                make_job(entry(tmp_path / "a", *turns, LLMTurn("user", (TextBlock("more"),))), keep=2, tools=False),
+                make_job(entry(not_a_folder)),
+            )
+        ),
+        answers,
+    )
+    lines = answers.getvalue().decode().splitlines()
+    assert lines[0].startswith("failed s TurnLogOutOfStep: session s:")
+    assert lines[1:3] == ["ok", "ok"]
+    assert lines[3].startswith("failed s ")
+    second = yaml.safe_load((tmp_path / "a" / "llm-turn-2.log.yaml").read_text())
+    assert [t["blocks"][0]["text"] for t in second["request"]["turns"]] == ["hi", "yes", "more"]
+    assert second["tools"][0]["name"] == "echo"
+
+
+def test_large_attachment_data_is_not_sent_to_the_writer(tmp_path: Path) -> None:
+    small = ImageBlock("a.png", "image/png", b"x" * 10)
+    big = ImageBlock("b.png", "image/png", b"x" * 5000)
+    job = make_job(entry(tmp_path, LLMTurn("user", (TextBlock("look"), small, big))))
+    assert job.omitted == ((0, 2, 5000),)
+    assert job.turns[0].blocks[2].data == b""  # type: ignore[union-attr]
+    assert job.turns[0].blocks[1] is small
+
+
+async def test_the_writer_drains_on_cancel_and_counts_failures(tmp_path: Path) -> None:
     writer = TurnLogWriter(buffer=8)
     with pytest.raises(RuntimeError, match="before serve"):
         await writer.submit(entry(tmp_path / "a"))
@@ -120,10 +173,35 @@ async def test_the_writer_writes_in_a_thread_drains_on_cancel_and_counts_failure
             await writer.submit(entry(tmp_path / "a"))
         await writer.submit(entry(not_a_folder))
         nursery.cancel_scope.cancel()  # the queued entries are still written
-    assert (writer.written, writer.failed) == (3, 1)
+    assert (writer.written, writer.failed, writer.dropped) == (3, 1, 0)
     assert len(list((tmp_path / "a").glob("llm-turn-*.log.yaml"))) == 3
+    assert writer.process is not None and writer.process.returncode == 0  # it ended by itself
     await writer.submit(entry(tmp_path / "a"))  # after serve stopped: dropped, counted
     assert writer.dropped == 1
+
+
+async def test_a_writer_process_that_dies_is_replaced_and_sessions_start_afresh(tmp_path: Path) -> None:
+    turns = [LLMTurn("user", (TextBlock("hi"),))]
+    writer = TurnLogWriter()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(writer.serve)
+        await writer.submit(entry(tmp_path / "a", *turns))
+        with trio.fail_after(10):
+            while writer.written < 1:  # noqa: ASYNC110 - the writer process's answers are counted
+                await trio.sleep(0.01)
+        first = writer.process
+        assert first is not None
+        first.kill()
+        with trio.fail_after(10):
+            while writer.restarts < 1 or writer.process is first:  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        turns.append(LLMTurn("assistant", (TextBlock("yes"),)))
+        await writer.submit(entry(tmp_path / "a", *turns))  # the new process never saw the first turn
+        nursery.cancel_scope.cancel()
+    assert (writer.written, writer.failed, writer.restarts) == (2, 0, 1)
+    second = yaml.safe_load((tmp_path / "a" / "llm-turn-2.log.yaml").read_text())
+    assert [t["blocks"][0]["text"] for t in second["request"]["turns"]] == ["hi", "yes"]
+    assert second["request"]["system"] == "You are\nKesoku."
 
 
 @pytest.mark.parametrize(
