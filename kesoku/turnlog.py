@@ -495,6 +495,9 @@ def main() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     serve_jobs(sys.stdin.buffer, sys.stdout.buffer)
+    # Every log is written and answered (serve_jobs flushes each answer): the daemon waits for this
+    # exit at shutdown, so skip the interpreter's teardown.
+    os._exit(0)
 
 
 if __name__ == "__main__":
