@@ -160,13 +160,21 @@ class TurnLogWriter:
         try:
             with machinery:
                 while True:
-                    # -P: the daemon's working folder must not shadow a module the writer imports.
-                    process = await trio.lowlevel.open_process(
-                        [sys.executable, "-P", "-m", "kesoku.turnlog"],
-                        stdin=subprocess.PIPE,
-                        stdout=subprocess.PIPE,
-                        start_new_session=True,  # Ctrl-C in a terminal reaches the daemon only
-                    )
+                    try:
+                        # -P: the daemon's working folder must not shadow a module the writer imports.
+                        process = await trio.lowlevel.open_process(
+                            [sys.executable, "-P", "-m", "kesoku.turnlog"],
+                            stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE,
+                            start_new_session=True,  # Ctrl-C in a terminal reaches the daemon only
+                        )
+                    except OSError as exc:  # out of processes or memory: the logs wait, the turns go on
+                        logger.error("the turn log writer process could not start: %s", exc)
+                        self._lost(None)
+                        if self._closing.is_set():
+                            return
+                        await trio.sleep(RESTART_DELAY_S)
+                        continue
                     self.process = process
                     try:
                         async with trio.open_nursery() as nursery:
@@ -191,12 +199,13 @@ class TurnLogWriter:
             done.set()
 
     def _lost(self, returncode: int | None) -> None:
-        """The process died: what it had not answered failed, and every session starts afresh."""
-        logger.error(
-            "the turn log writer process exited (code %s): %d log(s) not written; starting another",
-            returncode,
-            self._pending,
-        )
+        """The process died (or never started): what it had not answered failed; sessions start afresh."""
+        if returncode is not None:
+            logger.error(
+                "the turn log writer process exited (code %s): %d log(s) not written; starting another",
+                returncode,
+                self._pending,
+            )
         self.failed += self._pending
         for _ in range(self._pending):
             self._room.release()
@@ -234,6 +243,6 @@ class TurnLogWriter:
                     self.written += 1
                     continue
                 self.failed += 1
-                _, session_id, why = line.decode(errors="replace").split(" ", 2)
+                session_id, _, why = line.decode(errors="replace").removeprefix("failed ").partition(" ")
                 self._sent.pop(session_id, None)  # its next job sends everything again
                 logger.error("turn log of session %s not written: %s", session_id, why)

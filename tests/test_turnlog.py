@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import threading
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -214,3 +215,29 @@ async def test_a_writer_process_that_dies_is_replaced_and_sessions_start_afresh(
 )
 def test_one_emitter_for_several_docs_writes_what_one_each_would(docs: list[object]) -> None:
     assert _dump_all(docs) == [_dump(doc) for doc in docs]
+
+
+async def test_a_writer_process_that_cannot_start_is_tried_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    real_open_process = trio.lowlevel.open_process
+    attempts: list[object] = []
+
+    async def out_of_processes(*args: Any, **kwargs: Any) -> trio.Process:
+        attempts.append(args)
+        if len(attempts) == 1:
+            raise BlockingIOError(11, "Resource temporarily unavailable")  # what fork says under a pid limit
+        return await real_open_process(*args, **kwargs)
+
+    monkeypatch.setattr(trio.lowlevel, "open_process", out_of_processes)
+    monkeypatch.setattr("kesoku.turnlog_writer.RESTART_DELAY_S", 0.05)
+    writer = TurnLogWriter()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(writer.serve)
+        with trio.fail_after(10):
+            while writer.process is None:  # noqa: ASYNC110 - set by the writer's own task
+                await trio.sleep(0.01)
+        await writer.submit(entry(tmp_path / "a"))
+        nursery.cancel_scope.cancel()
+    assert len(attempts) == 2 and writer.written == 1
+    assert "could not start: [Errno 11]" in caplog.text
