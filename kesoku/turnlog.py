@@ -453,11 +453,22 @@ def serve_jobs(jobs: BinaryIO, acks: BinaryIO) -> None:
     The line is ``ok`` or ``failed SESSION_ID WHY`` (one line: the reason's line breaks become
     spaces), in the order of the jobs. Rendering (CPU) and writing the files (the file system) overlap:
     this thread renders the next job while a second one creates and writes the last. Returns at the
-    end of ``jobs``, once every answer is written.
+    end of ``jobs`` (a job cut short there is dropped), once every log is written. If ``acks`` breaks
+    (the daemon is gone), the logs already received are still written: they explain its last turns.
     """
     decoder = msgspec.msgpack.Decoder(TurnLogJob)
     renderer = TurnLogRenderer()
     rendered: queue.Queue[tuple[TurnLogJob, str | Exception] | None] = queue.Queue(maxsize=8)
+    answering = True
+
+    def answer(line: bytes) -> None:
+        nonlocal answering
+        if answering:
+            try:
+                acks.write(line)
+                acks.flush()
+            except (OSError, ValueError):  # a broken or closed pipe: nobody is listening any more
+                answering = False
 
     def write_rendered() -> None:
         while (item := rendered.get()) is not None:
@@ -467,24 +478,34 @@ def serve_jobs(jobs: BinaryIO, acks: BinaryIO) -> None:
                     raise body
                 _write_log(job, body)
             except Exception as exc:  # disk full, a folder that is a file, a writer out of step
-                why = f"{type(exc).__name__}: {exc}".replace("\n", " ")
-                acks.write(f"failed {job.session_id} {why}\n".encode())
+                answer(f"failed {job.session_id} {type(exc).__name__}: {exc}".replace("\n", " ").encode() + b"\n")
             else:
-                acks.write(b"ok\n")
-            acks.flush()
+                answer(b"ok\n")
 
     writer = threading.Thread(target=write_rendered, name="turn log files")
     writer.start()
+
+    def hand_over(item: tuple[TurnLogJob, str | Exception] | None) -> None:
+        while writer.is_alive():  # never wait for ever on a thread that is gone
+            try:
+                rendered.put(item, timeout=1.0)
+                return
+            except queue.Full:
+                continue
+
     try:
         while len(header := jobs.read(FRAME_HEADER.size)) == FRAME_HEADER.size:
             (size,) = FRAME_HEADER.unpack(header)
-            job = decoder.decode(jobs.read(size))
+            data = jobs.read(size)
+            if len(data) < size:
+                break  # the daemon died while sending this job
+            job = decoder.decode(data)
             try:
-                rendered.put((job, renderer.body(job)))
+                hand_over((job, renderer.body(job)))
             except Exception as exc:  # answered in order, by the writing thread
-                rendered.put((job, exc))
+                hand_over((job, exc))
     finally:
-        rendered.put(None)
+        hand_over(None)
         writer.join()
 
 

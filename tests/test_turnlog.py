@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -241,3 +243,20 @@ async def test_a_writer_process_that_cannot_start_is_tried_again(
         nursery.cancel_scope.cancel()
     assert len(attempts) == 2 and writer.written == 1
     assert "could not start: [Errno 11]" in caplog.text
+
+
+def test_the_writer_process_outlives_its_daemon_writes_what_it_got_and_ends(tmp_path: Path) -> None:
+    jobs = [make_job(entry(tmp_path / "a", LLMTurn("user", (TextBlock(f"question {i}"),)))) for i in range(20)]
+    process = subprocess.Popen(
+        [sys.executable, "-P", "-m", "kesoku.turnlog"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert process.stdin is not None and process.stdout is not None
+    process.stdout.close()  # the daemon is gone: every answer meets a broken pipe
+    cut = frames(jobs[0])[:-3]  # and it died while sending one more job
+    try:
+        process.stdin.write(frames(*jobs) + cut)
+        process.stdin.close()
+        assert process.wait(timeout=30) == 0
+    finally:
+        process.kill()
+    assert len(list((tmp_path / "a").glob("llm-turn-*.log.yaml"))) == 20
