@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
 import pytest
 from google.apps import card_v1, chat_v1
 from google.protobuf import json_format  # type: ignore[import-untyped]
@@ -146,3 +147,21 @@ def test_a_card_click_reads_common_and_action_parameters() -> None:
 def test_what_is_not_a_chat_event_is_refused(data: bytes) -> None:
     with pytest.raises(EventError):
         parse_event(data)
+
+
+def test_a_late_tool_started_event_does_not_undo_the_outcome_on_the_turn_card() -> None:
+    from kesoku_gchat.delivery import RUNNING_MARK, TurnCard
+
+    from kesoku.model import Kind, Metadata, Role, in_turn, user_text
+
+    root = msgspec.structs.replace(user_text("s", "go"), id=1)
+    call = msgspec.structs.replace(
+        in_turn(root, Role.ASSISTANT, Kind.TOOL_CALL, "", metadata=Metadata(tool_name="shell")), id=2
+    )
+    card = TurnCard("s", 1, "spaces/A", "")
+    card.calls[call.id] = (card.add(cards.tool_entry("shell", None)), call)
+    card.mark_call(call.id, RUNNING_MARK)
+    assert card.entries[0].endswith(RUNNING_MARK)
+    card.mark_call(call.id, cards.OUTCOME_MARKS["completed"])
+    card.mark_call(call.id, RUNNING_MARK)  # the tool-started event, delivered after the result
+    assert card.entries[0].endswith("✅")

@@ -63,6 +63,8 @@ class TurnCard:
     hidden: int = 0
     calls: dict[int, tuple[int, Message]] = field(default_factory=dict)
     """A tool call's message id → (its entry's index, the call)."""
+    finished: set[int] = field(default_factory=set)
+    """Tool calls whose outcome is shown."""
     changed: trio.Event = field(default_factory=trio.Event)
     closed: bool = False
     """The final state was pushed: no more updates."""
@@ -78,7 +80,15 @@ class TurnCard:
         return len(self.entries) - 1
 
     def mark_call(self, call_id: int, mark: str) -> None:
-        """Put ``mark`` (⏳, or an outcome) at the end of a tool call's line."""
+        """Put ``mark`` (⏳, or an outcome) at the end of a tool call's line.
+
+        The ⏳ of a call whose outcome is already shown is ignored: the tool-started event and the
+        result message come by separate streams, and the event can be the later one.
+        """
+        if mark == RUNNING_MARK and call_id in self.finished:
+            return
+        if mark != RUNNING_MARK:
+            self.finished.add(call_id)
         found = self.calls.get(call_id)
         if found is not None:
             index, call = found
