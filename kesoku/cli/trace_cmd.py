@@ -27,7 +27,7 @@ def trace(
     Args:
         session: The session (id or unique prefix; kesoku sessions list shows them).
         turn: Only this turn (1 is the first, -1 the last).
-        output: The file to write; "-" writes to stdout. Default: kesoku-trace-<id>[-turn-N].html here.
+        output: The file to write; "-" writes to stdout. Default: kesoku-trace-SESSION_ID[-turn-N].html here.
         config: The TOML file. Default: $KESOKU_CONFIG, else ./kesoku.toml, else built-in defaults.
     """
     from kesoku.errors import OperatorError

@@ -9,6 +9,7 @@ result and logged with its traceback.
 from __future__ import annotations
 
 import math
+import re
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,6 +21,8 @@ import trio
 from kesoku.llm.ir import ToolSpec
 from kesoku.model import Session, TaintSource
 
+_FIRST_SENTENCE = re.compile(r"(?<=[.!?])\s")
+"""Where a description's first sentence ends (a line break inside it is not an end)."""
 DEFAULT_TOOL_TIMEOUT_S = 600.0
 """How long one tool call may run before its result is ``timed_out``."""
 
@@ -203,6 +206,6 @@ class Tool:
 
     @property
     def snippet(self) -> str:
-        """One line for the system prompt: the name and the first line of the description."""
-        first = self.description.strip().splitlines()[0] if self.description.strip() else ""
-        return f"{self.name}: {first}"
+        """One line for the system prompt: the name and the first sentence of the description."""
+        paragraph = " ".join(self.description.strip().split("\n\n")[0].split())
+        return f"{self.name}: {_FIRST_SENTENCE.split(paragraph, maxsplit=1)[0]}"
