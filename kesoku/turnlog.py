@@ -103,8 +103,8 @@ def _node(value: Any) -> yaml.Node:
     return _scalars.represent_data(value)  # None, bool, int, float; anything else raises RepresenterError
 
 
-class TurnLogEntry(msgspec.Struct, frozen=True, kw_only=True):
-    """One model call to log.
+class TurnLogCall(msgspec.Struct, frozen=True):
+    """Which model call a log is of (what :class:`TurnLogEntry` and :class:`TurnLogJob` share).
 
     Attributes:
         folder: The session's folder (``sessions/<session_id>``); created when missing.
@@ -113,9 +113,6 @@ class TurnLogEntry(msgspec.Struct, frozen=True, kw_only=True):
         model: The model id.
         started_at: When the call started, UNIX seconds.
         duration_s: How long it took.
-        request: Exactly what was sent.
-        response: What came back (what was assembled before a failure), or None.
-        error: Why the call failed, when it did.
     """
 
     folder: str
@@ -124,21 +121,28 @@ class TurnLogEntry(msgspec.Struct, frozen=True, kw_only=True):
     model: str
     started_at: float
     duration_s: float
+
+
+class TurnLogEntry(TurnLogCall, frozen=True, kw_only=True):
+    """One model call to log (the fields of :class:`TurnLogCall`, then these).
+
+    Attributes:
+        request: Exactly what was sent.
+        response: What came back (what was assembled before a failure), or None.
+        error: Why the call failed, when it did.
+    """
+
     request: LLMRequest
     response: LLMResponse | None
     error: str | None = None
 
 
-class TurnLogJob(msgspec.Struct, frozen=True, array_like=True):
-    """One log as the writer process gets it: the call, and what is new since the session's last job.
+class TurnLogJob(TurnLogCall, frozen=True, array_like=True):
+    """One log as the writer process gets it: the call, then what is new since the session's last job.
+
+    The fields of :class:`TurnLogCall` come first.
 
     Attributes:
-        folder: The session's folder; created when missing.
-        session_id: The session.
-        provider: The backend.
-        model: The model id.
-        started_at: When the call started, UNIX seconds.
-        duration_s: How long it took.
         error: Why the call failed, or None.
         keep: How many turns of the session's previous job lead this request too (their YAML is kept).
         turns: The request's turns after those.
@@ -149,12 +153,6 @@ class TurnLogJob(msgspec.Struct, frozen=True, array_like=True):
             :data:`INLINE_ATTACHMENT_MAX_BYTES`) was left out: indexes into ``turns``, size in bytes.
     """
 
-    folder: str
-    session_id: str
-    provider: str
-    model: str
-    started_at: float
-    duration_s: float
     error: str | None
     keep: int
     turns: tuple[LLMTurn, ...]
