@@ -201,12 +201,9 @@ class Turn:
             turns = self._turns()
             specs = [t.spec for t in tools]
             fixed = fixed_tokens(system, specs)
-            if self._over_limit(turns, fixed):
-                if await self._compact("auto", fixed):
-                    turns = self._turns()
-                else:
-                    limit = self.rt.compaction.limit(self.llm.provider, self.llm.model)
-                    self._compaction_retry_at = self.compactor.estimate(turns, fixed) + limit * COMPACTION_RETRY_GROWTH
+            if self._over_limit(turns, fixed) and await self._compact("auto", fixed):
+                self._compaction_retry_at = 0.0
+                turns = self._turns()
             request = await self.llm.request_from_turns(turns, system=system, tools=specs, checker=self.history.checker)
             response, error, cancelled = await self._stream(request)
             if error is not None and error.context_overflow and not self._overflow_retried:
@@ -287,11 +284,9 @@ class Turn:
                 self._batch_scope = kill_scope
                 if self.stops >= 2:
                     kill_scope.cancel()
-                if self.cut:
-                    pass
-                elif len(calls) == 1:  # the usual step: no nursery and task to set up for one call
+                if not self.cut and len(calls) == 1:  # the usual step: no nursery and task for one call
                     await self._run_call(calls[0], results)
-                else:
+                elif not self.cut:
                     async with trio.open_nursery() as nursery:
                         for call in calls:
                             nursery.start_soon(self._run_call, call, results)
@@ -393,7 +388,12 @@ class Turn:
         if not policy.enabled:
             return False
         estimate = self.compactor.estimate(turns, fixed)
-        return estimate > policy.limit(self.llm.provider, self.llm.model) and estimate >= self._compaction_retry_at
+        limit = policy.limit(self.llm.provider, self.llm.model)
+        if estimate <= limit or estimate < self._compaction_retry_at:
+            return False
+        # Should this attempt find nothing old enough, the next is worth it only once the turn has grown.
+        self._compaction_retry_at = estimate + limit * COMPACTION_RETRY_GROWTH
+        return True
 
     async def _compact(self, reason: str, fixed: float, *, force: bool = False) -> bool:
         """Compact the session's view before the next request; True when a new view is in force."""

@@ -210,24 +210,7 @@ def write_turn_log(entry: TurnLogEntry) -> Path:
     Raises:
         OSError: The folder or file cannot be created or written (no partial file is left behind).
     """
-    return write_job(make_job(entry), TurnLogRenderer())
-
-
-def write_job(job: TurnLogJob, renderer: TurnLogRenderer) -> Path:
-    """Write the log of ``job`` under the next free index of its folder (blocking).
-
-    Args:
-        job: The call to log.
-        renderer: Holds the YAML of the session's earlier turns that ``job.keep`` counts.
-
-    Returns:
-        The file written.
-
-    Raises:
-        OSError: The folder or file cannot be created or written (no partial file is left behind).
-        TurnLogOutOfStep: ``job.keep`` counts turns the renderer does not hold.
-    """
-    return _write_log(job, renderer.body(job))
+    return _write_log(job := make_job(entry), TurnLogRenderer().body(job))
 
 
 def _write_log(job: TurnLogJob, body: str) -> Path:
@@ -377,17 +360,6 @@ class TurnLogRenderer:
     def __init__(self) -> None:
         self._sessions: OrderedDict[str, _SessionCache] = OrderedDict()
 
-    def check(self, job: TurnLogJob) -> None:
-        """Raise :class:`TurnLogOutOfStep` if ``job`` keeps turns, a system prompt or tools not held here."""
-        cache = self._sessions.get(job.session_id) or _SessionCache()
-        if (
-            job.keep > len(cache.texts)
-            or (job.system is None and cache.system_text is None)
-            or (job.tools is None and cache.tools_text is None)
-        ):
-            self._sessions.pop(job.session_id, None)  # a job that sends everything renders again
-            raise TurnLogOutOfStep(f"session {job.session_id}: the job keeps what the writer does not hold")
-
     def body(self, job: TurnLogJob) -> str:
         """The YAML of one log after its metadata: ``request``, ``tools`` and ``response``.
 
@@ -395,8 +367,13 @@ class TurnLogRenderer:
             TurnLogOutOfStep: The job keeps what this renderer does not hold; the session's cache is
                 dropped, so a job that sends everything renders again.
         """
-        self.check(job)
         cache = self._sessions.pop(job.session_id, None) or _SessionCache()
+        if (
+            job.keep > len(cache.texts)
+            or (job.system is None and cache.system_text is None)
+            or (job.tools is None and cache.tools_text is None)
+        ):  # the session's cache is dropped already: a job that sends everything renders again
+            raise TurnLogOutOfStep(f"session {job.session_id}: the job keeps what the writer does not hold")
         # Everything new goes through one emitter: setting one up costs more than a small document.
         omitted: list[dict[int, int]] = [{} for _ in job.turns]
         for t, b, size in job.omitted:

@@ -15,7 +15,6 @@ If the process dies, the jobs it had not answered are counted failed, a new one 
 from __future__ import annotations
 
 import logging
-import operator
 import subprocess
 import sys
 from collections import OrderedDict
@@ -145,12 +144,12 @@ class TurnLogWriter:
             self._sent.popitem(last=False)
         if sent is None:
             return make_job(entry)
-        tools_changed = len(sent.tools) != len(request.tools) or not all(map(operator.is_, sent.tools, request.tools))
+        # Tuple and string comparison check identity first: unchanged tools and prompts cost no more.
         return make_job(
             entry,
             keep=shared_prefix(sent.turns, request.turns),
             system=request.system != sent.system,
-            tools=tools_changed,
+            tools=request.tools != sent.tools,
         )
 
     # -- the process ------------------------------------------------------------------------------

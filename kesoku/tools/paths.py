@@ -537,25 +537,6 @@ def safe_attachment_name(name: str, folder: Path) -> str:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-__all__ = [
-    "SECRET_HOME_PATHS",
-    "SECRET_SYSTEM_PATHS",
-    "NeedsApproval",
-    "PathGates",
-    "SecretMatcher",
-    "absolute",
-    "check_read",
-    "check_write",
-    "open_checked",
-    "require_write",
-    "resolve",
-    "safe_attachment_name",
-    "secret_reason",
-    "shareable",
-    "workspaces",
-]
-
-
 SAVE_TRIES = 100
 """Names tried by :func:`save_attachment` before it gives up (each collision renames)."""
 
@@ -585,3 +566,23 @@ def save_attachment(folder: Path, filename: str, data: bytes) -> Path:
         except FileExistsError:
             continue
     raise OSError(f"no free name for {filename!r} in {folder}")
+
+
+__all__ = [
+    "SECRET_HOME_PATHS",
+    "SECRET_SYSTEM_PATHS",
+    "NeedsApproval",
+    "PathGates",
+    "SecretMatcher",
+    "absolute",
+    "check_read",
+    "check_write",
+    "open_checked",
+    "require_write",
+    "resolve",
+    "safe_attachment_name",
+    "save_attachment",
+    "secret_reason",
+    "shareable",
+    "workspaces",
+]
