@@ -18,7 +18,7 @@ from runtime_harness import Harness, echo, serve_runtime
 
 from kesoku.compaction import CompactionPolicy, ViewState
 from kesoku.compaction.tokens import estimate_request
-from kesoku.events import Compacted, TurnEnded
+from kesoku.events import Compacted, ToolStarted, TurnEnded
 from kesoku.llm.claude import ClaudeLLM
 from kesoku.llm.ir import LLMRequest, TextBlock, ToolResultBlock
 from kesoku.metrics import TurnState
@@ -230,10 +230,13 @@ async def test_a_long_turn_with_nothing_old_tries_compaction_again_only_as_it_gr
     async with serve_runtime(tmp_path, llm, tools=[echo()], compaction=policy()) as h:
         await h.say("echo on and on")
         tries: list[int] = []  # the model calls made before each compaction attempt
+        steps = 0  # counted in the event stream, which is in the turn's order (llm.requests runs ahead)
         async for event in h.events:
+            if isinstance(event, ToolStarted):
+                steps += 1
             if isinstance(event, Compacted):
                 assert event.view is None  # nothing before this turn: nothing to compact
-                tries.append(len(llm.requests))
+                tries.append(steps)
             if isinstance(event, TurnEnded):
                 break
     limit = 0.85 * WINDOW
