@@ -48,18 +48,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kesoku.policy_parse import (
-    GLOB_LIMIT,
     Opaque,
     SimpleCommand,
     Unparsable,
     Word,
-    expand_braces,
     find_exec,
-    glob_paths,
     parse_line,
 )
+from kesoku.policy_paths import HOME_WRITE_PROTECTED, SYSTEM_WRITE_PROTECTED, PathJudge
 from kesoku.policy_wrappers import AWKS, ScriptEffects, Unclear, awk_effects, is_wrapper, sed_effects, unwrap
-from kesoku.tools.paths import SECRET_HOME_PATHS, SECRET_SYSTEM_PATHS, PathGates, SecretMatcher
+from kesoku.tools.paths import PathGates
 
 if TYPE_CHECKING:
     from kesoku.config import ShellConfig
@@ -105,20 +103,6 @@ _GIT_WRITERS = frozenset({"clone", "init", "worktree", "archive", "format-patch"
 _FIND_WRITES = frozenset({"-fprint", "-fprint0", "-fprintf", "-fls"})
 _DESTINATION_LAST = frozenset({"cp", "ln", "install"})
 _WRITE_REDIRECTS = frozenset({">", ">>", ">|", "&>", "&>>", "<>", ">&"})
-
-HOME_WRITE_PROTECTED: tuple[str, ...] = (
-    *(".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile", ".zshrc", ".zprofile"),
-    *(".zshenv", ".zlogin", ".zlogout", ".kshrc", ".mkshrc", ".inputrc", ".pam_environment", ".xinitrc"),
-    *(".xprofile", ".gitconfig", ".vimrc", ".emacs", ".npmrc", ".config/fish", ".config/autostart"),
-    *(".config/systemd", ".config/environment.d", ".config/git", ".config/nvim", ".local/bin", ".cargo/config"),
-    *(".cargo/config.toml", ".pip", ".config/pip", ".emacs.d"),
-)
-"""Files under the home folder that make later commands or logins run code; never written by the shell."""
-SYSTEM_WRITE_PROTECTED: tuple[str, ...] = (
-    *("/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/var/spool/cron"),
-    *("/proc", "/sys", "/dev", "/root"),
-)
-_DEV_WRITABLE = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/zero"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,12 +209,8 @@ class _Checker:
         raw = shell.allowlist_patterns if self.allowlist else shell.blocklist_patterns
         self.patterns = [re.compile(p) for p in raw]
         self.cwd = Path(os.path.abspath(cwd if cwd is not None else os.getcwd()))
-        self.gates = gates if gates is not None else PathGates()
-        self.home = os.fspath(self.gates.home_dir())
-        self.workspace = [os.path.realpath(w) for w in (*workspace, self.cwd)]
-        self.secrets = SecretMatcher(self.gates)
-        self.fragments = _secret_fragments(self.gates)
-        self.variables: dict[str, str] = {}
+        self.paths = PathJudge(gates if gates is not None else PathGates(), self.cwd, workspace)
+        self.variables = self.paths.variables  # what the line assigns, for the paths its words name
         self.checked: list[str] = []
 
     def refused(self, refusal: _Refusal) -> PolicyDecision:
@@ -311,7 +291,7 @@ class _Checker:
         for _ in range(2):
             for target in targets:
                 for base in list(bases):
-                    folder = Path(os.path.normpath(base / self.expand_tilde(target)))
+                    folder = Path(os.path.normpath(base / self.paths.expand_tilde(target)))
                     if folder not in bases and len(bases) < 16:
                         bases.append(folder)
         return bases, unknown
@@ -346,7 +326,7 @@ class _Checker:
         if quoted is not None and self.allowlist:
             detail = f"`{source}` uses $'…' or $\"…\" quoting (`{quoted.raw}`), which is not parsed with confidence"
             raise _Refusal(source, "unparsable", detail)
-        name = self.expand_tilde(program.text) if program.tilde else program.text
+        name = self.paths.expand_tilde(program.text) if program.tilde else program.text
         base = name.rsplit("/", 1)[-1]
         args = words[1:]
         self.builtin(base, args, shown, depth)
@@ -508,9 +488,9 @@ class _Checker:
     def path_word(
         self, word: Word, shown: str, bases: list[Path], unknown_cd: bool, *, write: bool, strict: bool = True
     ) -> None:
-        paths = self.candidates(word, bases)
+        paths = self.paths.candidates(word, bases)
         if paths is None:
-            fragment = next((f for f in _components(word.raw) if f in self.fragments or f.startswith(".env.")), None)
+            fragment = self.paths.secret_fragment(word)
             if fragment is not None:
                 detail = f"`{shown}` names `{fragment}`, a secret location, through a word decided at run time"
                 raise _Refusal(shown, "secret-path", detail)
@@ -521,81 +501,13 @@ class _Checker:
             detail = f"`{shown}` writes to a relative path after a cd the policy cannot follow"
             raise _Refusal(shown, "dynamic-target", detail)
         for path in paths:
-            reason = self.secrets.reason(path)
+            reason = self.paths.secrets.reason(path)
             if reason is not None:
                 raise _Refusal(shown, "secret-path", f"`{shown}` names {path}: {reason}")
             if write:
-                why = self.protected(path)
+                why = self.paths.protected(path)
                 if why is not None:
                     raise _Refusal(shown, "protected-path", f"`{shown}` writes to {path}: {why}")
-
-    def candidates(self, word: Word, bases: list[Path]) -> list[Path] | None:
-        """The absolute paths a word may name, or None when it is decided at run time."""
-        text = word.text
-        if not word.static:
-            text = _VARIABLE.sub(self.substitute, word.raw.replace('"', ""))
-            if any(c in text for c in "$`'\\") and not word.glob and not word.brace:
-                return None
-        texts = expand_braces(text) if "{" in text else [text]
-        out: list[Path] = []
-        for item in texts:
-            item = self.expand_tilde(item)
-            roots = [Path("/")] if item.startswith("/") else bases
-            for root in roots:
-                path = Path(os.path.normpath(root / item)) if item else root
-                out.append(path)
-                if word.glob and any(c in item for c in "*?["):
-                    out += [Path(p) for p in itertools.islice(glob_paths(os.fspath(path)), GLOB_LIMIT)]
-        return out
-
-    def substitute(self, m: re.Match[str]) -> str:
-        """A ``$NAME`` or ``${NAME}`` whose value the line set, or HOME; else left as is."""
-        name = m.group(1) or m.group(2)
-        if name == "HOME":
-            return self.home
-        return self.variables.get(name, m.group(0))
-
-    def expand_tilde(self, text: str) -> str:
-        """``~`` and ``~/…`` are the gates' home folder; ``~user`` is left to the OS."""
-        if text == "~" or text.startswith("~/"):
-            return self.home + text[1:]
-        return os.path.expanduser(text)
-
-    def protected(self, path: Path) -> str | None:
-        real = os.path.realpath(path)
-        parts = Path(real).parts
-        for i, part in enumerate(parts[:-1]):
-            if part == ".git" and (parts[i + 1] == "hooks" or (parts[i + 1] == "config" and i + 2 == len(parts))):
-                return "git runs what is written there"
-        forms = {os.path.normpath(path), real}
-        for form in forms:
-            for rel in HOME_WRITE_PROTECTED:
-                if _within(form, os.path.join(self.home, rel)):
-                    return f"~/{rel} runs code at login or when programs start"
-        if any(_within(real, w) for w in self.workspace):
-            return None  # a project under /opt or /usr/src is still the workspace
-        for form in forms:
-            if form in _DEV_WRITABLE or form.startswith("/dev/fd/"):
-                continue
-            for system in SYSTEM_WRITE_PROTECTED:
-                if _within(form, system):
-                    return f"{system} is a system location"
-        return None
-
-
-_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
-
-
-def _components(raw: str) -> list[str]:
-    """The path components of a word's source, quotes removed (``"$d"/.ssh`` gives ``$d`` and ``.ssh``)."""
-    return [part for part in re.split(r"/", re.sub(r"[\"'\\]", "", raw)) if part]
-
-
-def _secret_fragments(gates: PathGates) -> frozenset[str]:
-    """Names that mark a secret location in a word decided at run time (``$X/.ssh/id_rsa``)."""
-    names = {Path(rel).name for rel in SECRET_HOME_PATHS} | {Path(p).name for p in SECRET_SYSTEM_PATHS}
-    names |= {f.name for f in gates.protected_files} | {".env", "environ"}
-    return frozenset(names)
 
 
 def _reads_only(base: str, args: list[str]) -> bool:
@@ -613,10 +525,6 @@ def _reads_only(base: str, args: list[str]) -> bool:
     if base == "sort":
         return not any(a.startswith(("-o", "--output")) for a in args)
     return False
-
-
-def _within(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 __all__ = [
