@@ -56,7 +56,8 @@ from kesoku.policy_parse import (
     parse_line,
 )
 from kesoku.policy_paths import HOME_WRITE_PROTECTED, SYSTEM_WRITE_PROTECTED, PathJudge
-from kesoku.policy_wrappers import AWKS, ScriptEffects, Unclear, awk_effects, is_wrapper, sed_effects, unwrap
+from kesoku.policy_scripts import AWKS, ScriptEffects, awk_effects, sed_effects
+from kesoku.policy_wrappers import Unclear, is_wrapper, unwrap
 from kesoku.tools.paths import PathGates
 
 if TYPE_CHECKING:

@@ -176,13 +176,13 @@ def _uv(args: list[Word], *, tool: bool) -> Unwrapped:
     i = 0
     if not tool:
         while i < len(args):
-            text = _static(args[i], "uv")
+            text = static_text(args[i], "uv")
             if not text.startswith("-"):
                 break
             i += 1 if text in _UV_GLOBAL.flags or "=" in text else 2
             if text.partition("=")[0] not in _UV_GLOBAL.flags | _UV_GLOBAL.value:
                 raise Unclear(f"`uv` option `{text}` is not known to the policy")
-        sub = [_static(w, "uv") for w in args[i : i + 2]]
+        sub = [static_text(w, "uv") for w in args[i : i + 2]]
         if sub[:1] == ["run"]:
             i += 1
         elif sub == ["tool", "run"]:
@@ -191,7 +191,7 @@ def _uv(args: list[Word], *, tool: bool) -> Unwrapped:
             return Unwrapped(None)
     python: list[str] = []
     while i < len(args):
-        text = _static(args[i], "uv")
+        text = static_text(args[i], "uv")
         option = text.partition("=")[0]
         if text == "--":
             i += 1
@@ -204,7 +204,7 @@ def _uv(args: list[Word], *, tool: bool) -> Unwrapped:
             i += 1
         elif option in _UV_RUN.value:
             if "=" not in text:
-                _value(args, i, "uv", option)
+                option_value(args, i, "uv", option)
             i += 1 if "=" in text else 2
         elif text in _UV_RUN.flags:
             i += 1
@@ -251,7 +251,8 @@ def unwrap(name: str, args: list[Word]) -> Unwrapped:
     return out
 
 
-def _static(word: Word, name: str) -> str:
+def static_text(word: Word, name: str) -> str:
+    """The text of an argument of ``name``; :class:`Unclear` when it is decided at run time."""
     if not word.static:
         raise Unclear(f"`{name}` is given `{word.raw}`, decided at run time")
     return word.text
@@ -261,7 +262,7 @@ def _generic(name: str, spec: _Spec, args: list[Word]) -> Unwrapped:
     out = Unwrapped()
     i = 0
     while i < len(args):
-        text = _static(args[i], name)
+        text = static_text(args[i], name)
         if text == "--":
             i += 1
             break
@@ -273,7 +274,7 @@ def _generic(name: str, spec: _Spec, args: list[Word]) -> Unwrapped:
             if option in spec.no_exec:
                 return Unwrapped(None)
             if option in spec.scripts:
-                script = value if eq else _value(args, i, name, option)
+                script = value if eq else option_value(args, i, name, option)
                 i += 1 if eq else 2
                 if spec.split_script:
                     return _split_script(name, script, args[i:], out)
@@ -281,7 +282,7 @@ def _generic(name: str, spec: _Spec, args: list[Word]) -> Unwrapped:
                 continue
             if option in spec.value:
                 if not eq:
-                    _value(args, i, name, option)
+                    option_value(args, i, name, option)
                 i += 1 if eq else 2
                 continue
             if option in spec.flags and not eq:
@@ -304,10 +305,10 @@ def _generic(name: str, spec: _Spec, args: list[Word]) -> Unwrapped:
     for _ in range(spec.operands):
         if i >= len(args):
             return Unwrapped(None, out.scripts, out.assignments)
-        _static(args[i], name)
+        static_text(args[i], name)
         i += 1
     if spec.scripts and i < len(args) and args[i].static and args[i].text in spec.scripts:  # flock FILE -c TEXT
-        out.scripts.append(_value(args, i, name, args[i].text))
+        out.scripts.append(option_value(args, i, name, args[i].text))
         i += 2
     rest = args[i:]
     if not rest and spec.default:
@@ -326,7 +327,7 @@ def _short_options(
         if option in spec.no_exec:
             return i + 1, True, Unwrapped(None)
         if option in spec.scripts:
-            script = rest or _value(args, i, name, option)
+            script = rest or option_value(args, i, name, option)
             nxt = i + 1 if rest else i + 2
             if spec.split_script:
                 return nxt, True, _split_script(name, script, args[nxt:], out)
@@ -334,7 +335,7 @@ def _short_options(
             return nxt, False, out
         if option in spec.value:
             if not rest:
-                _value(args, i, name, option)
+                option_value(args, i, name, option)
                 return i + 2, False, out
             return i + 1, False, out
         if option in spec.optional:
@@ -345,10 +346,11 @@ def _short_options(
     return i + 1, False, out
 
 
-def _value(args: list[Word], i: int, name: str, option: str) -> str:
+def option_value(args: list[Word], i: int, name: str, option: str) -> str:
+    """The static value after ``option`` (at ``args[i]``) of ``name``; :class:`Unclear` when missing or dynamic."""
     if i + 1 >= len(args):
         raise Unclear(f"`{name}` option `{option}` has no value")
-    return _static(args[i + 1], name)
+    return static_text(args[i + 1], name)
 
 
 def _split_script(name: str, script: str, rest: list[Word], out: Unwrapped) -> Unwrapped:
@@ -366,7 +368,7 @@ def _shell(name: str, args: list[Word]) -> Unwrapped:
     has_c = False
     i = 0
     while i < len(args):
-        text = _static(args[i], name)
+        text = static_text(args[i], name)
         if text in ("--", "-"):
             i += 1
             break
@@ -388,7 +390,7 @@ def _shell(name: str, args: list[Word]) -> Unwrapped:
         return Unwrapped(None, unchecked=f"`{name}` without -c runs a script file or standard input")
     if i >= len(args):
         raise Unclear(f"`{name} -c` has no command text")
-    return Unwrapped(None, [_static(args[i], name)])
+    return Unwrapped(None, [static_text(args[i], name)])
 
 
 def _script_runner(name: str, args: list[Word]) -> Unwrapped:
@@ -399,7 +401,7 @@ def _script_runner(name: str, args: list[Word]) -> Unwrapped:
         if not word.static and word.raw.startswith("-"):
             raise Unclear(f"`{name}` is given `{word.raw}`, decided at run time")
         if text in options:
-            scripts.append(_value(args, i, name, text))
+            scripts.append(option_value(args, i, name, text))
         elif any(text.startswith(f"{o}=") for o in options if o.startswith("--")):
             scripts.append(text.partition("=")[2])
         elif text.startswith("-c") and len(text) > 2:
@@ -422,212 +424,16 @@ def _watch(args: list[Word]) -> Unwrapped:
     inner = _generic("watch", spec, args)
     if inner.argv is None:
         return Unwrapped(None)
-    return Unwrapped(None, [" ".join(_static(w, "watch") for w in inner.argv)])
-
-
-# -- script languages that can run commands: awk and sed -----------------------------------------------
-
-AWKS = frozenset({"awk", "gawk", "mawk", "nawk"})
-"""awk implementations: ``system()``, pipes and ``getline`` run commands from the program text."""
-
-_AWK_RUNS = re.compile(r"\bsystem\s*\(|\||@(load|include)\b|\bgetline\b[^;{}\n]*<|\bprintf?\b[^;{}\n]*>")
-_AWK_VALUE = frozenset({"-F", "-v", "--field-separator", "--assign"})
-_AWK_FILES = frozenset({"-f", "--file", "-E", "--exec", "-i", "--include", "-l", "--load"})
-_AWK_FLAGS = frozenset({"--posix", "--traditional", "--lint", "-b", "-c", "-P", "-O", "-r", "--re-interval"})
-
-
-@dataclass(slots=True)
-class ScriptEffects:
-    """What an awk or sed program does beyond filtering text.
-
-    Attributes:
-        runs: Why it can run a command (``system()``, sed's ``e``), or None.
-        reads: Files it reads by name from inside its program (sed ``r``/``R``).
-        writes: Files it writes by name from inside its program (sed ``w``/``W``, ``s///w``).
-    """
-
-    runs: str | None = None
-    reads: list[str] = field(default_factory=list)
-    writes: list[str] = field(default_factory=list)
-
-
-def awk_effects(args: list[Word]) -> ScriptEffects:
-    """Read an awk command line: does its program run commands or redirect output?
-
-    Raises:
-        Unclear: The program comes from a file, or an option is unknown or decided at run time.
-    """
-    programs: list[str] = []
-    i = 0
-    while i < len(args):
-        text = _static(args[i], "awk")
-        option = text.partition("=")[0]
-        if text == "--":
-            i += 1
-            break
-        if not text.startswith("-") or text == "-":
-            break
-        if option in ("-S", "--sandbox"):
-            return ScriptEffects()  # gawk's sandbox turns system(), pipes and redirections off
-        if option in _AWK_FILES or text[:2] in _AWK_FILES:
-            raise Unclear(f"`awk {text}` reads its program from a file the policy cannot check")
-        if option in ("-e", "--source") or text[:2] == "-e":
-            programs.append(text[2:] if text[:2] == "-e" and len(text) > 2 else _value(args, i, "awk", option))
-            i += 1 if (text[:2] == "-e" and len(text) > 2) else 2
-        elif option in _AWK_VALUE or text[:2] in _AWK_VALUE:
-            i += 1 if ("=" in text and option.startswith("--")) or (len(text) > 2 and text[1] != "-") else 2
-        elif option in _AWK_FLAGS:
-            i += 1
-        else:
-            raise Unclear(f"`awk` option `{text}` is not known to the policy")
-    if not programs and i < len(args):
-        programs.append(_static(args[i], "awk"))
-    for program in programs:
-        if _AWK_RUNS.search(program):
-            return ScriptEffects(runs="its program can run commands or write files (system(), |, getline <, > or >>)")
-    return ScriptEffects()
-
-
-_SED_FLAGS = frozenset("nErsuzb")
-_SED_LONG_FLAGS = frozenset(
-    {"--quiet", "--silent", "--regexp-extended", "--separate", "--unbuffered", "--null-data", "--posix"}
-    | {"--debug", "--sandbox", "--follow-symlinks", "--binary"}
-)
-
-
-def sed_effects(args: list[Word]) -> ScriptEffects:
-    """Read a sed command line (GNU sed): which files its script reads or writes, and whether it runs commands.
-
-    Raises:
-        Unclear: The script comes from a file, holds a command the policy does not know, or an
-            option is unknown or decided at run time.
-    """
-    scripts: list[str] = []
-    i = 0
-    while i < len(args):
-        text = _static(args[i], "sed")
-        option = text.partition("=")[0]
-        i += 1
-        if text == "--":
-            break
-        if not text.startswith("-") or text == "-":
-            i -= 1
-            break
-        if option in ("--expression", "--file", "--line-length", "--in-place") or text in _SED_LONG_FLAGS:
-            if option == "--file":
-                raise Unclear("`sed --file` reads its script from a file the policy cannot check")
-            if option == "--expression":
-                scripts.append(text.partition("=")[2] if "=" in text else _value(args, i - 1, "sed", option))
-                i += 0 if "=" in text else 1
-            elif option == "--line-length" and "=" not in text:
-                i += 1
-            continue
-        if text.startswith("--"):
-            raise Unclear(f"`sed` option `{text}` is not known to the policy")
-        for j, letter in enumerate(text[1:], start=1):
-            rest = text[j + 1 :]
-            if letter == "f":
-                raise Unclear("`sed -f` reads its script from a file the policy cannot check")
-            if letter in "el":
-                value = rest or _value(args, i - 1, "sed", "-" + letter)
-                i += 0 if rest else 1
-                if letter == "e":
-                    scripts.append(value)
-                break
-            if letter == "i":
-                break  # -i[SUFFIX]: the rest of the word is the backup suffix
-            if letter not in _SED_FLAGS:
-                raise Unclear(f"`sed` option `-{letter}` is not known to the policy")
-    if not scripts and i < len(args):
-        scripts.append(_static(args[i], "sed"))
-    effects = ScriptEffects()
-    for script in scripts:
-        _sed_scan(script, effects)
-    return effects
-
-
-def _sed_delimited(script: str, i: int, delimiter: str) -> int:
-    """The index after the next unescaped ``delimiter`` from ``i``."""
-    while i < len(script):
-        if script[i] == "\\":
-            i += 2
-            continue
-        if script[i] == delimiter:
-            return i + 1
-        i += 1
-    raise Unclear("the sed script has an unterminated expression")
-
-
-def _sed_line_end(script: str, i: int) -> int:
-    end = script.find("\n", i)
-    return len(script) if end < 0 else end
-
-
-def _sed_scan(script: str, effects: ScriptEffects) -> None:
-    """Walk a sed script command by command (GNU sed's grammar) and note what it runs, reads and writes."""
-    i = 0
-    while i < len(script):
-        c = script[i]
-        if c in " \t\n;{}!":
-            i += 1
-        elif c == "#":
-            i = _sed_line_end(script, i)
-        elif c == "/":
-            i = _sed_delimited(script, i + 1, "/")
-            while i < len(script) and script[i] in "IM":  # regex address flags
-                i += 1
-        elif c == "\\" and i + 1 < len(script):
-            i = _sed_delimited(script, i + 2, script[i + 1])
-        elif c.isdigit() or c in "$,~+":
-            i += 1
-        elif c in "aic":  # text to the end of the line (a backslash-newline continues it)
-            while True:
-                i = _sed_line_end(script, i)
-                if i > 0 and script[i - 1] == "\\" and i < len(script):
-                    i += 1
-                    continue
-                break
-        elif c in ":btTv":
-            while i < len(script) and script[i] not in ";\n":
-                i += 1
-        elif c in "rRwW":
-            end = _sed_line_end(script, i + 1)
-            name = script[i + 1 : end].strip()
-            (effects.reads if c in "rR" else effects.writes).append(name)
-            i = end
-        elif c == "e":
-            effects.runs = "sed's e command runs a shell command"
-            return
-        elif c in "sy":
-            if i + 1 >= len(script):
-                raise Unclear("the sed script ends inside an s or y command")
-            delimiter = script[i + 1]
-            i = _sed_delimited(script, _sed_delimited(script, i + 2, delimiter), delimiter)
-            while c == "s" and i < len(script) and script[i] not in ";\n}":
-                if script[i] == "e":
-                    effects.runs = "the s///e flag runs the result as a shell command"
-                    return
-                if script[i] == "w":
-                    end = _sed_line_end(script, i + 1)
-                    effects.writes.append(script[i + 1 : end].strip())
-                    i = end
-                    break
-                i += 1
-        elif c in "=dDgGhHnNpPxzFlLqQ":
-            i += 1
-        else:
-            raise Unclear(f"the sed command `{c}` is not known to the policy")
+    return Unwrapped(None, [" ".join(static_text(w, "watch") for w in inner.argv)])
 
 
 __all__ = [
-    "AWKS",
     "SHELLS",
     "WRAPPERS",
-    "ScriptEffects",
     "Unclear",
     "Unwrapped",
-    "awk_effects",
     "is_wrapper",
-    "sed_effects",
+    "option_value",
+    "static_text",
     "unwrap",
 ]
