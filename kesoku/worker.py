@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import trio
@@ -101,6 +102,9 @@ class SessionWorker:
             Cancelling (daemon shutdown) leaves the running turn ``processing``; it resumes at the next
             start.
         """
+        # A session opened by another process (or whose folder was removed) may have no workspace yet:
+        # its tools run there, and a shell cannot start in a folder that does not exist.
+        Path(self.session.workspace).mkdir(parents=True, exist_ok=True)
         task_status.started()
         while True:
             if self.compact_requested:

@@ -444,3 +444,20 @@ async def test_a_signature_goes_back_only_to_the_provider_that_made_it(tmp_path:
     assert foreign == ThoughtBlock("plan", None, None)  # the other provider never sees the signature
     own = first.requests[2].turns[1].blocks[0]
     assert own == ThoughtBlock("plan", b"sig", "scripted")  # the maker gets it back
+
+
+async def test_a_session_opened_elsewhere_gets_its_workspace_before_its_tools_run(tmp_path: Path) -> None:
+    seen: list[bool] = []
+
+    async def look(arguments: Mapping[str, Any], ctx: ToolContext) -> str:
+        seen.append(ctx.cwd.is_dir())
+        return "looked"
+
+    llm = ScriptedLLM([{"tool_calls": [{"name": "look", "arguments": {}}]}, {"text": "done"}])
+    async with serve_runtime(tmp_path, llm, tools=[Tool("look", "Look around.", look)]) as h:
+        # Another process created this session through the store alone: no folder was made for it.
+        other = h.store.create_session("test", "elsewhere", workspace_root=tmp_path / "sessions")
+        assert not Path(other.workspace).exists()
+        await h.say("look", other)
+        await h.turn_end()
+    assert seen == [True]
