@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import re
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import trio
@@ -104,7 +103,7 @@ class SessionWorker:
         """
         # A session opened by another process (or whose folder was removed) may have no workspace yet:
         # its tools run there, and a shell cannot start in a folder that does not exist.
-        Path(self.session.workspace).mkdir(parents=True, exist_ok=True)
+        await trio.Path(self.session.workspace).mkdir(parents=True, exist_ok=True)
         task_status.started()
         while True:
             if self.compact_requested:
