@@ -60,6 +60,16 @@ async def next_compacted(h: Harness) -> Compacted:
     raise AssertionError("event stream closed")
 
 
+async def requests_made(llm: ScriptedLLM, count: int) -> None:
+    """Wait until the model has received ``count`` requests.
+
+    Compaction plans in a worker thread; under the autojump clock virtual time jumps ahead while it
+    runs, so a test waits for the call itself rather than for a virtual delay.
+    """
+    while len(llm.requests) < count:  # noqa: ASYNC110 -- the scripted model has no event to wait on
+        await trio.sleep(0.01)
+
+
 def tokens(request: LLMRequest) -> float:
     return estimate_request(request)
 
@@ -169,6 +179,7 @@ async def test_a_cancelled_compaction_stores_nothing(tmp_path: Path, autojump_cl
     async with serve_runtime(tmp_path, llm, compaction=policy(SMALL_WINDOW)) as h:
         await seed(h, 160, result_chars=50, user_chars=100)
         await h.say("latest")
+        await requests_made(llm, 1)
         await trio.sleep(5)  # inside the summary call
         assert len(llm.requests) == 1
     # serve_runtime cancelled the runtime (a shutdown) in the middle of the compaction.
@@ -187,7 +198,9 @@ async def test_a_message_during_compaction_waits_and_is_answered(
     async with serve_runtime(tmp_path, llm, compaction=policy(SMALL_WINDOW)) as h:
         await seed(h, 160, result_chars=50, user_chars=100)
         await h.say("latest")
+        await requests_made(llm, 1)
         await trio.sleep(1)  # the summary is being written
+        assert len(llm.requests) == 1
         await h.say("meanwhile")
         first = await h.turn_end()
         second = await h.turn_end()
