@@ -4,6 +4,7 @@ blocking detector (kesoku.blocking) and fails if one task step holds the event l
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -55,3 +56,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if isinstance(item, pytest.Function) and inspect.iscoroutinefunction(item.obj):
             # pytest-trio takes the runner from the first trio marker that names one.
             item.add_marker(pytest.mark.trio(run=_run_watched))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    # llama-cpp-python opens os.devnull twice at import and never closes it (llama_cpp/_utils.py), so
+    # the interpreter's exit printed two ResourceWarnings after the summary. Nothing writes there now.
+    utils = sys.modules.get("llama_cpp._utils")
+    for name in ("outnull_file", "errnull_file"):
+        file = getattr(utils, name, None)
+        if file is not None:
+            file.close()
