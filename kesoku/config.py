@@ -213,6 +213,15 @@ class SubagentConfig(_Section, frozen=True, kw_only=True):
     max_steps: Annotated[int, _doc("Model calls a subagent may make before it must conclude.", gt=0)] = 20
 
 
+class TurnLogsConfig(_Section, frozen=True, kw_only=True):
+    """Every model call written as YAML: sessions/<id>/llm-turn-{idx}.log.yaml (what `kesoku trace` shows)."""
+
+    enabled: Annotated[bool, _doc("Write a turn log for every model call.")] = True
+    max_mb_per_session: Annotated[
+        float, _doc("Megabytes of turn logs kept per session, oldest deleted first; 0 keeps all.", ge=0)
+    ] = 256
+
+
 class CompactionConfig(_Section, frozen=True, kw_only=True):
     """Progressive compaction that keeps long sessions inside the context window."""
 
@@ -294,6 +303,7 @@ class Config(_Section, frozen=True, kw_only=True):
     run_code: RunCodeConfig = msgspec.field(default_factory=RunCodeConfig)
     subagent: SubagentConfig = msgspec.field(default_factory=SubagentConfig)
     compaction: CompactionConfig = msgspec.field(default_factory=CompactionConfig)
+    turn_logs: TurnLogsConfig = msgspec.field(default_factory=TurnLogsConfig)
     pricing: PricingConfig = msgspec.field(default_factory=PricingConfig)
     mcp: McpConfig = msgspec.field(default_factory=McpConfig)
 

@@ -169,7 +169,9 @@ class Runtime:
             worker_idle_s=agent.worker_idle_s,
             project_dir=Path(agent.project_dir) if agent.project_dir else None,
             skills=skills,
-            turnlog=TurnLogWriter(),
+            turnlog=TurnLogWriter(max_session_bytes=int(config.turn_logs.max_mb_per_session * 1_000_000))
+            if config.turn_logs.enabled
+            else None,
             question_timeout_s=agent.question_timeout_s,
             subagent_max_steps=config.subagent.max_steps if config.subagent.enabled else None,
             compaction=CompactionPolicy.from_config(config),

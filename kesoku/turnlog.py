@@ -42,6 +42,7 @@ import msgspec
 import yaml
 
 from kesoku.llm.ir import DocumentBlock, ImageBlock, LLMRequest, LLMResponse, LLMTurn, ToolSpec
+from kesoku.turnlog_retention import Retention
 
 INLINE_ATTACHMENT_MAX_BYTES = 1024
 """Attachment data up to this size is written as base64; larger data as ``<N bytes>``."""
@@ -210,11 +211,15 @@ def write_turn_log(entry: TurnLogEntry) -> Path:
     Raises:
         OSError: The folder or file cannot be created or written (no partial file is left behind).
     """
-    return _write_log(job := make_job(entry), TurnLogRenderer().body(job))
+    return _write_log(job := make_job(entry), TurnLogRenderer().body(job))[0]
 
 
-def _write_log(job: TurnLogJob, body: str) -> Path:
-    """Reserve the next index, then write the metadata (which holds it) and ``body``."""
+def _write_log(job: TurnLogJob, body: str) -> tuple[Path, int, int]:
+    """Reserve the next index, then write the metadata (which holds it) and ``body``.
+
+    Returns:
+        The file, its index and its size in bytes.
+    """
     folder = Path(job.folder)
     try:
         idx, fd = _reserve(folder)
@@ -229,7 +234,7 @@ def _write_log(job: TurnLogJob, body: str) -> Path:
     except BaseException:
         path.unlink(missing_ok=True)
         raise
-    return path
+    return path, idx, len(data)
 
 
 class TurnLogOutOfStep(LookupError):
@@ -422,7 +427,7 @@ FRAME_HEADER = struct.Struct(">I")
 """Each job on the writer's stdin: its msgpack length (4 bytes, big-endian), then the msgpack."""
 
 
-def serve_jobs(jobs: BinaryIO, acks: BinaryIO) -> None:
+def serve_jobs(jobs: BinaryIO, acks: BinaryIO, *, max_session_bytes: int = 0) -> None:
     """Write the log of each framed job read from ``jobs``; answer each with one line on ``acks``.
 
     The line is ``ok`` or ``failed SESSION_ID WHY`` (one line: the reason's line breaks become
@@ -430,8 +435,11 @@ def serve_jobs(jobs: BinaryIO, acks: BinaryIO) -> None:
     this thread renders the next job while a second one creates and writes the last. Returns at the
     end of ``jobs`` (a job cut short there is dropped), once every log is written. If ``acks`` breaks
     (the daemon is gone), the logs already received are still written: they explain its last turns.
+    Past ``max_session_bytes`` of logs in a session's folder (0: no cap), its oldest logs are deleted
+    (:class:`~kesoku.turnlog_retention.Retention`).
     """
     decoder = msgspec.msgpack.Decoder(TurnLogJob)
+    retention = Retention(max_session_bytes)
     renderer = TurnLogRenderer()
     rendered: queue.Queue[tuple[TurnLogJob, str | Exception] | None] = queue.Queue(maxsize=8)
     answering = True
@@ -451,7 +459,7 @@ def serve_jobs(jobs: BinaryIO, acks: BinaryIO) -> None:
             try:
                 if isinstance(body, Exception):
                     raise body
-                _write_log(job, body)
+                retention.written(*_write_log(job, body))
             except Exception as exc:  # disk full, a folder that is a file, a writer out of step
                 answer(f"failed {job.session_id} {type(exc).__name__}: {exc}".replace("\n", " ").encode() + b"\n")
             else:
@@ -485,12 +493,17 @@ def serve_jobs(jobs: BinaryIO, acks: BinaryIO) -> None:
 
 
 def main() -> None:
-    """The writer process: ``python -m kesoku.turnlog``, fed by :class:`~kesoku.turnlog_writer.TurnLogWriter`."""
+    """The writer process: ``python -m kesoku.turnlog [MAX_SESSION_BYTES]``.
+
+    Fed by :class:`~kesoku.turnlog_writer.TurnLogWriter`; the argument caps each session's logs (0 or
+    absent: no cap).
+    """
     # The daemon decides when this process ends, by closing its stdin once the queued logs are sent:
     # systemd's stop signal reaches every process of the service, and Ctrl-C the whole process group.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    serve_jobs(sys.stdin.buffer, sys.stdout.buffer)
+    max_session_bytes = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+    serve_jobs(sys.stdin.buffer, sys.stdout.buffer, max_session_bytes=max_session_bytes)
     # Every log is written and answered (serve_jobs flushes each answer): the daemon waits for this
     # exit at shutdown, so skip the interpreter's teardown.
     os._exit(0)

@@ -50,6 +50,8 @@ class TurnLogWriter:
 
     Args:
         buffer: Jobs submitted and not yet written before :meth:`submit` waits (:data:`WRITER_BUFFER`).
+        max_session_bytes: Bytes of logs kept per session folder, the oldest deleted first; 0 keeps
+            every log (``[turn_logs] max_mb_per_session``).
 
     Attributes:
         written: Logs written.
@@ -60,9 +62,12 @@ class TurnLogWriter:
         restarts: Writer processes started after one died.
     """
 
-    def __init__(self, *, buffer: int = WRITER_BUFFER) -> None:
+    def __init__(self, *, buffer: int = WRITER_BUFFER, max_session_bytes: int = 0) -> None:
         if buffer < 1:
             raise ValueError("buffer must be at least 1")
+        if max_session_bytes < 0:
+            raise ValueError("max_session_bytes must be 0 (no cap) or more")
+        self.max_session_bytes = max_session_bytes
         self._room = trio.Semaphore(buffer)
         self._encoder = msgspec.msgpack.Encoder()
         self._sent: OrderedDict[str, _Sent] = OrderedDict()
@@ -162,7 +167,7 @@ class TurnLogWriter:
                     try:
                         # -P: the daemon's working folder must not shadow a module the writer imports.
                         process = await trio.lowlevel.open_process(
-                            [sys.executable, "-P", "-m", "kesoku.turnlog"],
+                            [sys.executable, "-P", "-m", "kesoku.turnlog", str(self.max_session_bytes)],
                             stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE,
                             start_new_session=True,  # Ctrl-C in a terminal reaches the daemon only
