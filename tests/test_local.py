@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import threading
-import time
 from contextlib import aclosing
 from pathlib import Path
 
@@ -36,7 +35,7 @@ from kesoku.llm.ir import (
     ToolSpec,
     UsageEvent,
 )
-from kesoku.llm.local import SYSTEM_PROMPT, LocalLLM, _Reply, _salvage_answer
+from kesoku.llm.local import CHUNK_BUFFER, SYSTEM_PROMPT, LocalLLM, _Reply, _salvage_answer
 from kesoku.model import Outcome
 
 # What the runtime sends: persona, rules and more (kesoku/prompt.py); the backend replaces it.
@@ -57,7 +56,8 @@ TOOLS = (
         {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
     ),
 )
-CANCEL_LIMIT_S = 0.1
+# How fast a cancel stops the generation is measured by bench/local_bench.py, not asserted here: a
+# loaded machine must not fail the suite. These tests check what remains after the cancel instead.
 
 
 @pytest.fixture(scope="module")
@@ -99,33 +99,33 @@ async def test_plain_answer_streams_text_deltas_then_usage(llm: LocalLLM) -> Non
     assert usage.output_tokens == len(deltas)
 
 
-async def test_cancel_mid_generation_stops_the_thread_within_100_ms(llm: LocalLLM) -> None:
+async def test_cancel_mid_generation_stops_the_thread_at_the_next_token(llm: LocalLLM) -> None:
     request = LLMRequest("You are a storyteller.", (LLMTurn("user", (TextBlock("Tell a long story about a cat."),)),))
     story = LocalLLM(llm.model_path, system_prompt=None, max_tokens=2000)
     story._llama, story._abort, story.load_s = llm._llama, llm._abort, llm.load_s  # share the loaded model
     received = 0
+    evaluated_at_cancel = 0
     with trio.CancelScope() as scope:
         async with aclosing(story.stream(request)) as events:
             async for event in events:
                 received += isinstance(event, TextDelta)
                 if received == 5:
-                    cancelled_at = time.perf_counter()
+                    evaluated_at_cancel = story._llama.n_tokens  # prompt + tokens generated so far
                     scope.cancel()
-    stopped_s = time.perf_counter() - cancelled_at
     thread = story.last_thread
     assert thread is not None
-    assert not thread.is_alive()
-    assert stopped_s < CANCEL_LIMIT_S
+    assert not thread.is_alive()  # closing waits for it (at most JOIN_TIMEOUT_S)
+    # A 2,000-token story stopped where it was: at most the tokens already in flight were generated.
+    assert story._llama.n_tokens - evaluated_at_cancel <= CHUNK_BUFFER + 2
     assert not [t for t in threading.enumerate() if t.name == "kesoku-local-generate"]
     # The model is free and sound afterwards.
     assert "Paris" in (await llm.generate(ask("What is the capital of France?"))).text
 
 
-async def test_cancel_during_a_long_prompt_evaluation_stops_within_100_ms(llm: LocalLLM) -> None:
+async def test_cancel_during_a_long_prompt_evaluation_cuts_it_short(llm: LocalLLM) -> None:
     # ~1,500 prompt tokens take seconds to evaluate on a small CPU and no token arrives before the
     # cancel, so only the abort flag (read by llama.cpp between graph nodes) can stop it in time.
     long_text = "Please summarise these notes. " + "The meeting moved to Tuesday and the budget was approved. " * 130
-    cancelled_at: list[float] = []
     received: list[LLMEvent] = []
 
     async def consume() -> None:
@@ -136,13 +136,14 @@ async def test_cancel_during_a_long_prompt_evaluation_stops_within_100_ms(llm: L
     async with trio.open_nursery() as nursery:
         nursery.start_soon(consume)
         await trio.sleep(0.1)
-        cancelled_at.append(time.perf_counter())
         nursery.cancel_scope.cancel()
-    stopped_s = time.perf_counter() - cancelled_at[0]
     assert received == []
     assert llm.last_thread is not None
-    assert not llm.last_thread.is_alive()
-    assert stopped_s < CANCEL_LIMIT_S
+    assert not llm.last_thread.is_alive()  # closing waits for it (at most JOIN_TIMEOUT_S)
+    # llama.cpp counts a batch of prompt tokens once it is evaluated: the abort left the prompt
+    # unfinished (without it, the thread evaluates it all, seconds later, before it sees the stop).
+    assert llm._llama is not None
+    assert llm._llama.n_tokens < len(llm._llama.tokenize(long_text.encode()))  # the question alone
     assert "Paris" in (await llm.generate(ask("What is the capital of France?"))).text
 
 
