@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import base64
 import datetime
-import gc
-import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -16,26 +14,15 @@ import httpx2
 import pytest
 import trio
 import trio.testing
-from fakes.gemini_api import (
-    PLACEHOLDER_SIGNATURE,
-    GeminiFake,
-    Reply,
-    answer,
-    call,
-    chunk,
-    error,
-    reply,
-    text,
-    thought,
-    usage,
-)
+from fakes.gemini_api import PLACEHOLDER_SIGNATURE, GeminiFake
+from fakes.gemini_replies import answer, call, chunk, reply, text, thought, usage
 from fakes.server import serve_app
 from runtime_harness import echo, serve_runtime
 
 from kesoku.config import Config, GeminiConfig
 from kesoku.errors import BackendError, ConfigError
 from kesoku.llm import gemini_convert as conv
-from kesoku.llm.gemini import CACHE_PAUSE_S, CACHE_SLOTS, CACHE_TTL_S, GeminiLLM
+from kesoku.llm.gemini import GeminiLLM
 from kesoku.llm.ir import (
     DocumentBlock,
     ImageBlock,
@@ -413,7 +400,7 @@ async def test_a_blocked_prompt_is_a_clear_error_and_a_stop_after_text_keeps_the
         assert await collect(llm, request(user("hi"))) == [TextDelta("Part")]
 
 
-# -- context caching -------------------------------------------------------------------------------
+# -- long conversations (the context-caching tests and Vertex AI) ---------------------------------
 
 LONG = "The quick brown fox jumps over the lazy dog. " * 10  # about 110 estimated tokens
 OK_EVENTS = [TextDelta("ok"), UsageEvent(Usage(input_tokens=10, output_tokens=5))]
@@ -430,207 +417,6 @@ def conversation(steps: int) -> list[LLMTurn]:
 def content_json(turn: LLMTurn) -> dict[str, Any]:
     role = "model" if turn.role == "assistant" else "user"
     return {"role": role, "parts": [{"text": b.text} for b in turn.blocks if isinstance(b, TextBlock)]}
-
-
-async def test_a_long_prefix_is_cached_reused_then_extended_and_the_old_cache_deleted() -> None:
-    fake = GeminiFake([answer("a"), answer("b"), answer("c")])
-    async with served(fake, context_caching_threshold=100) as llm:
-        turns = conversation(1)  # q0 (long), a0, q1
-        await collect(llm, request(*turns))
-        (create,) = fake.cache_calls
-        assert (create.method, create.path) == ("POST", "/v1/cachedContents")
-        assert create.body == {
-            "model": f"models/{MODEL}",
-            "ttl": f"{CACHE_TTL_S}s",
-            "contents": [content_json(t) for t in turns[:2]],
-            "systemInstruction": SYSTEM_JSON,
-            "tools": TOOLS_JSON,
-        }
-        assert fake.generate_calls[0].body == {
-            "contents": [content_json(turns[2])],
-            "cachedContent": "cachedContents/fake1",
-            "generationConfig": THINKING,
-        }
-        # The next step repeats the prefix: the cache serves it, only the new turns are sent.
-        turns += [model("a1"), user("q2")]
-        await collect(llm, request(*turns))
-        assert len(fake.cache_calls) == 1
-        assert fake.generate_calls[1].body["cachedContent"] == "cachedContents/fake1"
-        assert fake.generate_calls[1].body["contents"] == [content_json(t) for t in turns[2:]]
-        # The uncached tail grows past the threshold: a cache of the longer prefix replaces the first.
-        turns += [model(f"a2 {LONG}"), user("q3")]
-        await collect(llm, request(*turns))
-        assert [r.method for r in fake.cache_calls] == ["POST", "POST", "DELETE"]
-        assert fake.cache_calls[1].body["contents"] == [content_json(t) for t in turns[:-1]]
-        assert fake.generate_calls[2].body["cachedContent"] == "cachedContents/fake2"
-        assert fake.generate_calls[2].body["contents"] == [content_json(turns[-1])]
-        assert fake.deleted == ["cachedContents/fake1"] and list(fake.caches) == ["cachedContents/fake2"]
-    assert fake.deleted == ["cachedContents/fake1", "cachedContents/fake2"]  # aclose() deletes the rest
-
-
-async def test_a_changed_prefix_gets_a_new_cache_and_the_cache_count_is_bounded() -> None:
-    fake = GeminiFake(handler=lambda body: answer("ok"))
-    async with served(fake, context_caching_threshold=100) as llm:
-        for i in range(CACHE_SLOTS + 1):
-            await collect(llm, request(*conversation(1), system=f"You are assistant number {i}."))
-        created = [r for r in fake.cache_calls if r.method == "POST"]
-        assert [r.body["systemInstruction"]["parts"][0]["text"] for r in created] == [
-            f"You are assistant number {i}." for i in range(CACHE_SLOTS + 1)
-        ]
-        assert [g.body["cachedContent"] for g in fake.generate_calls] == [
-            f"cachedContents/fake{i + 1}" for i in range(CACHE_SLOTS + 1)
-        ]
-        assert fake.deleted == ["cachedContents/fake1"]  # the least recently used, once a slot was needed
-        assert len(fake.caches) == CACHE_SLOTS
-
-
-async def test_below_the_threshold_nothing_is_cached() -> None:
-    fake = GeminiFake([answer("ok")])
-    async with served(fake, context_caching_threshold=10_000) as llm:
-        await collect(llm, request(*conversation(3)))
-    assert fake.cache_calls == [] and fake.generate_calls[0].body["systemInstruction"] == SYSTEM_JSON
-
-
-async def test_a_failed_cache_creation_falls_back_uncached_and_pauses_caching(
-    autojump_clock: Clock, caplog: pytest.LogCaptureFixture
-) -> None:
-    fake = GeminiFake(handler=lambda body: answer("ok"))
-    too_small = "Cached content is too small. total_token_count=300, min_total_token_count=1024"
-    fake.cache_failures.append(error(400, too_small))
-    turns = conversation(1)
-    async with served(fake, context_caching_threshold=100) as llm:
-        with caplog.at_level(logging.WARNING, logger="kesoku.llm.gemini"):
-            assert await collect(llm, request(*turns)) == OK_EVENTS
-        assert "creating a context cache failed" in caplog.text and "Cached content is too small" in caplog.text
-        body = fake.generate_calls[0].body
-        assert "cachedContent" not in body and body["systemInstruction"] == SYSTEM_JSON and len(body["contents"]) == 3
-        await collect(llm, request(*turns))  # paused: no second attempt right away
-        assert len(fake.cache_calls) == 1
-        await trio.sleep(CACHE_PAUSE_S)
-        await collect(llm, request(*turns))
-        assert len(fake.cache_calls) == 2 and fake.generate_calls[2].body["cachedContent"] == "cachedContents/fake1"
-
-
-async def test_an_expired_or_vanished_cache_is_not_used(autojump_clock: Clock) -> None:
-    fake = GeminiFake(handler=lambda body: answer("ok"))
-    turns = conversation(1)
-    async with served(fake, context_caching_threshold=100) as llm:
-        await collect(llm, request(*turns))
-        await trio.sleep(CACHE_TTL_S - 30)  # inside the safety margin: a new cache is made
-        await collect(llm, request(*turns))
-        used = [g.body["cachedContent"] for g in fake.generate_calls]
-        assert used == ["cachedContents/fake1", "cachedContents/fake2"]
-        assert fake.deleted == ["cachedContents/fake1"]  # it still had 30 s to live on the server
-        # The server lost the cache (it answers 403): the call is repeated uncached, the turn goes on.
-        fake.caches.clear()
-        assert await collect(llm, request(*turns)) == OK_EVENTS
-        third, fourth = fake.generate_calls[2:]
-        assert third.body["cachedContent"] == "cachedContents/fake2" and "cachedContent" not in fourth.body
-        assert fourth.body["systemInstruction"] == SYSTEM_JSON
-
-
-# -- errors and retries ----------------------------------------------------------------------------
-
-
-async def test_rate_limits_and_server_errors_are_retried_honouring_retry_after(autojump_clock: Clock) -> None:
-    fake = GeminiFake(
-        [
-            error(429, "Resource has been exhausted (e.g. check quota).", retry_after="7"),
-            error(429, "Quota exceeded.", retry_delay="12s"),
-            error(503, "The model is overloaded. Please try again later."),
-            error(500, "An internal error has occurred."),
-            answer("finally"),
-        ]
-    )
-    async with served(fake) as llm:
-        start = trio.current_time()
-        events = await collect(llm, request(user("hi")))
-        assert events[0] == TextDelta("finally") and llm.calls == 5 and len(fake.generate_calls) == 5
-        assert trio.current_time() - start >= 7 + 12
-
-
-async def test_retries_run_out(autojump_clock: Clock) -> None:
-    fake = GeminiFake(handler=lambda body: error(503, "The model is overloaded."))
-    async with served(fake, max_retries=2) as llm:
-        _, err = await fails(llm, request(user("hi")))
-    assert len(fake.generate_calls) == 3 and err.retryable and err.status == 503
-    assert str(err) == "gemini: HTTP 503 UNAVAILABLE: The model is overloaded."
-
-
-@pytest.mark.parametrize(
-    ("failure", "auth"),
-    [
-        (error(401, "Request had invalid authentication credentials."), True),
-        (error(403, "Permission denied on resource project p."), True),
-        (error(400, "API key not valid. Please pass a valid API key.", reason="API_KEY_INVALID"), True),
-        (error(400, "* GenerateContentRequest.generation_config.thinking_config: budget too large"), False),
-    ],
-)
-async def test_auth_and_request_errors_are_not_retried(failure: Reply, auth: bool) -> None:
-    fake = GeminiFake([failure, answer("never")])
-    async with served(fake) as llm:
-        _, err = await fails(llm, request(user("hi")))
-    assert (err.auth, err.retryable, err.status) == (auth, False, failure.status)
-    assert failure.body is not None and failure.body["error"]["message"] in str(err)
-    assert len(fake.generate_calls) == 1
-
-
-async def test_a_wrong_api_key_is_an_auth_error() -> None:
-    fake = GeminiFake([answer("never")])
-    async with served(fake, api_key="wrong") as llm:
-        _, err = await fails(llm, request(user("hi")))
-    assert err.auth and not err.retryable and "API key not valid" in str(err)
-
-
-async def test_a_stream_cut_before_any_event_is_retried_and_after_events_is_not(autojump_clock: Clock) -> None:
-    fake = GeminiFake(
-        [
-            reply(chunk(text("lost")), cut_after=0),
-            reply(chunk(text("Hel")), chunk(text("lo")), chunk(finish="STOP")),
-            reply(chunk(text("Par")), chunk(text("tial")), chunk(finish="STOP"), cut_after=1),
-        ]
-    )
-    async with served(fake) as llm:
-        assert await collect(llm, request(user("hi"))) == [TextDelta("Hel"), TextDelta("lo")]
-        assert llm.calls == 2
-        events, err = await fails(llm, request(user("hi")))
-    assert events == [TextDelta("Par")] and err.retryable and "RemoteProtocolError" in str(err)
-    assert llm.calls == 3 and len(fake.generate_calls) == 3
-
-
-# google-genai raises an error event from inside its `async for` over the HTTP response and never
-# closes that iterator: trio finalises it when it is collected, with a ResourceWarning. The collection
-# is forced inside this test so it cannot surface in another one.
-@pytest.mark.filterwarnings("ignore::ResourceWarning", "ignore::pytest.PytestUnraisableExceptionWarning")
-async def test_an_error_event_mid_stream_is_raised_not_retried() -> None:
-    overloaded = {"error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}}
-    fake = GeminiFake([reply(chunk(text("Hi")), overloaded)])
-    async with served(fake) as llm:
-        events, err = await fails(llm, request(user("hi")))
-        assert events == [TextDelta("Hi")] and err.status == 503 and err.retryable and llm.calls == 1
-        del err
-        gc.collect()
-        for _ in range(10):  # let trio's finaliser tasks run
-            await trio.lowlevel.checkpoint()
-
-
-async def test_a_stalled_stream_is_retried(autojump_clock: Clock) -> None:
-    fake = GeminiFake([reply(chunk(text("slow")), delay_s=60), answer("fast")])  # 60 s > timeout_s
-    async with served(fake) as llm:
-        assert (await collect(llm, request(user("hi"))))[0] == TextDelta("fast")
-        assert llm.calls == 2
-
-
-def test_transport_and_sdk_errors_map_to_backend_errors() -> None:
-    llm = GeminiLLM(api_key="k")
-    request_ = httpx2.Request("POST", "https://example.invalid")
-    cut = llm._map_error(httpx2.RemoteProtocolError("peer closed connection", request=request_))
-    timeout = llm._map_error(httpx2.ReadTimeout("timed out", request=request_))
-    refused = llm._map_error(httpx2.ConnectError("connection refused", request=request_))
-    assert cut.retryable and timeout.retryable and refused.retryable
-    assert str(refused) == "gemini: connection failed: ConnectError: connection refused"
-    other = llm._map_error(ValueError("unsupported\nvalue"))
-    assert not other.retryable and str(other) == "gemini: ValueError: unsupported value"
 
 
 # -- Vertex AI -------------------------------------------------------------------------------------

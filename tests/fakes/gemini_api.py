@@ -6,7 +6,7 @@ Serve ``GeminiFake().app`` with :func:`fakes.server.serve_app`. It answers:
   and the Vertex form ``/{version}/projects/{p}/locations/{l}/publishers/google/models/{model}:...``;
 - ``POST .../cachedContents``, ``GET``/``DELETE .../cachedContents/{id}`` on both.
 
-Each generate call takes the next scripted :class:`Reply` (else asks ``handler``): SSE events of
+Each generate call takes the next scripted :class:`~fakes.gemini_replies.Reply` (else asks ``handler``): SSE events of
 ``GenerateContentResponse`` JSON, an HTTP error, a stream cut after some events, or an error event
 in the stream. Requests are first checked against the API's documented rules and a broken rule is
 answered like the real API, with ``400 {"error": {"code": 400, "message": ..., "status":
@@ -34,14 +34,13 @@ proto JSON accepts both spellings, and so does this fake.
 
 from __future__ import annotations
 
-import base64
 import importlib
 import itertools
 import json
 import re
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -50,6 +49,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from fakes.gemini_replies import Reply, error_body, unb64
 from fakes.server import Recorded, RequestLog
 
 # Starlette's streaming response imports anyio's trio backend at its first use (about 30 ms of CPU):
@@ -79,145 +79,6 @@ MISSING_SIGNATURE = (
     "call `{name}` , position {position}. Please refer to https://ai.google.dev/gemini-api/docs/thought-signatures "
     "for more details."
 )
-
-
-# -- scripting ------------------------------------------------------------------------------------
-
-
-@dataclass
-class Reply:
-    """One scripted answer to a generate call.
-
-    Attributes:
-        chunks: ``GenerateContentResponse`` JSON objects, one SSE event each (an ``{"error": ...}``
-            object is an error event mid-stream).
-        status: The HTTP status; not 200: ``body`` is sent as JSON instead of a stream.
-        body: The error body.
-        headers: Extra response headers (``retry-after``).
-        cut_after: Drop the connection after this many chunks (a stream cut).
-        delay_s: A pause before each chunk.
-    """
-
-    chunks: list[dict[str, Any]] = field(default_factory=list)
-    status: int = 200
-    body: dict[str, Any] | None = None
-    headers: dict[str, str] = field(default_factory=dict)
-    cut_after: int | None = None
-    delay_s: float = 0.0
-
-
-def b64(data: bytes) -> str:
-    """Standard base64, as the API writes bytes."""
-    return base64.b64encode(data).decode()
-
-
-def unb64(value: str) -> bytes:
-    """Decode proto JSON bytes: standard or URL-safe base64 (google-genai sends the URL-safe form)."""
-    return base64.b64decode(value.replace("-", "+").replace("_", "/"), validate=True)
-
-
-def text(value: str, *, signature: bytes | None = None) -> dict[str, Any]:
-    """A text part."""
-    part: dict[str, Any] = {"text": value}
-    if signature is not None:
-        part["thoughtSignature"] = b64(signature)
-    return part
-
-
-def thought(value: str, *, signature: bytes | None = None) -> dict[str, Any]:
-    """A thought-summary part."""
-    return {**text(value, signature=signature), "thought": True}
-
-
-def call(
-    name: str, args: dict[str, Any] | None = None, *, id: str | None = None, signature: bytes | None = None
-) -> dict[str, Any]:
-    """A function-call part."""
-    fc: dict[str, Any] = {"name": name, "args": args or {}}
-    if id is not None:
-        fc["id"] = id
-    part: dict[str, Any] = {"functionCall": fc}
-    if signature is not None:
-        part["thoughtSignature"] = b64(signature)
-    return part
-
-
-def usage(prompt: int, candidates: int, *, cached: int = 0, thoughts: int = 0) -> dict[str, Any]:
-    """A ``usageMetadata`` object."""
-    meta = {"promptTokenCount": prompt, "candidatesTokenCount": candidates, "totalTokenCount": prompt + candidates}
-    if cached:
-        meta["cachedContentTokenCount"] = cached
-    if thoughts:
-        meta["thoughtsTokenCount"] = thoughts
-        meta["totalTokenCount"] += thoughts
-    return meta
-
-
-def chunk(
-    *parts: dict[str, Any], finish: str | None = None, usage_metadata: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """One streamed ``GenerateContentResponse``."""
-    candidate: dict[str, Any] = {"index": 0}
-    if parts:
-        candidate["content"] = {"role": "model", "parts": list(parts)}
-    if finish is not None:
-        candidate["finishReason"] = finish
-    out: dict[str, Any] = {"candidates": [candidate], "modelVersion": "fake"}
-    if usage_metadata is not None:
-        out["usageMetadata"] = usage_metadata
-    return out
-
-
-def reply(*chunks: dict[str, Any], cut_after: int | None = None, delay_s: float = 0.0) -> Reply:
-    """A streamed reply."""
-    return Reply(chunks=list(chunks), cut_after=cut_after, delay_s=delay_s)
-
-
-def answer(value: str, *, prompt_tokens: int = 10, output_tokens: int = 5) -> Reply:
-    """A plain answer in one chunk, with usage and STOP."""
-    return reply(chunk(text(value), finish="STOP", usage_metadata=usage(prompt_tokens, output_tokens)))
-
-
-_STATUS_TEXT = {
-    400: "INVALID_ARGUMENT",
-    401: "UNAUTHENTICATED",
-    403: "PERMISSION_DENIED",
-    404: "NOT_FOUND",
-    429: "RESOURCE_EXHAUSTED",
-    500: "INTERNAL",
-    503: "UNAVAILABLE",
-    504: "DEADLINE_EXCEEDED",
-}
-
-
-def error_body(
-    code: int, message: str, *, status: str | None = None, details: Iterable[dict[str, Any]] = ()
-) -> dict[str, Any]:
-    """A Google API error body (AIP-193)."""
-    err: dict[str, Any] = {"code": code, "message": message, "status": status or _STATUS_TEXT.get(code, "UNKNOWN")}
-    if details:
-        err["details"] = list(details)
-    return {"error": err}
-
-
-def error(
-    code: int,
-    message: str,
-    *,
-    retry_after: str | None = None,
-    retry_delay: str | None = None,
-    reason: str | None = None,
-) -> Reply:
-    """An HTTP error reply; ``retry_delay`` (``"7s"``) adds a ``google.rpc.RetryInfo``, ``reason`` an ErrorInfo."""
-    details: list[dict[str, Any]] = []
-    if retry_delay is not None:
-        details.append({"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": retry_delay})
-    if reason is not None:
-        details.append(
-            {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": reason, "domain": "googleapis.com"}
-        )
-    headers = {"retry-after": retry_after} if retry_after is not None else {}
-    return Reply(status=code, body=error_body(code, message, details=details), headers=headers)
 
 
 # -- the fake -------------------------------------------------------------------------------------
