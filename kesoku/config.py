@@ -8,6 +8,7 @@ cannot change by accident; mappings stay dicts (msgspec has no frozen mapping). 
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import tomllib
@@ -218,8 +219,14 @@ class TurnLogsConfig(_Section, frozen=True, kw_only=True):
 
     enabled: Annotated[bool, _doc("Write a turn log for every model call.")] = True
     max_mb_per_session: Annotated[
-        float, _doc("Megabytes of turn logs kept per session, oldest deleted first; 0 keeps all.", ge=0)
+        float,
+        _doc("Megabytes of turn logs kept per session, oldest deleted first; 0 keeps all.", ge=0, le=1_000_000),
     ] = 256
+
+    @property
+    def max_bytes_per_session(self) -> int:
+        """The cap in bytes; 0: no cap. A tiny positive cap is at least one byte (it keeps the newest log)."""
+        return math.ceil(self.max_mb_per_session * 1_000_000)
 
 
 class CompactionConfig(_Section, frozen=True, kw_only=True):

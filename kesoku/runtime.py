@@ -169,7 +169,7 @@ class Runtime:
             worker_idle_s=agent.worker_idle_s,
             project_dir=Path(agent.project_dir) if agent.project_dir else None,
             skills=skills,
-            turnlog=TurnLogWriter(max_session_bytes=int(config.turn_logs.max_mb_per_session * 1_000_000))
+            turnlog=TurnLogWriter(max_session_bytes=config.turn_logs.max_bytes_per_session)
             if config.turn_logs.enabled
             else None,
             question_timeout_s=agent.question_timeout_s,

@@ -82,7 +82,10 @@ def test_the_config_section_sets_the_writer_or_turns_logs_off(tmp_path: Path) ->
         assert off.turnlog is None
     finally:
         store.close()
+    assert TurnLogsConfig(max_mb_per_session=1e-7).max_bytes_per_session == 1  # still a cap: the newest stays
+    assert TurnLogsConfig(max_mb_per_session=0).max_bytes_per_session == 0
     bad = tmp_path / "bad.toml"
-    bad.write_text("[turn_logs]\nmax_mb_per_session = -1\n")
-    with pytest.raises(ConfigError, match=r"turn_logs\.max_mb_per_session"):
-        load_config(bad, env={})
+    for value in ("-1", "inf", "1e400", "nan"):
+        bad.write_text(f"[turn_logs]\nmax_mb_per_session = {value}\n")
+        with pytest.raises(ConfigError, match=r"bad\.toml:2: turn_logs\.max_mb_per_session: expected float"):
+            load_config(bad, env={})
