@@ -6,6 +6,11 @@ session's worker (a turn left ``processing`` resumes; its tool calls without res
 durable state, so the dispatcher needs no cursor of its own: the listener is opened before the recovery
 scan, and a message seen by both is queued once.
 
+A worker runs only while this process holds its session's lock (:mod:`kesoku.session_lock`). A message
+of a session another process holds is left to that process (its dispatcher sees every user message too)
+and looked at again every :data:`BUSY_RETRY_S` until it is answered or the session is free, so a message
+posted just as the other process lets go is not stranded.
+
 A worker that raises is a bug: its turn is marked failed, the user is told, the process keeps running,
 and messages that were waiting for that worker get a fresh one.
 """
@@ -28,6 +33,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+BUSY_RETRY_S = 1.0
+"""How often a message of a session held by another process is looked at again."""
+
 
 class Dispatcher:
     """Owns the session workers.
@@ -44,6 +52,9 @@ class Dispatcher:
         self.rt = rt
         self.workers: dict[str, SessionWorker] = {}
         self.crashes = 0
+        self.busy: dict[int, Message] = {}
+        """Open messages of sessions another process holds, by id (retried every BUSY_RETRY_S)."""
+        self._busy_added = trio.Event()
         self._nursery: trio.Nursery | None = None
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -60,6 +71,7 @@ class Dispatcher:
                 log.info("recovering %d open user message(s)", len(recovered))
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                nursery.start_soon(self._retry_busy)
                 for message in recovered:
                     self.submit(message)
                 gateway.set_stop_handler(self.stop)
@@ -73,10 +85,29 @@ class Dispatcher:
                     self._nursery = None
 
     def submit(self, message: Message) -> None:
-        """Queue a user message on its session's worker, starting the worker if needed."""
+        """Queue a user message on its session's worker, starting the worker if needed.
+
+        A message of a session another process holds waits in :attr:`busy` instead.
+        """
         worker = self._worker(message.session_id)
         if worker is not None:
             worker.submit(message)
+        elif self.rt.gateway.store.get_session(message.session_id) is not None:
+            self.busy[message.id] = message
+            self._busy_added.set()
+
+    async def _retry_busy(self) -> None:
+        """Look again at the messages of busy sessions until each is answered or its session is free."""
+        store = self.rt.gateway.store
+        while True:
+            await self._busy_added.wait()
+            await trio.sleep(BUSY_RETRY_S)
+            waiting, self.busy = self.busy, {}
+            self._busy_added = trio.Event()
+            for message in waiting.values():
+                current = store.get_message(message.id)
+                if current is not None and current.status in (Status.PENDING, Status.PROCESSING):
+                    self.submit(current)
 
     def compact(self, session_id: str) -> bool:
         """Compact a session as soon as it has no running turn (``/compact``).
@@ -92,12 +123,12 @@ class Dispatcher:
         return True
 
     def _worker(self, session_id: str) -> SessionWorker | None:
-        """The session's worker, started if needed; None when the session was deleted."""
+        """The session's worker, started if needed; None if the session is deleted or held elsewhere."""
         assert self._nursery is not None, "the dispatcher is not running"
         worker = self.workers.get(session_id)
         if worker is None:
             session = self.rt.gateway.store.get_session(session_id)
-            if session is None:
+            if session is None or not self.rt.gateway.locks.acquire(session.id):
                 return None
             worker = self.workers[session.id] = SessionWorker(self.rt, session)
             self._nursery.start_soon(self._run_worker, worker, name=f"worker {session.id}")
@@ -120,6 +151,7 @@ class Dispatcher:
             worker.history.close()
             if self.workers.get(worker.session.id) is worker:
                 del self.workers[worker.session.id]
+            self.rt.gateway.locks.release(worker.session.id)
         # Messages that arrived for the crashed worker still deserve an answer: give them a new one.
         for message in worker.pending.values():
             self.submit(message)

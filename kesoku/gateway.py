@@ -38,6 +38,7 @@ from typing import Any, Self
 import trio
 
 from kesoku.model import Message, Session, check_message
+from kesoku.session_lock import SessionLocks
 from kesoku.store import MessageFilter, Store
 
 LISTENER_BUFFER = 1024
@@ -77,6 +78,8 @@ class Gateway:
             raise ValueError("listener_buffer must be at least 1")
         self.store = store
         self.sessions_dir = Path(sessions_dir)
+        self.locks = SessionLocks(self.sessions_dir / ".locks")
+        """The sessions this process runs (one process at a time runs a session)."""
         self.listener_buffer = listener_buffer
         self.poll_interval_s = poll_interval_s
         self.post_yield_s = post_yield_s

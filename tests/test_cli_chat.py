@@ -238,6 +238,40 @@ def test_each_one_shot_is_a_new_session_unless_resumed(tmp_path: Path) -> None:
     assert "first" in str(log) and "third" in str(log)
 
 
+def test_a_session_another_process_is_running_is_refused_and_nothing_is_lost(tmp_path: Path) -> None:
+    setup(tmp_path, "tool.yaml")  # a shell call that runs 4 s, then an answer
+    first = subprocess.Popen(
+        [sys.executable, "-m", "kesoku", "chat", "-c", str(tmp_path / "kesoku.toml"), "run it"],
+        cwd=tmp_path,
+        env=environ(tmp_path),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert first.stderr is not None
+        assert first.stderr.readline().startswith("🛠 shell(")  # the tool is running (4 s)
+        session = history(tmp_path)[0][0]
+        second = chat(tmp_path, "--session", session[:8], "me too")
+        assert second.returncode == 2
+        assert second.stderr.strip().splitlines() == [
+            f"kesoku: --session {session[:8]}: another Kesoku process (pid {first.pid}) is running this session; "
+            "try again when it is done, or start a new session"
+        ]
+        out, _ = first.communicate(timeout=60)
+    finally:
+        first.kill()
+    assert first.returncode == 0
+    assert out == "The tool is done.\n"
+    rows = [r for r in history(tmp_path) if r[0] == session]
+    assert "me too" not in [r[3] for r in rows]  # refused before it was posted
+    results = [r[3] for r in rows if r[2] == Kind.TOOL_RESULT]
+    assert len(results) == 1 and "slept" in results[0]  # the running call was not marked lost
+    again = chat(tmp_path, "--session", session[:8], "now")  # free once the first process is done
+    assert again.returncode == 0, again.stderr
+
+
 def test_llm_option_overrides_the_config(tmp_path: Path) -> None:
     setup(tmp_path, "echo.yaml", agent_llm=False)
     result = chat(tmp_path, "--llm", "scripted", "hi")

@@ -111,12 +111,14 @@ def read_question(prompt: str | None, *, max_stdin_bytes: int = MAX_STDIN_BYTES)
 def open_session(gateway: Gateway, session_id: str | None) -> Session:
     """A new terminal session, or the terminal session ``--session`` names (id or unique prefix).
 
+    The session is held (:mod:`kesoku.session_lock`) from here on, so no other process answers it.
+
     Raises:
-        OperatorError: No such session, an ambiguous prefix, or a session of another adapter (the
-            daemon answers those; two processes answering one session would both reply).
+        OperatorError: No such session, an ambiguous prefix, a session of another adapter (the
+            daemon answers those), or a session another Kesoku process is running.
     """
     if session_id is None:
-        return gateway.open_session(INTERACTIVE_ADAPTER, f"tty-{uuid.uuid4().hex}")
+        return hold(gateway, gateway.open_session(INTERACTIVE_ADAPTER, f"tty-{uuid.uuid4().hex}"))
     from kesoku.store.store import AmbiguousSessionError, UnknownSessionError
 
     try:
@@ -130,6 +132,22 @@ def open_session(gateway: Gateway, session_id: str | None) -> Session:
             f"--session {session_id}: a {session.adapter} session; kesoku chat continues terminal sessions only"
         )
     Path(session.workspace).mkdir(parents=True, exist_ok=True)
+    return hold(gateway, session)
+
+
+def hold(gateway: Gateway, session: Session) -> Session:
+    """Hold ``session`` for this process (before its first message is posted, so no other takes it).
+
+    Raises:
+        OperatorError: Another Kesoku process is running the session.
+    """
+    if not gateway.locks.acquire(session.id):
+        pid = gateway.locks.holder(session.id)
+        by = f" (pid {pid})" if pid is not None else ""
+        raise OperatorError(
+            f"--session {session.id[:8]}: another Kesoku process{by} is running this session; "
+            "try again when it is done, or start a new session"
+        )
     return session
 
 

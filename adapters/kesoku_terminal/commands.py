@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from kesoku.daemon import INTERACTIVE_ADAPTER
+from kesoku_terminal.app import hold
 from kesoku_terminal.mcp_commands import USAGE as MCP_USAGE
 from kesoku_terminal.mcp_commands import mcp_command
 
@@ -32,8 +33,11 @@ async def run_command(chat: ChatUI, line: str) -> None:
 
 def new_terminal_session(chat: ChatUI) -> None:
     """Open a new terminal session and talk in it."""
-    session = chat.rt.gateway.open_session(INTERACTIVE_ADAPTER, f"tty-{uuid.uuid4().hex}")
+    gateway = chat.rt.gateway
+    session = hold(gateway, gateway.open_session(INTERACTIVE_ADAPTER, f"tty-{uuid.uuid4().hex}"))
+    previous = chat.session.id
     chat.switch(session)
+    gateway.locks.release(previous)  # its worker, if still running, holds it until it ends
 
 
 async def _help(chat: ChatUI, args: str) -> None:
