@@ -16,6 +16,7 @@ import struct
 import subprocess
 import sys
 import termios
+import threading
 import time
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from runtime_harness import echo, serve_runtime
 
 from kesoku.events import TurnEnded
 from kesoku.metrics import TurnMetrics, TurnState
-from kesoku.model import Kind, Message, Role
+from kesoku.model import Kind, Message, Role, Status
 from kesoku.store import Store
 from kesoku.testing import ScriptedLLM
 
@@ -380,6 +381,39 @@ class Terminal:
             return False
         self._stream.feed(data)
         return bool(data)
+
+
+def test_sigterm_stops_a_one_shot_turn_and_kills_its_tool(tmp_path: Path) -> None:
+    setup(tmp_path, "tool.yaml")  # a shell call that runs 4 s
+    marker = tmp_path / "marker"
+    scenario = (tmp_path / "scenario.yaml").read_text().replace("echo slept", f"echo slept > {marker}")
+    (tmp_path / "scenario.yaml").write_text(scenario)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kesoku", "chat", "-c", str(tmp_path / "kesoku.toml"), "run it"],
+        cwd=tmp_path,
+        env=environ(tmp_path),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    assert proc.stderr.readline().startswith("🛠 shell(")  # the tool is running
+    proc.send_signal(signal.SIGTERM)  # what `timeout` and service managers send
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "SIGTERM: stopping the turn and killing its tools" in err
+    rows = history(tmp_path)
+    results = [r[3] for r in rows if r[2] == Kind.TOOL_RESULT]
+    assert len(results) == 1 and "killed" in results[0]
+    store = Store(tmp_path / "kesoku.db")
+    try:
+        statuses = {m.status for m in store.history(rows[0][0]) if m.role is Role.USER}
+    finally:
+        store.close()
+    assert Status.PROCESSING not in statuses  # not left half-run for a later start to resume
+    threading.Event().wait(5)  # past the tool's 4 s: a surviving shell would have written the marker
+    assert not marker.exists()
 
 
 def test_interactive_streams_the_answer_and_exits_on_ctrl_d(tmp_path: Path) -> None:

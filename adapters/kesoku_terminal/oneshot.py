@@ -6,7 +6,9 @@ is a terminal. The metrics line is printed to a terminal, or when the turn was s
 reading stderr sees one line per event that matters.
 
 Exit codes: 0 answered; 1 the turn failed (the model call failed, the step limit) or was interrupted
-by another message; 130 stopped by Ctrl-C (the shell's code for SIGINT).
+by another message; 130 stopped by Ctrl-C (the shell's code for SIGINT); 143 or 129 stopped by SIGTERM
+or SIGHUP (``timeout``, a closed terminal): the turn is stopped and its running tools killed, so none
+outlives the chat, and the turn is left ``stopped``, not half-run.
 """
 
 from __future__ import annotations
@@ -162,7 +164,8 @@ async def run_oneshot(rt: Runtime, session: Session, prompt: str) -> int:
 
     Cancellation:
         Ctrl-C (SIGINT) stops the turn (a second one kills running tools); the turn ends ``stopped``
-        and its metrics line is printed before 130 is returned.
+        and its metrics line is printed before 130 is returned. SIGTERM and SIGHUP stop it and kill
+        its tools at once; 128 + the signal number is returned.
     """
     sink = PlainSink(sys.stdout, sys.stderr, err_tty=sys.stderr.isatty())
     stops = _Controls(rt, session.id)
@@ -171,12 +174,14 @@ async def run_oneshot(rt: Runtime, session: Session, prompt: str) -> int:
         await nursery.start(follower.run)
         await nursery.start(rt.serve)
         stops.nursery = nursery
-        nursery.start_soon(stops.watch_sigint)
+        nursery.start_soon(stops.watch_signals)
         mine = await rt.gateway.post(user_text(session.id, prompt))
         # The turn that answers `mine` is rooted on it or on a later message.
         await follower.wait_ended(mine.id)
         nursery.cancel_scope.cancel()
     assert sink.metrics is not None
+    if stops.terminated is not None and sink.metrics.state is TurnState.STOPPED:
+        return 128 + stops.terminated
     return _EXIT_CODES[sink.metrics.state]
 
 
@@ -192,6 +197,8 @@ class _Controls:
         self.rt = rt
         self.session_id = session_id
         self.count = 0
+        self.terminated: int | None = None
+        """The number of the SIGTERM or SIGHUP that stopped the turn, if one did."""
         self.nursery: trio.Nursery | None = None
 
     def apply(self) -> None:
@@ -212,10 +219,15 @@ class _Controls:
         line = await trio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
         self.rt.questions.answer(question.id, parse_answer(line) or DENY, by=user_name())
 
-    async def watch_sigint(self) -> None:
-        with trio.open_signal_receiver(signal.SIGINT) as signals:
-            async for _ in signals:
-                self.count += 1
+    async def watch_signals(self) -> None:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+            async for signum in signals:
+                if signum == signal.SIGINT:
+                    self.count += 1
+                    hint = "killing tools" if self.count > 1 else "stopping the turn (Ctrl-C again kills running tools)"
+                else:  # whoever sent it wants the process gone: nothing may outlive it
+                    self.count = max(self.count, 2)
+                    self.terminated = signum
+                    hint = f"{signal.Signals(signum).name}: stopping the turn and killing its tools"
                 self.apply()
-                hint = "stopping the turn (Ctrl-C again kills running tools)" if self.count == 1 else "killing tools"
                 print(hint, file=sys.stderr, flush=True)
