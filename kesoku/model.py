@@ -117,7 +117,9 @@ class Metadata(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
             back exactly as received (Gemini API, "Thought signatures"; Anthropic, "Extended thinking").
         signed_by: The provider that made ``thought_signature`` (only it can verify it).
         attachments: Files that came with a user message.
-        usage: Token counts of the model call that produced this message.
+        usage: Token counts of the model call that produced this message; only the first message a call
+            posts carries them, whatever its kind (a tool call; the notice of a failed call), so each
+            call counts once. Older sessions have them on a call's last thought or text: also once.
         outcome: How a tool call ended (tool_result only).
         extra: Adapter- or backend-specific fields that have no home above.
     """

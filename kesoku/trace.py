@@ -331,7 +331,7 @@ def _step_html(n: int, step: Step) -> str:
     calls = {m.id: m for m in step.messages if m.kind is Kind.TOOL_CALL}
     facts = [f"step {n}"]
     usage = step.call.usage if step.call else None
-    if usage is None:  # no log: the usage stored on the step's last answer message
+    if usage is None:  # no log: the usage stored on the step's first message
         usage = next((m.metadata.usage for m in step.messages if m.metadata.usage), None)
     if step.call is not None:
         facts.append(f"{step.call.model} · model {step.call.duration_s:.2f} s")

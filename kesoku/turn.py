@@ -211,7 +211,8 @@ class Turn:
                 if await self._compact("context overflow", fixed, force=True):
                     continue
             if error is not None:
-                await self._post_system(f"⚠ The model call failed: {error}")
+                # The notice is the failed call's only message: it carries whatever usage was streamed.
+                await self._post_system(f"⚠ The model call failed: {error}", response.usage)
                 return TurnState.FAILED
             if response.usage.input_tokens:
                 self.compactor.calibration.update(request, response.usage.input_tokens)
@@ -220,10 +221,9 @@ class Turn:
                 return self._cut_state()
             calls = [self._call_message(c) for c in response.tool_calls]
             answer = self._answer_messages(response, Status.DONE)
+            posted = await self._post(_with_step_usage([*answer, *calls], response.usage))
             if not calls:
-                await self._post(answer)
                 return TurnState.DONE
-            posted = await self._post([*answer, *calls])
             await self._run_batch(posted[len(answer) :])
 
     def _cut_state(self) -> TurnState:
@@ -343,16 +343,15 @@ class Turn:
             out.append(in_turn(self.root, Role.ASSISTANT, Kind.THOUGHT, block.text, status=status, metadata=meta))
         if response.text.strip():
             out.append(in_turn(self.root, Role.ASSISTANT, Kind.TEXT, response.text, status=status))
-        if out and response.usage.total_tokens:
-            out[-1] = _with_usage(out[-1], response.usage)
         return out
 
     async def _post_partial(self, response: LLMResponse) -> None:
         """Keep what the model streamed before the cut; its unfinished tool calls are dropped unrun."""
-        await self._post(self._answer_messages(response, Status.INTERRUPTED))
+        await self._post(_with_step_usage(self._answer_messages(response, Status.INTERRUPTED), response.usage))
 
-    async def _post_system(self, text: str) -> None:
-        await self._post([in_turn(self.root, Role.SYSTEM, Kind.TEXT, text)])
+    async def _post_system(self, text: str, usage: Usage | None = None) -> None:
+        notice = in_turn(self.root, Role.SYSTEM, Kind.TEXT, text)
+        await self._post(_with_step_usage([notice], usage or Usage()))
 
     async def _post(self, messages: list[Message]) -> list[Message]:
         if not messages:
@@ -438,8 +437,17 @@ def system_prompt(rt: Runtime, session: Session) -> str:
     return prompt
 
 
-def _with_usage(message: Message, usage: Usage) -> Message:
-    return msgspec.structs.replace(message, metadata=msgspec.structs.replace(message.metadata, usage=usage))
+def _with_step_usage(messages: list[Message], usage: Usage) -> list[Message]:
+    """The messages of one model call, its usage on the first (whatever its kind).
+
+    Readers sum ``metadata.usage`` over messages (:func:`kesoku.usage.session_tokens`), so a call's usage
+    goes on exactly one of its messages; on the first because a step may post only tool calls. A call
+    that reported nothing, or posts nothing (a cut before any output), stores none.
+    """
+    if messages and usage.total_tokens:
+        first = messages[0]
+        messages[0] = msgspec.structs.replace(first, metadata=msgspec.structs.replace(first.metadata, usage=usage))
+    return messages
 
 
 def _call_summary(name: str, arguments: Mapping[str, object]) -> str:

@@ -6,12 +6,17 @@ from pathlib import Path
 
 import msgspec
 import pytest
+import trio
+import trio.testing
+from runtime_harness import echo, serve_runtime
 from test_cli_chat import Terminal, setup
 
 from kesoku.compaction.view import Archive, ViewState, key
 from kesoku.config import ModelPrice, PricingConfig
 from kesoku.llm.ir import ToolSpec
-from kesoku.model import Message, Metadata, Role, Usage
+from kesoku.metrics import TurnState
+from kesoku.model import Kind, Message, Metadata, Role, Usage
+from kesoku.testing import ScriptedLLM
 from kesoku.usage import TokenTotals, context_lines, context_parts, cost_usd, find_price, session_tokens, usage_lines
 
 
@@ -28,6 +33,94 @@ def test_tokens_are_summed_by_kind_over_the_calls_that_reported_them() -> None:
     assert session_tokens(history) == TokenTotals(
         calls=2, input_tokens=3000, cached_tokens=600, output_tokens=60, thinking_tokens=20
     )
+
+
+async def test_the_usage_of_tool_call_only_steps_is_counted_once_each(tmp_path: Path) -> None:
+    # Three steps that only call a tool, then the answer: each model call's usage must reach the store.
+    usages = [
+        {"input_tokens": 1000, "output_tokens": 11, "cached_tokens": 100},
+        {"input_tokens": 1100, "output_tokens": 12, "cached_tokens": 200, "thinking_tokens": 5},
+        {"input_tokens": 1200, "output_tokens": 13},
+        {"input_tokens": 1300, "output_tokens": 14, "thinking_tokens": 7},
+    ]
+    steps: list[dict[str, object]] = [
+        {"tool_calls": [{"name": "echo", "arguments": {"text": str(n)}}], "usage": usage}
+        for n, usage in enumerate(usages[:3])
+    ]
+    steps.append({"text": "done", "usage": usages[3]})
+    async with serve_runtime(tmp_path, ScriptedLLM(steps), tools=[echo()]) as h:
+        await h.say("echo three times")
+        metrics = await h.turn_end()
+        history = h.history()
+    assert metrics.state is TurnState.DONE and metrics.model_calls == 4
+    expected = TokenTotals(calls=4, input_tokens=4600, cached_tokens=300, output_tokens=50, thinking_tokens=12)
+    assert session_tokens(history) == expected
+    assert metrics.turn_tokens == expected.input_tokens + expected.output_tokens
+    carriers = [m.kind for m in history if m.metadata.usage is not None]
+    assert carriers == [Kind.TOOL_CALL, Kind.TOOL_CALL, Kind.TOOL_CALL, Kind.TEXT]
+    lines = usage_lines(history, turns=1, model="m", pricing=PricingConfig())
+    assert lines[:2] == [
+        "1 turns · 4 model calls reported usage",
+        "input 4,600 tokens (300 cached) · output 50 tokens (12 thinking)",
+    ]
+
+
+async def test_a_step_with_several_outputs_carries_its_usage_on_one_message(tmp_path: Path) -> None:
+    # Thought, text and two tool calls in one step are one model call.
+    llm = ScriptedLLM(
+        [
+            {
+                "thought": "both",
+                "text": "Echoing.",
+                "tool_calls": [{"name": "echo", "arguments": {"text": t}} for t in ("a", "b")],
+                "usage": {"input_tokens": 500, "output_tokens": 40},
+            },
+            {"text": "a and b", "usage": {"input_tokens": 600, "output_tokens": 5}},
+        ]
+    )
+    async with serve_runtime(tmp_path, llm, tools=[echo()]) as h:
+        await h.say("echo twice")
+        await h.turn_end()
+        history = h.history()
+    assert session_tokens(history) == TokenTotals(calls=2, input_tokens=1100, output_tokens=45)
+
+
+async def test_the_usage_of_a_failed_call_is_counted(tmp_path: Path) -> None:
+    # A mid-stream failure after the usage was reported: the failure notice carries it.
+    failed = {"events": [{"text": "Let me"}, {"usage": {"input_tokens": 700, "output_tokens": 3}}]}
+    failed["events"].append({"error": {"message": "dropped", "retryable": True}})
+    llm = ScriptedLLM([{"tool_calls": [{"name": "echo", "arguments": {}}], "usage": {"input_tokens": 600}}, failed])
+    async with serve_runtime(tmp_path, llm, tools=[echo()]) as h:
+        await h.say("echo")
+        metrics = await h.turn_end()
+        history = h.history()
+    assert metrics.state is TurnState.FAILED and metrics.model_calls == 2
+    assert session_tokens(history) == TokenTotals(calls=2, input_tokens=1300, output_tokens=3)
+    assert history[-1].role is Role.SYSTEM and history[-1].content.startswith("⚠ The model call failed")
+
+
+async def test_the_partial_usage_of_an_interrupted_call_is_counted_once(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    # Cut after the thought, the text and a usage report: the interrupted output carries that usage once.
+    cut = {
+        "events": [
+            {"thought": "hm"},
+            {"text": "Part"},
+            {"usage": {"input_tokens": 800, "output_tokens": 2}},
+            {"sleep_s": 60},
+            {"text": " never"},
+        ]
+    }
+    llm = ScriptedLLM([cut, {"text": "Second", "usage": {"input_tokens": 900, "output_tokens": 1}}])
+    async with serve_runtime(tmp_path, llm) as h:
+        await h.say("first")
+        await trio.sleep(10)
+        await h.say("second")
+        assert (await h.turn_end()).state is TurnState.INTERRUPTED
+        assert (await h.turn_end()).state is TurnState.DONE
+        history = h.history()
+    assert session_tokens(history) == TokenTotals(calls=2, input_tokens=1700, output_tokens=3)
 
 
 def test_a_price_is_found_by_exact_id_else_the_longest_prefix() -> None:
