@@ -37,6 +37,7 @@ from typing import Any, Self
 
 import trio
 
+from kesoku.errors import OperatorError
 from kesoku.model import Message, Session, check_message
 from kesoku.session_lock import SessionLocks
 from kesoku.store import MessageFilter, Store
@@ -47,6 +48,21 @@ POLL_INTERVAL_S = 0.05
 """How often a waiting listener checks for commits by other processes (delivery within ~50 ms)."""
 POST_YIELD_S = 0.0005
 """A task that keeps posting yields to the other tasks at least this often (see :meth:`Gateway.post`)."""
+
+
+def make_workspace(path: str | os.PathLike[str]) -> None:
+    """Create a session's workspace folder (and its parents) if it is missing.
+
+    Raises:
+        OperatorError: The folder cannot be made (a parent is a file, no permission, a full disk): one
+            line naming it, for the person who set ``workspace.sessions_dir``, not a traceback.
+    """
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OperatorError(
+            f"cannot create the session folder {path}: {exc.strerror or exc} (workspace.sessions_dir)"
+        ) from None
 
 
 class Gateway:
@@ -268,11 +284,20 @@ class Gateway:
 
         Returns:
             The session; its workspace folder exists.
+
+        Raises:
+            OperatorError: The workspace folder cannot be made; a session this call created is removed.
         """
-        session = self.store.create_session(
+        existing = self.store.find_session(adapter, channel_id)
+        session = existing or self.store.create_session(
             adapter, channel_id, workspace_root=self.sessions_dir, created_at=created_at, title=title, llm=llm
         )
-        Path(session.workspace).mkdir(parents=True, exist_ok=True)
+        try:
+            make_workspace(session.workspace)
+        except OperatorError:
+            if existing is None:  # else every list would show an empty "untitled" session no one can use
+                self.store.delete_session(session.id)
+            raise
         return session
 
     async def delete_session(self, session_id: str) -> bool:

@@ -550,3 +550,21 @@ def test_a_setup_error_leaves_no_database_behind(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert result.stderr.startswith("kesoku: claude.api_key: not set")
     assert not (tmp_path / "kesoku.db").exists()
+
+
+def test_a_session_folder_that_cannot_be_made_is_one_line_and_leaves_no_session(tmp_path: Path) -> None:
+    config = setup(tmp_path, "echo.yaml")
+    assert chat(tmp_path, "first").returncode == 0
+    # A parent that is a regular file stops mkdir even for root, where permission bits do not.
+    (tmp_path / "blocker").write_text("")
+    config.write_text(config.read_text() + '[workspace]\nsessions_dir = "blocker/sessions"\n')
+    result = chat(tmp_path, "hi")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.startswith(f"kesoku: cannot create the session folder {tmp_path / 'blocker' / 'sessions'}/")
+    assert result.stderr.endswith(": Not a directory (workspace.sessions_dir)\n")
+    assert len(result.stderr.splitlines()) == 1
+    store = Store(tmp_path / "kesoku.db")
+    try:
+        assert len(store.list_sessions()) == 1  # only the first chat's: no empty "untitled" row
+    finally:
+        store.close()

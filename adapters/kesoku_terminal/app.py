@@ -19,6 +19,7 @@ import trio
 
 from kesoku.daemon import INTERACTIVE_ADAPTER, build_runtime
 from kesoku.errors import OperatorError
+from kesoku.gateway import make_workspace
 
 if TYPE_CHECKING:
     from kesoku.config import Config
@@ -115,7 +116,8 @@ def open_session(gateway: Gateway, session_id: str | None) -> Session:
 
     Raises:
         OperatorError: No such session, an ambiguous prefix, a session of another adapter (the
-            daemon answers those), or a session another Kesoku process is running.
+            daemon answers those), a session another Kesoku process is running, or a workspace
+            folder that cannot be made.
     """
     if session_id is None:
         return hold(gateway, gateway.open_session(INTERACTIVE_ADAPTER, f"tty-{uuid.uuid4().hex}"))
@@ -131,7 +133,7 @@ def open_session(gateway: Gateway, session_id: str | None) -> Session:
         raise OperatorError(
             f"--session {session_id}: a {session.adapter} session; kesoku chat continues terminal sessions only"
         )
-    Path(session.workspace).mkdir(parents=True, exist_ok=True)
+    make_workspace(session.workspace)
     return hold(gateway, session)
 
 
