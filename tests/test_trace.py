@@ -68,6 +68,28 @@ def test_the_cli_traces_a_session_or_one_of_its_turns(tmp_path: Path) -> None:
     assert missing.stderr == f"kesoku: trace {sid}: no turn 3 (the session has 2 turns)\n"
 
 
+def test_an_output_in_a_missing_folder_is_one_line(tmp_path: Path) -> None:
+    setup(tmp_path, "echo.yaml")
+    assert chat(tmp_path, "hi").returncode == 0
+    (sid,) = session_ids(tmp_path)
+    target = tmp_path / "nonexistent" / "x.html"
+    result = trace(tmp_path, sid, "-o", str(target))
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == f"kesoku: cannot write {target}: No such file or directory (--output)\n"
+    # `kesoku sessions export -o` writes through the same function.
+    exported = subprocess.run(
+        [sys.executable, "-m", "kesoku", "sessions", "export", sid, "-o", str(target), "-c", "kesoku.toml"],
+        cwd=tmp_path,
+        env=environ(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (exported.returncode, exported.stderr) == (2, result.stderr)
+    assert not target.parent.exists()
+
+
 def test_an_interrupted_turn_is_marked_from_a_real_chat(tmp_path: Path) -> None:
     setup(tmp_path, "slow.yaml")
     term = Terminal(tmp_path)

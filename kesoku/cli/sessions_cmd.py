@@ -69,6 +69,18 @@ def find_session(store: Store, session_id: str) -> Session:
         raise OperatorError(f"session {session_id}: no such session (kesoku sessions list shows them)") from None
 
 
+def write_output(path: Path, data: bytes) -> None:
+    """Write ``--output``; a folder that does not exist is the user's typo to fix, so it is not made.
+
+    Raises:
+        OperatorError: The file cannot be written (a missing folder, no permission): one line naming it.
+    """
+    try:
+        path.write_bytes(data)
+    except OSError as exc:
+        raise OperatorError(f"cannot write {path}: {exc.strerror or exc} (--output)") from None
+
+
 def list_sessions(
     *, adapter: Annotated[str | None, Parameter(name="--adapter")] = None, config: ConfigOption = None
 ) -> None:
@@ -220,7 +232,7 @@ def export(
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
     else:
-        output.write_bytes(data)
+        write_output(output, data)
         print(f"wrote {len(lines) - 1} messages of session {s.id} to {output}", file=sys.stderr)
 
 

@@ -8,7 +8,7 @@ from typing import Annotated
 
 from cyclopts import Parameter
 
-from kesoku.cli.sessions_cmd import ConfigOption, find_session, open_store
+from kesoku.cli.sessions_cmd import ConfigOption, find_session, open_store, write_output
 
 
 def trace(
@@ -27,7 +27,8 @@ def trace(
     Args:
         session: The session (id or unique prefix; kesoku sessions list shows them).
         turn: Only this turn (1 is the first, -1 the last).
-        output: The file to write; "-" writes to stdout. Default: kesoku-trace-SESSION_ID[-turn-N].html here.
+        output: The file to write (its folder must exist); "-" writes to stdout. Default:
+            kesoku-trace-SESSION_ID[-turn-N].html here.
         config: The TOML file. Default: $KESOKU_CONFIG, else ./kesoku.toml, else built-in defaults.
     """
     from kesoku.errors import OperatorError
@@ -46,5 +47,5 @@ def trace(
         sys.stdout.buffer.flush()
         return
     path = output or Path(f"kesoku-trace-{s.id}{'' if turn is None else f'-turn-{turn}'}.html")
-    path.write_bytes(data)
+    write_output(path, data)
     print(f"wrote {path} ({len(data) // 1024:,} KiB)")
