@@ -4,6 +4,7 @@ and the store methods behind them (prefix lookup, fork) on a real SQLite file.""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import uuid
@@ -163,3 +164,34 @@ def test_a_fork_does_not_inherit_a_pending_turn_or_external_ids(tmp_path: Path) 
         assert done.message.external_id == "d1"
     finally:
         store.close()
+
+
+def test_a_reader_that_leaves_early_ends_any_command_quietly(tmp_path: Path) -> None:
+    """`kesoku sessions show ID | tail -6`, `kesoku config schema | head -c 600`: no BrokenPipeError traceback."""
+    first, _ = two_sessions(tmp_path)
+    for args in (
+        ["config", "schema"],
+        ["sessions", "show", first],
+        ["sessions", "export", first],
+        ["trace", first, "-o", "-"],
+        ["chat", "-c", "kesoku.toml", "What is the capital?"],
+        ["--version"],
+    ):
+        read, write = os.pipe()
+        os.close(read)  # the reader is gone before the first write: every write meets a closed pipe
+        try:
+            result = subprocess.run(
+                [sys.executable, "-m", "kesoku", *args],
+                cwd=tmp_path,
+                env=environ(tmp_path),
+                stdin=subprocess.DEVNULL,
+                stdout=write,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+        finally:
+            os.close(write)
+        assert result.returncode == 141, (args, result.stderr)
+        assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr, args  # chat's activity stays

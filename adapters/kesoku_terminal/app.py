@@ -8,10 +8,8 @@ share one ``kesoku.db`` without both answering a message.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -71,7 +69,7 @@ def chat(
         if question is not None:
             from kesoku_terminal.oneshot import run_oneshot
 
-            return _guard_pipe(lambda: trio.run(run_oneshot, rt, session, question))
+            return trio.run(run_oneshot, rt, session, question)
         from kesoku_terminal.interactive import run_interactive
 
         return trio.run(run_interactive, rt, session, serving, session_id is not None)
@@ -166,22 +164,3 @@ def _log_warnings_only() -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.WARNING)
-
-
-def _guard_pipe(run: Callable[[], int]) -> int:
-    """Run; a reader that closed stdout early (``| head -1``) ends the chat quietly, as in other tools."""
-    try:
-        return run()
-    except (BrokenPipeError, ExceptionGroup) as exc:
-        if not _broken_pipe(exc):
-            raise
-        # Python would report the pipe again when flushing stdout at exit: point it at /dev/null.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader left
-
-
-def _broken_pipe(exc: BaseException) -> bool:
-    if isinstance(exc, BaseExceptionGroup):
-        return all(_broken_pipe(e) for e in exc.exceptions)
-    return isinstance(exc, BrokenPipeError)

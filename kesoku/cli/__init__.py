@@ -10,6 +10,7 @@ commands the cyclopts app knows.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -85,10 +86,34 @@ def overview() -> str:
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; an operator error prints one line on stderr and exits 2.
 
+    A reader that closes stdout early (``kesoku config schema | head -c 600``) ends the command
+    quietly with 141, as a shell reports a writer whose reader left, whichever command was writing.
+
     Args:
         argv: Arguments without the program name; ``sys.argv[1:]`` when None.
     """
-    args = sys.argv[1:] if argv is None else argv
+    try:
+        try:
+            _run(sys.argv[1:] if argv is None else argv)
+        finally:
+            sys.stdout.flush()  # output still buffered meets the closed pipe here, not at exit
+    except (BrokenPipeError, BaseExceptionGroup) as exc:  # trio.run wraps a chat's in a group
+        if not _broken_pipe(exc):
+            raise
+        # The recipe of Python's signal docs: Python would report the pipe again when it flushes
+        # stdout at exit, so point stdout at /dev/null first.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        raise SystemExit(141) from None  # 128 + SIGPIPE
+
+
+def _broken_pipe(exc: BaseException) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_broken_pipe(e) for e in exc.exceptions)
+    return isinstance(exc, BrokenPipeError)
+
+
+def _run(args: list[str]) -> None:
     if not args or (len(args) == 1 and args[0] in _HELP_FLAGS):
         sys.stdout.write(overview())
         return
