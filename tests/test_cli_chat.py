@@ -219,6 +219,14 @@ def test_nothing_to_ask_and_unknown_session_are_one_line(tmp_path: Path) -> None
     unknown = chat(tmp_path, "--session", "nope1234", "hi")
     assert unknown.returncode == 2
     assert unknown.stderr == "kesoku: --session nope1234: no such session (/sessions in kesoku chat lists them)\n"
+    assert chat(tmp_path, "first").returncode == 0
+    (sid, *_) = history(tmp_path)[0]
+    short = chat(tmp_path, "--session", sid[:1], "hi")  # the start of a real id, but too short to try
+    assert (short.returncode, short.stdout) == (2, "")
+    assert short.stderr == (
+        f"kesoku: --session {sid[:1]}: no such session; give at least 4 characters of the id"
+        " (/sessions in kesoku chat lists them)\n"
+    )
 
 
 def test_each_one_shot_is_a_new_session_unless_resumed(tmp_path: Path) -> None:

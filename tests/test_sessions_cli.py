@@ -112,6 +112,12 @@ def test_clear_deletes_the_session_and_its_workspace(tmp_path: Path) -> None:
     again = kesoku(tmp_path, "sessions", "clear", first)
     assert again.returncode == 2
     assert again.stderr == f"kesoku: session {first}: no such session (kesoku sessions list shows them)\n"
+    short = kesoku(tmp_path, "sessions", "show", second[:3])
+    assert short.returncode == 2
+    assert short.stderr == (
+        f"kesoku: session {second[:3]}: no such session; give at least 4 characters of the id"
+        " (kesoku sessions list shows them)\n"
+    )
 
 
 def test_a_missing_database_is_not_created(tmp_path: Path) -> None:
@@ -134,9 +140,9 @@ def test_a_prefix_names_one_session_or_is_refused(tmp_path: Path, monkeypatch: p
             store.resolve_session("abcd")
         assert ambiguous.value.matches == [a, b]
         assert str(ambiguous.value) == "2 sessions start with it; give more of the id"
-        with pytest.raises(UnknownSessionError):
+        with pytest.raises(UnknownSessionError, match=r"^no such session; give at least 4 characters of the id$"):
             store.resolve_session("fff")  # shorter than 4 characters: only a whole id
-        with pytest.raises(UnknownSessionError):
+        with pytest.raises(UnknownSessionError, match=r"^no such session$"):
             store.resolve_session("0123")
     finally:
         store.close()

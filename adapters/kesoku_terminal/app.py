@@ -125,8 +125,8 @@ def open_session(gateway: Gateway, session_id: str | None) -> Session:
         session = gateway.store.resolve_session(session_id)
     except AmbiguousSessionError as exc:
         raise OperatorError(f"--session {session_id}: {exc}") from None
-    except UnknownSessionError:
-        raise OperatorError(f"--session {session_id}: no such session (/sessions in kesoku chat lists them)") from None
+    except UnknownSessionError as exc:
+        raise OperatorError(f"--session {session_id}: {exc} (/sessions in kesoku chat lists them)") from None
     if session.adapter != INTERACTIVE_ADAPTER:
         raise OperatorError(
             f"--session {session_id}: a {session.adapter} session; kesoku chat continues terminal sessions only"

@@ -65,8 +65,8 @@ def find_session(store: Store, session_id: str) -> Session:
         return store.resolve_session(session_id)
     except AmbiguousSessionError as exc:
         raise OperatorError(f"session {session_id}: {exc}") from None
-    except UnknownSessionError:
-        raise OperatorError(f"session {session_id}: no such session (kesoku sessions list shows them)") from None
+    except UnknownSessionError as exc:
+        raise OperatorError(f"session {session_id}: {exc} (kesoku sessions list shows them)") from None
 
 
 def write_output(path: Path, data: bytes) -> None:

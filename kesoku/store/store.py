@@ -474,21 +474,24 @@ class Store:
             The session.
 
         Raises:
-            UnknownSessionError: No session has this id or prefix.
+            UnknownSessionError: No session has this id or prefix; the message says when the prefix is
+                too short to be tried.
             AmbiguousSessionError: Several sessions start with the prefix.
         """
         session = self.get_session(id_or_prefix)
         if session is not None:
             return session
-        if len(id_or_prefix) >= min_prefix_chars:
-            rows = self._conn.execute(
-                f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE substr(id, 1, ?) = ? ORDER BY created_at, id",
-                (len(id_or_prefix), id_or_prefix),
-            ).fetchall()
-            if len(rows) == 1:
-                return _row_to_session(rows[0])
-            if rows:
-                raise AmbiguousSessionError([_row_to_session(r) for r in rows])
+        if len(id_or_prefix) < min_prefix_chars:
+            # Say why: "8" may well be the start of an id the user sees listed.
+            raise UnknownSessionError(f"no such session; give at least {min_prefix_chars} characters of the id")
+        rows = self._conn.execute(
+            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE substr(id, 1, ?) = ? ORDER BY created_at, id",
+            (len(id_or_prefix), id_or_prefix),
+        ).fetchall()
+        if len(rows) == 1:
+            return _row_to_session(rows[0])
+        if rows:
+            raise AmbiguousSessionError([_row_to_session(r) for r in rows])
         raise UnknownSessionError("no such session")
 
     def fork_session(
