@@ -43,9 +43,7 @@ def explain(error: str, data: dict[str, Any], name: str, text: str) -> str:
     elif field := re.fullmatch(r"Object contains unknown field `(.*)`", msg):
         known = _known_keys(_type_at(path, data))
         path.append(field[1])
-        close = " or ".join(map(repr, difflib.get_close_matches(field[1], known, n=2)))
-        hint = f"did you mean {close}? " if close else ""
-        msg = f"unknown key; {hint}(known: {', '.join(known)})"
+        msg = unknown_key(field[1], known)
     elif field := re.fullmatch(r"Object missing required field `(.*)`", msg):
         path.append(field[1])
         choices = _choices(_type_at(path, data))
@@ -62,6 +60,16 @@ def explain(error: str, data: dict[str, Any], name: str, text: str) -> str:
     where, key = _locate(text, tuple(path)), _format_path(path)
     head = f"{name}:{where}:" if where else f"{name}:"
     return " ".join(f"{head} {key + ': ' if key else ''}{msg}".split("\n"))
+
+
+def unknown_key(key: str, known: list[str]) -> str:
+    """``unknown key; did you mean 'x'? (known: ...)``; the question only when a known key is close.
+
+    Shared with the scripted backend's scenario files, so both say it the same way.
+    """
+    close = " or ".join(map(repr, difflib.get_close_matches(key, known, n=2)))
+    hint = f"; did you mean {close}?" if close else ""
+    return f"unknown key{hint} (known: {', '.join(known)})"
 
 
 def _parse_path(path: str, data: Any) -> list[Segment]:

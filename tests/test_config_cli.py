@@ -64,6 +64,15 @@ def test_check_reads_kesoku_config_from_the_environment() -> None:
     assert line.startswith(f"kesoku: {path}:3: agent.lm: unknown key; did you mean 'llm'?")
 
 
+def test_an_unknown_key_with_nothing_close_lists_the_known_ones() -> None:
+    path = BAD / "unknown_key_nothing_close.toml"
+    line = assert_operator_error(kesoku("config", "check", "-c", str(path)))
+    assert line == (
+        f"kesoku: {path}:3: agent.zzzzqqq: unknown key (known: llm, persona, max_steps_per_turn, fallback,"
+        " project_dir, worker_idle_s, max_retries, retry_cap_s, shutdown_grace_s, question_timeout_s)"
+    )
+
+
 def test_check_reference_config_ok() -> None:
     result = kesoku("config", "check", "-c", "kesoku.toml")
     assert result.returncode == 0, result.stderr

@@ -35,7 +35,6 @@ as one line naming the file and key path: ``scenario.yaml: steps[2].tool_calls[0
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 import uuid
@@ -46,6 +45,7 @@ import msgspec
 import trio
 import yaml
 
+from kesoku.config_errors import unknown_key
 from kesoku.errors import BackendError, ConfigError
 from kesoku.llm.base import MAX_RETRIES, STALL_TIMEOUT_S, BaseLLM
 from kesoku.llm.ir import LLMEvent, LLMRequest, TextDelta, ThoughtDelta, ToolCallBlock, ToolCallEvent, UsageEvent
@@ -366,7 +366,5 @@ def _explain(message: str, prefix: str) -> str:
     if unknown:
         field = unknown.group(1)
         known = _known_keys(path)
-        close = " or ".join(map(repr, difflib.get_close_matches(field, known, n=2)))
-        hint = f"; did you mean {close}?" if close else ""
-        return f"{path + '.' if path else ''}{field}: unknown key{hint} (known: {', '.join(known)})"
+        return f"{path + '.' if path else ''}{field}: {unknown_key(field, known)}"
     return f"{path}: {text}" if path else text
