@@ -79,7 +79,12 @@ class Compacted(msgspec.Struct, frozen=True, tag="compacted"):
         """One line for a chat: what was compacted and the estimated tokens before and after."""
         view = self.view
         if view is None:
-            return f"🗜 nothing to compact ({self.reason}): the history is short or was compacted already"
+            # The current turn is never compacted: a long one (a big paste, many tool rounds) can fill
+            # the window on its own, which "the history is short" would misreport.
+            return (
+                f"🗜 nothing to compact ({self.reason}): nothing before the current turn is left to shorten"
+                " (earlier turns are few, or compacted already)"
+            )
         stages = ", ".join(_STAGES[s] for s in view.stages)
         tokens = f"{view.tokens_before / 1000:.1f}K → {view.tokens_after / 1000:.1f}K tokens"
         return f"🗜 compacted ({self.reason}): {tokens}; {stages}"

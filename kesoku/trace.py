@@ -290,6 +290,9 @@ def render_trace(store: Store, session_id: str, *, turn: int | None = None) -> s
     ]
     if session.parent_id:
         facts.append(f"forked from {session.parent_id}")
+    first_log = min((c.idx for c in calls), default=1)
+    if first_log > 1:  # indexes start at 1: the lower ones were deleted, by the cap or by hand
+        facts.append(f"turn logs 1–{first_log - 1} deleted ([turn_logs] max_mb_per_session): their calls are not shown")
     body: list[str] = []
     marks = sorted(views, key=lambda v: v.created_at)
     for t in shown:

@@ -74,6 +74,7 @@ class TurnLogWriter:
         self._outbox = bytearray()  # framed jobs not yet handed to the process
         self._outbox_ready = trio.Event()
         self._pending = 0  # jobs submitted and not yet answered
+        self._quiet: dict[str, str] = {}  # session id -> the kind of failure already logged for it
         self._closing = trio.Event()  # serve was cancelled: send what is queued, then close stdin
         self._state = "new"
         self.written = 0
@@ -245,8 +246,18 @@ class TurnLogWriter:
                 self._room.release()
                 if line == b"ok":
                     self.written += 1
+                    self._quiet.clear()  # logs are written again: a new failure is news
                     continue
                 self.failed += 1
                 session_id, _, why = line.decode(errors="replace").removeprefix("failed ").partition(" ")
                 self._sent.pop(session_id, None)  # its next job sends everything again
-                logger.error("turn log of session %s not written: %s", session_id, why)
+                # A folder that cannot be written fails every call of the session: say it once.
+                kind = why.partition(":")[0]
+                if self._quiet.get(session_id) != kind:
+                    self._quiet[session_id] = kind
+                    logger.error(
+                        "turn log of session %s not written: %s (the same failure again is counted, not logged,"
+                        " until a log is written)",
+                        session_id,
+                        why,
+                    )

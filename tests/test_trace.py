@@ -68,6 +68,20 @@ def test_the_cli_traces_a_session_or_one_of_its_turns(tmp_path: Path) -> None:
     assert missing.stderr == f"kesoku: trace {sid}: no turn 3 (the session has 2 turns)\n"
 
 
+def test_a_trace_says_when_the_first_turn_logs_were_deleted(tmp_path: Path) -> None:
+    setup(tmp_path, "answer.yaml")
+    assert chat(tmp_path, "What is the capital?").returncode == 0
+    (sid,) = session_ids(tmp_path)
+    store = Store(tmp_path / "kesoku.db")
+    try:
+        assert "deleted" not in render_trace(store, sid)
+        workspace = Path(next(s.workspace for s in store.list_sessions()))
+        (workspace / "llm-turn-1.log.yaml").unlink()  # as the [turn_logs] cap does, oldest first
+        assert "turn logs 1–1 deleted ([turn_logs] max_mb_per_session)" in render_trace(store, sid)
+    finally:
+        store.close()
+
+
 def test_an_output_in_a_missing_folder_is_one_line(tmp_path: Path) -> None:
     setup(tmp_path, "echo.yaml")
     assert chat(tmp_path, "hi").returncode == 0

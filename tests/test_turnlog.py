@@ -260,3 +260,30 @@ def test_the_writer_process_outlives_its_daemon_writes_what_it_got_and_ends(tmp_
     finally:
         process.kill()
     assert len(list((tmp_path / "a").glob("llm-turn-*.log.yaml"))) == 20
+
+
+async def test_a_session_whose_logs_keep_failing_is_logged_once_until_a_log_is_written(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("x")
+    writer = TurnLogWriter()
+
+    async def settle(count: int) -> None:
+        with trio.fail_after(10):
+            while writer.written + writer.failed < count:  # noqa: ASYNC110 - the writer process's answers
+                await trio.sleep(0.01)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(writer.serve)
+        for _ in range(3):
+            await writer.submit(entry(not_a_folder))
+        await settle(3)
+        await writer.submit(entry(tmp_path / "a"))  # written: the next failure is news again
+        await writer.submit(entry(not_a_folder))
+        await settle(5)
+        nursery.cancel_scope.cancel()
+    assert (writer.written, writer.failed) == (1, 4)
+    errors = [r.getMessage() for r in caplog.records if "not written" in r.getMessage()]
+    assert len(errors) == 2
+    assert "the same failure again is counted, not logged" in errors[0]
