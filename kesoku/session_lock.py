@@ -54,8 +54,10 @@ class SessionLocks:
         except BaseException:
             os.close(fd)
             raise
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        # Written before the old content is cut off, so a reader never finds the file empty.
+        pid = f"{os.getpid()}\n".encode()
+        os.pwrite(fd, pid, 0)
+        os.ftruncate(fd, len(pid))
         self._held[session_id] = (fd, 1)
         return True
 

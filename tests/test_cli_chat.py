@@ -513,6 +513,34 @@ def test_a_running_tool_shows_a_spinner_and_two_ctrl_c_kill_it(tmp_path: Path) -
     assert "The tool is done." not in [r[3] for r in history(tmp_path)]
 
 
+def test_sigterm_or_a_closed_terminal_stops_the_turn_and_kills_its_tool(tmp_path: Path) -> None:
+    marker = tmp_path / "marker"
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        setup(tmp_path, "tool.yaml")
+        scenario = (tmp_path / "scenario.yaml").read_text().replace("echo slept", f"echo slept >> {marker}")
+        (tmp_path / "scenario.yaml").write_text(scenario)
+        term = Terminal(tmp_path)
+        try:
+            term.wait_for("›")
+            term.type(f"take your time {signum.name}\r")
+            term.wait_for("running shell · 1 s")
+            os.kill(term.pid, signum)
+            assert term.wait_exit() == 128 + signum
+        finally:
+            term.kill()
+    rows = history(tmp_path)
+    results = [r[3] for r in rows if r[2] == Kind.TOOL_RESULT]
+    assert len(results) == 2 and all("killed" in r for r in results)
+    store = Store(tmp_path / "kesoku.db")
+    try:
+        statuses = {m.status for s in store.list_sessions() for m in store.history(s.id) if m.role is Role.USER}
+    finally:
+        store.close()
+    assert Status.PROCESSING not in statuses  # not left half-run for a later start to resume
+    threading.Event().wait(5)  # past the tools' 4 s: a surviving shell would have written the marker
+    assert not marker.exists()
+
+
 # -- questions -------------------------------------------------------------------------------------
 
 
@@ -576,3 +604,13 @@ def test_a_session_folder_that_cannot_be_made_is_one_line_and_leaves_no_session(
         assert len(store.list_sessions()) == 1  # only the first chat's: no empty "untitled" row
     finally:
         store.close()
+    # The sessions folder is fine but its lock folder is a file: one line too, and no session left.
+    config.write_text(config.read_text().replace('"blocker/sessions"', '"sessions"'))
+    shutil.rmtree(tmp_path / "sessions" / ".locks")
+    (tmp_path / "sessions" / ".locks").write_text("")
+    for args in (("hi",), ("--session", history(tmp_path)[0][0], "hi")):
+        locked = chat(tmp_path, *args)
+        assert (locked.returncode, locked.stdout) == (2, "")
+        assert locked.stderr.startswith("kesoku: cannot lock session ")
+        assert locked.stderr.endswith(" (workspace.sessions_dir)\n") and len(locked.stderr.splitlines()) == 1
+    assert len({r[0] for r in history(tmp_path)}) == 1

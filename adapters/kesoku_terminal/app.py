@@ -7,7 +7,9 @@ share one ``kesoku.db`` without both answering a message.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import sys
 import uuid
 from pathlib import Path
@@ -118,7 +120,14 @@ def open_session(gateway: Gateway, session_id: str | None) -> Session:
             folder that cannot be made.
     """
     if session_id is None:
-        return hold(gateway, gateway.open_session(INTERACTIVE_ADAPTER, f"tty-{uuid.uuid4().hex}"))
+        session = gateway.open_session(INTERACTIVE_ADAPTER, f"tty-{uuid.uuid4().hex}")
+        try:
+            return hold(gateway, session)
+        except OperatorError:  # nothing was said in it: leave no empty "untitled" session behind
+            gateway.store.delete_session(session.id)
+            with contextlib.suppress(OSError):
+                os.rmdir(session.workspace)
+            raise
     from kesoku.store.store import AmbiguousSessionError, UnknownSessionError
 
     try:
@@ -139,9 +148,16 @@ def hold(gateway: Gateway, session: Session) -> Session:
     """Hold ``session`` for this process (before its first message is posted, so no other takes it).
 
     Raises:
-        OperatorError: Another Kesoku process is running the session.
+        OperatorError: Another Kesoku process is running the session, or its lock file cannot be made.
     """
-    if not gateway.locks.acquire(session.id):
+    try:
+        held = gateway.locks.acquire(session.id)
+    except OSError as exc:
+        where = exc.filename or gateway.locks.folder
+        raise OperatorError(
+            f"cannot lock session {session.id[:8]}: {where}: {exc.strerror or exc} (workspace.sessions_dir)"
+        ) from None
+    if not held:
         pid = gateway.locks.holder(session.id)
         by = f" (pid {pid})" if pid is not None else ""
         raise OperatorError(

@@ -209,6 +209,8 @@ class ChatUI:
         self._stops = 0
         self._idle = trio.Event()
         self._idle.set()
+        self.terminated: int | None = None
+        """The SIGTERM or SIGHUP that ended the chat, if one did."""
 
     @property
     def busy(self) -> bool:
@@ -219,7 +221,8 @@ class ChatUI:
         """Converse until Ctrl-D, Ctrl-C on an empty prompt, or ``/exit``.
 
         Returns:
-            0.
+            0; 128 + the signal number after SIGTERM or SIGHUP (a closed terminal), which stop the
+            running turn and kill its tools first, so none outlives the chat.
         """
         handler = logging.StreamHandler(as_text_stream(self.output))  # log lines must not tear the prompt either
         handler.setFormatter(logging.Formatter("kesoku: %(message)s"))
@@ -231,7 +234,7 @@ class ChatUI:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.follower.run)
                 await nursery.start(self.rt.serve)
-                nursery.start_soon(self._watch_sigint)
+                nursery.start_soon(self._watch_signals)
                 nursery.start_soon(trio.to_thread.run_sync, self.prompt.run, send)
                 self._banner()
                 async with receive:
@@ -249,7 +252,7 @@ class ChatUI:
         finally:
             root.handlers[:] = saved
             self.output.close()
-        return 0
+        return 0 if self.terminated is None else 128 + self.terminated
 
     async def on_line(self, text: str) -> None:
         """A line entered: an answer to an open question, a slash command, or a message (which interrupts)."""
@@ -309,12 +312,26 @@ class ChatUI:
         elif isinstance(event, TurnEnded):
             self._update_busy()
 
-    async def _watch_sigint(self) -> None:
+    async def _watch_signals(self) -> None:
         # The prompt turns Ctrl-C into a key; SIGINT arrives only in the instant between two prompts.
-        with trio.open_signal_receiver(signal.SIGINT) as signals:
-            async for _ in signals:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+            async for signum in signals:
+                if signum == signal.SIGINT:
+                    if self.busy:
+                        self.stop_turn()
+                    continue
+                # A closed terminal or a service manager wants the process gone: nothing it started may
+                # outlive it, and the turn must not be left half-run for a later start to resume.
+                self.terminated = signum
                 if self.busy:
-                    self.stop_turn()
+                    self.rt.gateway.stop(self.session.id, force=True)
+                    await self.wait_idle(EXIT_KILL_WAIT_S)
+                self.exiting = True
+                with trio.move_on_after(PROMPT_CLOSE_WAIT_S):  # ends the input loop, then run() leaves
+                    while not self.prompt.done.is_set():
+                        self.prompt.close()
+                        await trio.sleep(PROMPT_CLOSE_POLL_S)
+                return
 
     async def _leave(self) -> None:
         """Exit cleanly: stop a running turn (so it does not resume later), then restore the terminal."""
