@@ -81,9 +81,10 @@ class BlockingDetector(trio.abc.Instrument):
 
     def after_task_step(self, task: trio.lowlevel.Task) -> None:
         """Stop the clocks; record the step if it took too long."""
-        wall = time.perf_counter() - self._wall
+        wall = time.perf_counter() - self._wall - self._gc_s
         cpu = time.thread_time() - self._cpu - self._gc_s
-        wall -= self._gc_s + self._run_queue_delay() - self._waited
+        if wall > self.wall_threshold_s:  # only then is the run-queue delay worth a read
+            wall -= self._run_queue_delay() - self._waited
         if cpu > self.cpu_threshold_s or wall > self.wall_threshold_s:
             self.violations.append((task.name, cpu, wall))
 

@@ -42,7 +42,6 @@ import msgspec
 import yaml
 
 from kesoku.llm.ir import DocumentBlock, ImageBlock, LLMRequest, LLMResponse, LLMTurn, ToolSpec
-from kesoku.turnlog_retention import Retention
 
 INLINE_ATTACHMENT_MAX_BYTES = 1024
 """Attachment data up to this size is written as base64; larger data as ``<N bytes>``."""
@@ -272,12 +271,17 @@ def _reserve(folder: Path) -> tuple[int, int]:
 
 def _scan(folder: Path) -> int:
     """The highest index in the folder + 1 (1 for a folder without turn logs)."""
-    highest = 0
+    return max((idx for idx, _ in log_files(folder)), default=0) + 1
+
+
+def log_files(folder: str | os.PathLike[str]) -> list[tuple[int, os.DirEntry[str]]]:
+    """``(idx, entry)`` of each ``llm-turn-{idx}.log.yaml`` in ``folder``, in directory order.
+
+    Raises:
+        OSError: The folder cannot be listed (FileNotFoundError when it does not exist).
+    """
     with os.scandir(folder) as entries:
-        for item in entries:
-            if m := _NAME.fullmatch(item.name):
-                highest = max(highest, int(m[1]))
-    return highest + 1
+        return [(int(m[1]), item) for item in entries if (m := _NAME.fullmatch(item.name))]
 
 
 # -- the document -------------------------------------------------------------------------------------
@@ -438,6 +442,8 @@ def serve_jobs(jobs: BinaryIO, acks: BinaryIO, *, max_session_bytes: int = 0) ->
     Past ``max_session_bytes`` of logs in a session's folder (0: no cap), its oldest logs are deleted
     (:class:`~kesoku.turnlog_retention.Retention`).
     """
+    from kesoku.turnlog_retention import Retention  # it builds on this module's log_files
+
     decoder = msgspec.msgpack.Decoder(TurnLogJob)
     retention = Retention(max_session_bytes)
     renderer = TurnLogRenderer()

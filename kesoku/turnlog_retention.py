@@ -12,14 +12,13 @@ makes an index repeat.
 from __future__ import annotations
 
 import logging
-import os
-import re
 from collections import OrderedDict, deque
 from pathlib import Path
 
+from kesoku.turnlog import log_files
+
 logger = logging.getLogger(__name__)
 
-_NAME = re.compile(r"llm-turn-([0-9]+)\.log\.yaml")  # kesoku.turnlog's naming
 _FOLDERS = 1024
 """Folders whose logs are tracked (least recently written dropped first; rescanned if seen again)."""
 
@@ -81,11 +80,9 @@ class Retention:
 def _scan_sizes(folder: Path) -> list[tuple[int, int]]:
     """``(idx, bytes)`` of each turn log in ``folder``."""
     logs = []
-    with os.scandir(folder) as entries:
-        for item in entries:
-            if m := _NAME.fullmatch(item.name):
-                try:
-                    logs.append((int(m[1]), item.stat().st_size))
-                except FileNotFoundError:  # deleted meanwhile (another writer's retention)
-                    continue
+    for idx, item in log_files(folder):
+        try:
+            logs.append((idx, item.stat().st_size))
+        except FileNotFoundError:  # deleted meanwhile (another writer's retention)
+            continue
     return logs

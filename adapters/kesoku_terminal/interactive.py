@@ -327,10 +327,7 @@ class ChatUI:
                     self.rt.gateway.stop(self.session.id, force=True)
                     await self.wait_idle(EXIT_KILL_WAIT_S)
                 self.exiting = True
-                with trio.move_on_after(PROMPT_CLOSE_WAIT_S):  # ends the input loop, then run() leaves
-                    while not self.prompt.done.is_set():
-                        self.prompt.close()
-                        await trio.sleep(PROMPT_CLOSE_POLL_S)
+                await self._close_prompt()  # ends the input loop, then run() leaves
                 return
 
     async def _leave(self) -> None:
@@ -341,6 +338,10 @@ class ChatUI:
             if not await self.wait_idle(EXIT_STOP_WAIT_S):
                 self.rt.gateway.stop(self.session.id, force=True)
                 await self.wait_idle(EXIT_KILL_WAIT_S)
+        await self._close_prompt()
+
+    async def _close_prompt(self) -> None:
+        """Close the prompt and wait (at most PROMPT_CLOSE_WAIT_S) until its thread has let go."""
         with trio.move_on_after(PROMPT_CLOSE_WAIT_S):
             while not self.prompt.done.is_set():
                 self.prompt.close()
