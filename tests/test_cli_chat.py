@@ -61,6 +61,32 @@ def chat(tmp_path: Path, *args: str, stdin: str = "", timeout_s: float = 60) -> 
     )
 
 
+def start_chat(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+    """``kesoku chat`` running in the background, its stdout and stderr piped, for a test to signal."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "kesoku", "chat", "-c", str(tmp_path / "kesoku.toml"), *args],
+        cwd=tmp_path,
+        env=environ(tmp_path),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def kesoku(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Any ``kesoku`` command with the folder's config (``-c`` goes last, after the command's own)."""
+    return subprocess.run(
+        [sys.executable, "-m", "kesoku", *args, "-c", str(tmp_path / "kesoku.toml")],
+        cwd=tmp_path,
+        env=environ(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 def history(tmp_path: Path) -> list[tuple[str, str, str, str]]:
     """(session, role, kind, content) of every stored message, oldest first."""
     store = Store(tmp_path / "kesoku.db")
@@ -266,15 +292,7 @@ def test_the_answer_is_printed_once_even_when_the_view_falls_behind(tmp_path: Pa
 
 def test_ctrl_c_stops_a_one_shot_turn_with_130(tmp_path: Path) -> None:
     setup(tmp_path, "slow.yaml")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kesoku", "chat", "-c", str(tmp_path / "kesoku.toml"), "count"],
-        cwd=tmp_path,
-        env=environ(tmp_path),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_chat(tmp_path, "count")
     assert proc.stdout is not None
     assert proc.stdout.read(4) == "one "  # streaming has begun
     proc.send_signal(signal.SIGINT)

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
-from test_cli_chat import Terminal, chat, environ, history, setup
+from test_cli_chat import Terminal, chat, history, setup, start_chat
 
 from kesoku.model import Kind, Role, Status
 from kesoku.store import Store
@@ -19,15 +17,7 @@ from kesoku.store import Store
 
 def test_a_session_another_process_is_running_is_refused_and_nothing_is_lost(tmp_path: Path) -> None:
     setup(tmp_path, "tool.yaml")  # a shell call that runs 4 s, then an answer
-    first = subprocess.Popen(
-        [sys.executable, "-m", "kesoku", "chat", "-c", str(tmp_path / "kesoku.toml"), "run it"],
-        cwd=tmp_path,
-        env=environ(tmp_path),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    first = start_chat(tmp_path, "run it")
     try:
         assert first.stderr is not None
         assert first.stderr.readline().startswith("🛠 shell(")  # the tool is running (4 s)
@@ -56,15 +46,7 @@ def test_sigterm_stops_a_one_shot_turn_and_kills_its_tool(tmp_path: Path) -> Non
     marker = tmp_path / "marker"
     scenario = (tmp_path / "scenario.yaml").read_text().replace("echo slept", f"echo slept > {marker}")
     (tmp_path / "scenario.yaml").write_text(scenario)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kesoku", "chat", "-c", str(tmp_path / "kesoku.toml"), "run it"],
-        cwd=tmp_path,
-        env=environ(tmp_path),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_chat(tmp_path, "run it")
     assert proc.stderr is not None
     assert proc.stderr.readline().startswith("🛠 shell(")  # the tool is running
     proc.send_signal(signal.SIGTERM)  # what `timeout` and service managers send

@@ -11,23 +11,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-from test_cli_chat import chat, environ, setup
+from test_cli_chat import chat, environ, kesoku, setup
 
 from kesoku.model import Kind, Role, Status
 from kesoku.store import Store, UnknownSessionError
 from kesoku.store.store import AmbiguousSessionError
-
-
-def kesoku(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "kesoku", *args, "-c", str(tmp_path / "kesoku.toml")],
-        cwd=tmp_path,
-        env=environ(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def two_sessions(tmp_path: Path) -> list[str]:

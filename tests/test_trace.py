@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
+from contextlib import closing
 from pathlib import Path
 
 import pytest
-from test_cli_chat import Terminal, chat, environ, setup
+from test_cli_chat import Terminal, chat, kesoku, setup
 
 from kesoku.compaction.view import Archive, ViewState
 from kesoku.llm.ir import LLMRequest, LLMResponse, LLMTurn, TextBlock
@@ -20,15 +20,7 @@ from kesoku.turnlog import TurnLogEntry, write_turn_log
 
 
 def trace(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "kesoku", "trace", *args, "-c", str(tmp_path / "kesoku.toml")],
-        cwd=tmp_path,
-        env=environ(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return kesoku(tmp_path, "trace", *args)
 
 
 def session_ids(tmp_path: Path) -> list[str]:
@@ -72,14 +64,11 @@ def test_a_trace_says_when_the_first_turn_logs_were_deleted(tmp_path: Path) -> N
     setup(tmp_path, "answer.yaml")
     assert chat(tmp_path, "What is the capital?").returncode == 0
     (sid,) = session_ids(tmp_path)
-    store = Store(tmp_path / "kesoku.db")
-    try:
+    with closing(Store(tmp_path / "kesoku.db")) as store:
         assert "deleted" not in render_trace(store, sid)
         workspace = Path(next(s.workspace for s in store.list_sessions()))
         (workspace / "llm-turn-1.log.yaml").unlink()  # as the [turn_logs] cap does, oldest first
         assert "turn logs 1–1 deleted ([turn_logs] max_mb_per_session)" in render_trace(store, sid)
-    finally:
-        store.close()
 
 
 def test_an_output_in_a_missing_folder_is_one_line(tmp_path: Path) -> None:
@@ -91,15 +80,7 @@ def test_an_output_in_a_missing_folder_is_one_line(tmp_path: Path) -> None:
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr == f"kesoku: cannot write {target}: No such file or directory (--output)\n"
     # `kesoku sessions export -o` writes through the same function.
-    exported = subprocess.run(
-        [sys.executable, "-m", "kesoku", "sessions", "export", sid, "-o", str(target), "-c", "kesoku.toml"],
-        cwd=tmp_path,
-        env=environ(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    exported = kesoku(tmp_path, "sessions", "export", sid, "-o", str(target))
     assert (exported.returncode, exported.stderr) == (2, result.stderr)
     assert not target.parent.exists()
 

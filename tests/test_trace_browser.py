@@ -19,7 +19,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_cli_chat import chat, environ
+from test_cli_chat import chat, kesoku
 
 from kesoku.store import Store
 from kesoku.trace import PREVIEW_LINES
@@ -185,15 +184,7 @@ def traced_page(tmp_path: Path) -> Path:
     finally:
         store.close()
     page = tmp_path / "trace.html"
-    written = subprocess.run(
-        [sys.executable, "-m", "kesoku", "trace", session.id[:6], "-o", str(page), "-c", str(tmp_path / "kesoku.toml")],
-        cwd=tmp_path,
-        env=environ(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    written = kesoku(tmp_path, "trace", session.id[:6], "-o", str(page))
     assert written.returncode == 0, written.stderr
     return page
 
