@@ -181,10 +181,12 @@ class ShellConfig(_Section, frozen=True, kw_only=True):
     enabled: Annotated[bool, _doc("Offer the shell tool to the model.")] = True
     use_shell: Annotated[bool, _doc("Run through /bin/sh (pipes, redirects) instead of argv.")] = True
     mode: Annotated[Literal["allowlist", "blocklist"], _doc("Which pattern list applies.")] = "blocklist"
-    allowlist_patterns: Annotated[tuple[str, ...], _doc("Regexes (re.search) of allowed commands.")] = (
-        r"^(echo|ls|pwd|cat|git|uv|grep|find|python|sed|awk)(\s|$)",
-    )
-    blocklist_patterns: Annotated[tuple[str, ...], _doc("Regexes (re.search) of refused commands.")] = (
+    allowlist_patterns: Annotated[
+        tuple[str, ...], _doc("Regexes (re.match from the program on) of allowed commands.")
+    ] = (r"^(echo|ls|pwd|cat|git|uv|grep|find|python|sed|awk)(\s|$)",)
+    blocklist_patterns: Annotated[
+        tuple[str, ...], _doc("Regexes (re.match from the program on) of refused commands.")
+    ] = (
         r"(\b|^)(rm|sudo|shutdown|reboot|mkfs|dd|chmod|chown)(\b|\s|$)",
     )
     timeout_s: Annotated[Seconds, _doc("A command running longer is stopped.")] = 120.0
@@ -205,6 +207,23 @@ class RunCodeConfig(_Section, frozen=True, kw_only=True):
     enabled: Annotated[bool, _doc("Offer run_code. It can do anything Python can: off by default.")] = False
     timeout_s: Annotated[Seconds, _doc("A snippet running longer is stopped.")] = 60.0
     max_output_bytes: Annotated[int, _doc("Output kept per run (head and tail).", gt=0)] = 32_000
+
+
+SandboxMode = Literal["auto", "bwrap", "landlock", "off"]
+
+
+class SandboxConfig(_Section, frozen=True, kw_only=True):
+    """The OS sandbox around every process a tool starts (shell, run_code, sandboxed MCP servers)."""
+
+    mode: Annotated[
+        SandboxMode,
+        _doc("auto: bubblewrap, else Landlock; bwrap or landlock: only that one; off: none (warned at start)."),
+    ] = "auto"
+    network: Annotated[bool, _doc("Let sandboxed processes reach the network (off: no network at all).")] = False
+    env: Annotated[
+        tuple[Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], ...],
+        _doc("Environment variables passed to tools besides PATH, HOME, LANG, LC_*, TERM, TZ, USER …"),
+    ] = ()
 
 
 class SubagentConfig(_Section, frozen=True, kw_only=True):
@@ -271,6 +290,9 @@ class McpStdioServer(_McpServer, frozen=True, kw_only=True, tag="stdio"):
     args: Annotated[tuple[str, ...], _doc("Its arguments.")] = ()
     env: Annotated[dict[str, str], _doc("Extra environment variables.")] = {}
     cwd: Annotated[str | None, _doc("Working directory, relative to the config file. Unset: Kesoku's.")] = None
+    sandbox: Annotated[
+        bool, _doc("Run the server in the OS sandbox of [sandbox]; it may write only its cwd and a private /tmp.")
+    ] = False
 
 
 class McpHttpServer(_McpServer, frozen=True, kw_only=True, tag="http"):
@@ -308,6 +330,7 @@ class Config(_Section, frozen=True, kw_only=True):
     gchat: GChatConfig = msgspec.field(default_factory=GChatConfig)
     shell: ShellConfig = msgspec.field(default_factory=ShellConfig)
     run_code: RunCodeConfig = msgspec.field(default_factory=RunCodeConfig)
+    sandbox: SandboxConfig = msgspec.field(default_factory=SandboxConfig)
     subagent: SubagentConfig = msgspec.field(default_factory=SubagentConfig)
     compaction: CompactionConfig = msgspec.field(default_factory=CompactionConfig)
     turn_logs: TurnLogsConfig = msgspec.field(default_factory=TurnLogsConfig)

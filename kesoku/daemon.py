@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from kesoku.skills import SkillLibrary
     from kesoku.store import Store
     from kesoku.tools.base import Tool
+    from kesoku.tools.sandbox import Sandbox
 
 log = logging.getLogger("kesoku.daemon")
 
@@ -66,38 +67,51 @@ _COLORS = {logging.DEBUG: "2", logging.INFO: "36", logging.WARNING: "33", loggin
 
 
 def default_tools(
-    config: Config, *, config_file: Path | None = None, skills: SkillLibrary | None = None
+    config: Config,
+    *,
+    config_file: Path | None = None,
+    skills: SkillLibrary | None = None,
+    sandbox: Sandbox | None = None,
 ) -> tuple[Tool, ...]:
     """The tools kesoku.toml enables, the same for the daemon and ``kesoku chat``.
 
     The file tools (read, write, edit, list, glob, grep: always, through the path gates), the shell
     tool (``[shell] enabled``), run_code (``[run_code] enabled``) and the skill tools (list_skills,
     use_skill). MCP servers' tools come and go: the runtime asks its tool source (kesoku.mcp) at every
-    step. The subagent tool is the runtime's own.
+    step. The subagent tool is the runtime's own. The shell and run_code are left out where no OS
+    sandbox works (``[sandbox] mode`` not ``off``), unless the sandbox asks the user instead (the
+    terminal).
 
     Args:
         config: The loaded config.
         config_file: The file it came from: the tools may not read it (it can hold keys).
         skills: The skills library; None: the one of ``workspace.skills_dir`` and the bundled skills.
+        sandbox: What confines tool processes; None: ``[sandbox]`` over these gates, refusing to run
+            unsandboxed (probed now: blocking, about 10 ms).
     """
     from kesoku.skills import SkillLibrary
     from kesoku.tools.files import file_tools
     from kesoku.tools.paths import PathGates
+    from kesoku.tools.sandbox import Sandbox
     from kesoku.tools.skills import skill_tools
 
     skills = skills if skills is not None else SkillLibrary.from_config(config)
     trusted = [folder for folder, _ in skills.dirs]
-    gates = PathGates.from_config(config, config_file=config_file, trusted_roots=trusted)
+    gates = sandbox.gates if sandbox is not None else PathGates.from_config(
+        config, config_file=config_file, trusted_roots=trusted
+    )
+    sandbox = sandbox if sandbox is not None else Sandbox.from_config(config, gates)
     max_bytes = config.shell.max_output_bytes
     tools = list(file_tools(gates, max_output_bytes=max_bytes))
-    if config.shell.enabled:
+    runs_processes = sandbox.ask_unsandboxed or sandbox.probe().mechanism is not None
+    if config.shell.enabled and runs_processes:
         from kesoku.tools.shell import shell_tool
 
-        tools.append(shell_tool(config.shell, gates=gates))
-    if config.run_code.enabled:
+        tools.append(shell_tool(config.shell, sandbox))
+    if config.run_code.enabled and runs_processes:
         from kesoku.tools.run_code import run_code_tool
 
-        tools.append(run_code_tool(config.run_code, ask_always=config.shell.mode == "allowlist"))
+        tools.append(run_code_tool(config.run_code, sandbox, ask_always=config.shell.mode == "allowlist"))
     tools.extend(skill_tools(skills, max_output_bytes=max_bytes))
     return tuple(tools)
 
@@ -127,6 +141,7 @@ def build_runtime(
     config_file: Path | None = None,
     llm_name: str | None = None,
     serves: Callable[[str], bool] | None = None,
+    interactive: bool = False,
 ) -> Runtime:
     """The gateway and runtime kesoku.toml describes, over an open store.
 
@@ -136,6 +151,9 @@ def build_runtime(
         config_file: The file the config came from (denied to the tools).
         llm_name: A backend overriding ``agent.llm``.
         serves: Which sessions this process answers (by id); None: all.
+        interactive: A person at a terminal answers (``kesoku chat``): where no sandbox works the
+            tools ask before running unsandboxed, and the sandbox is probed at the first call;
+            otherwise it is probed now and such tools are not offered.
 
     Returns:
         The runtime, not yet serving.
@@ -146,19 +164,25 @@ def build_runtime(
     from kesoku.gateway import Gateway
     from kesoku.runtime import Runtime
     from kesoku.skills import SkillLibrary
+    from kesoku.tools.paths import PathGates
+    from kesoku.tools.sandbox import Sandbox
 
     gateway = Gateway(store, config.workspace.sessions_dir)
     skills = SkillLibrary.from_config(config)
     skills.scan()  # parse once now: each turn then only checks the files for changes (~15 µs a skill)
-    tools = default_tools(config, config_file=config_file, skills=skills)
+    trusted = [folder for folder, _ in skills.dirs]
+    gates = PathGates.from_config(config, config_file=config_file, trusted_roots=trusted)
+    sandbox = Sandbox.from_config(config, gates, ask_unsandboxed=interactive)
+    tools = default_tools(config, skills=skills, sandbox=sandbox)
     sources: list[ToolSource] = []
     if any(server.enabled for server in config.mcp.servers):
         from kesoku.mcp.manager import McpManager  # light: the mcp SDK loads in a thread at the first connection
 
-        sources.append(McpManager(config.mcp, max_output_bytes=config.shell.max_output_bytes))
+        sources.append(McpManager(config.mcp, max_output_bytes=config.shell.max_output_bytes, sandbox=sandbox))
     rt = Runtime.from_config(
         config, gateway, tools=tools, llm_name=llm_name, skills=skills.summaries, tool_sources=sources
     )
+    rt.sandbox = sandbox
     if serves is not None:
         rt.dispatcher = ScopedDispatcher(rt, serves)
     return rt
@@ -263,6 +287,7 @@ def run(config_path: Path | None) -> int:
         rt = build_runtime(config, store, config_file=path, serves=daemon_serves(store))
         where = f"config {path.resolve()}" if path is not None else "no config file (defaults)"
         log.info("kesoku %s starting: pid %d, %s, db %s", __version__, os.getpid(), where, config.workspace.db_path)
+        log_sandbox(rt.sandbox, config)
         daemon = Daemon(rt, config, path)
         try:
             return trio.run(daemon.serve)
@@ -271,6 +296,19 @@ def run(config_path: Path | None) -> int:
             return 130
     finally:
         store.close()
+
+
+def log_sandbox(sandbox: Sandbox | None, config: Config) -> None:
+    """The start-up line saying what confines tool processes; a warning when nothing does."""
+    if sandbox is None:
+        return
+    probe = sandbox.probe()
+    if probe.mechanism in ("bwrap", "landlock"):
+        log.info("%s", sandbox.describe())
+    elif probe.mechanism == "off":
+        log.warning("%s; set [sandbox] mode = \"auto\" to confine them", sandbox.describe())
+    elif config.shell.enabled or config.run_code.enabled:
+        log.warning("%s: the shell and run_code are not offered to chat sessions", sandbox.describe())
 
 
 class Daemon:

@@ -2,9 +2,9 @@
 
 :func:`parse_line` runs bashlex (a port of bash's own grammar) and walks the whole tree: lists,
 pipelines, subshells, ``{ }`` groups, ``if``/``for``/``while``/``until``, function bodies, command and
-process substitutions at any depth, assignment values, redirection targets and unquoted here-document
-bodies. It returns flat :class:`SimpleCommand` records; what bashlex cannot represent faithfully is
-reported, never guessed:
+process substitutions at any depth, assignment values, redirection targets and here-documents. It
+returns flat :class:`SimpleCommand` records; what bashlex cannot represent faithfully is reported,
+never guessed:
 
 - a parse error or a construct bashlex does not implement (``[[ ]]``, ``case``, ``$(( ))``, arrays,
   ``select``, ``coproc``) raises :class:`Unparsable`;
@@ -19,7 +19,6 @@ the policy sees ``time`` as a wrapper command and positions stay valid).
 
 from __future__ import annotations
 
-import glob as globlib
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -42,9 +41,6 @@ MAX_DEPTH = 8
 
 _SUBSTITUTION_KINDS = frozenset({"commandsubstitution", "processsubstitution"})
 _SUBSTITUTION_TEXT = re.compile(r"\$\(|`|<\(|>\(")
-_BRACE = re.compile(r"\{([^{}]*)\}")
-GLOB_LIMIT = 2000
-"""Paths a glob word is expanded to, at most, when its files are checked."""
 
 
 class Unparsable(Exception):
@@ -60,51 +56,33 @@ class Word:
         static: True when the shell will see exactly ``text``: no parameter, substitution, ANSI-C or
             locale quoting (``$'…'``, ``$"…"``), glob or brace pattern decides its value.
         raw: The source text of the word.
-        glob: The word holds ``*``, ``?`` or ``[`` (unquoted or not: this is not told apart).
-        brace: The word looks like a brace expansion (``{a,b}``, ``{1..3}``).
-        tilde: The word starts with ``~`` (an unquoted tilde expands to a home folder).
-        ansi_c: The word holds ``$'…'`` or ``$"…"`` quoting, which bashlex keeps as text.
     """
 
     text: str
     static: bool = True
     raw: str = ""
-    glob: bool = False
-    brace: bool = False
-    tilde: bool = False
-    ansi_c: bool = False
 
     @classmethod
     def plain(cls, text: str) -> Word:
-        """A word from a string already split (``env -S``, ``xargs``), judged by its text alone."""
-        return cls(text, True, text, glob=_has_glob(text), brace=_has_brace(text), tilde=text.startswith("~"))
-
-
-@dataclass(frozen=True, slots=True)
-class Redirect:
-    """A redirection: ``op`` (``>``, ``>>``, ``<``, ``&>``, ``<<<`` …) and its file, when it names one."""
-
-    op: str
-    target: Word | None
+        """A word from a string already split (no shell expands it), judged by its text alone."""
+        return cls(text, True, text)
 
 
 @dataclass(frozen=True, slots=True)
 class SimpleCommand:
-    """One simple command: assignments, words (program first) and redirections.
+    """One simple command: assignments, then words (program first).
 
     Attributes:
         assignments: ``NAME=value`` words before the program.
         words: The program and its arguments; empty for an assignment or a redirection alone.
-        redirects: Its redirections (a compound command's are given to an empty command).
         source: The command's source text, for messages.
-        operands: Words expanded but not run: a ``for`` loop's list (its variable is an assignment).
+        heredoc: The body of a here-document given to it as standard input, if any.
     """
 
     assignments: tuple[Word, ...] = ()
     words: tuple[Word, ...] = ()
-    redirects: tuple[Redirect, ...] = ()
     source: str = ""
-    operands: tuple[Word, ...] = ()
+    heredoc: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,9 +122,8 @@ class _Walker:
         elif kind == "compound":
             for part in node.list:
                 self.visit(part)
-            redirects = tuple(self.redirect(r) for r in getattr(node, "redirects", ()) or ())
-            if redirects:
-                self.items.append(SimpleCommand(redirects=redirects, source=self.slice(node)))
+            for redirect in getattr(node, "redirects", ()) or ():
+                self.redirect(redirect)
         elif kind == "for":
             self.for_loop(node)
         elif kind in ("if", "while", "until"):
@@ -169,20 +146,12 @@ class _Walker:
             self.items.append(Opaque("node", f"{kind}: {self.slice(node)}"))
 
     def for_loop(self, node: Any) -> None:
-        """``for NAME in WORDS; do …``: NAME is assigned each word, and the words are expanded like arguments."""
-        parts = list(node.parts)
-        name = parts[1].word if len(parts) > 1 and parts[1].kind == "word" else ""
-        operands: list[Word] = []
-        rest = parts[2:]
-        if rest and rest[0].kind == "reservedword" and rest[0].word == "in":
-            rest = rest[1:]
-            while rest and rest[0].kind == "word":
-                operands.append(self.word(rest[0]))
-                rest = rest[1:]
-        assignments = tuple(Word(f"{name}={w.text}", w.static, f"{name}={w.raw}") for w in operands)
-        self.items.append(SimpleCommand(assignments, source=f"for {name} in …", operands=tuple(operands)))
-        for part in rest:
-            self.visit(part)
+        """``for NAME in WORDS; do …``: the words' substitutions run, then the body."""
+        for part in list(node.parts)[2:]:
+            if part.kind == "word":
+                self.word(part)
+            elif part.kind != "reservedword":
+                self.visit(part)
 
     def parameter(self, node: Any) -> None:
         value = getattr(node, "value", None) or ""
@@ -203,22 +172,22 @@ class _Walker:
                 self.visit(part)
         raw = self.slice(node)
         text = node.word.replace(TIME_PLACEHOLDER, "time")
-        glob, brace, ansi_c = _has_glob(text), _has_brace(text), _has_ansi_c(raw)
-        static = not (dynamic or glob or brace or ansi_c)
-        tilde = text.startswith("~")
-        return Word(text if static else raw, static, raw, glob=glob, brace=brace, tilde=tilde, ansi_c=ansi_c)
+        static = not (dynamic or _has_glob(text) or _has_brace(text) or _has_ansi_c(raw))
+        return Word(text if static else raw, static, raw)
 
-    def redirect(self, node: Any) -> Redirect:
+    def redirect(self, node: Any) -> str | None:
+        """Visit a redirection's target (substitutions in it run); return a here-document's body."""
         target = node.output
         heredoc = getattr(node, "heredoc", None)
         if heredoc is not None and node.type in ("<<", "<<-"):
             delimiter = self.slice(target) if hasattr(target, "pos") else ""
             if not _is_quoted(delimiter):
                 self.heredoc_body(heredoc.value)
-            return Redirect(node.type, None)
+            body, _, last = str(heredoc.value).rstrip("\n").rpartition("\n")
+            return body if last.lstrip("\t") == _unquoted(delimiter) else str(heredoc.value)  # bashlex keeps it
         if hasattr(target, "kind") and target.kind == "word":
-            return Redirect(node.type, self.word(target))
-        return Redirect(node.type, None)  # a file descriptor: 2>&1
+            self.word(target)
+        return None
 
     def heredoc_body(self, body: str) -> None:
         """An unquoted here-document expands ``$(…)`` and backticks: parse it as a double-quoted word."""
@@ -235,7 +204,7 @@ class _Walker:
     def command(self, node: Any) -> None:
         assignments: list[Word] = []
         words: list[Word] = []
-        redirects: list[Redirect] = []
+        heredoc: str | None = None
         after_time = False
         for part in node.parts:
             # The `time` keyword (and its -p) times the pipeline; it is no program to match.
@@ -248,10 +217,10 @@ class _Walker:
             elif part.kind in ("word", "assignment"):
                 words.append(self.word(part))
             elif part.kind == "redirect":
-                redirects.append(self.redirect(part))
+                heredoc = self.redirect(part) or heredoc
             else:
                 self.visit(part)
-        self.items.append(SimpleCommand(tuple(assignments), tuple(words), tuple(redirects), self.slice(node)))
+        self.items.append(SimpleCommand(tuple(assignments), tuple(words), self.slice(node), heredoc))
 
 
 def _has_glob(text: str) -> bool:
@@ -280,6 +249,11 @@ def _has_ansi_c(raw: str) -> bool:
             quote = c
         i += 1
     return False
+
+
+def _unquoted(delimiter: str) -> str:
+    """A here-document delimiter as bash compares it: quotes and backslashes removed."""
+    return re.sub(r"\\(.)", r"\1", delimiter.replace("'", "").replace('"', ""))
 
 
 def _is_quoted(delimiter: str) -> bool:
@@ -381,7 +355,7 @@ def _patch_quoted_heredoc_delimiter() -> None:
 
     def makeheredoc(tokenizer: Any, redirnode: Any, lineno: int, killleading: bool) -> Any:
         word = redirnode.output.word
-        unquoted = re.sub(r"\\(.)", r"\1", word.replace("'", "").replace('"', ""))
+        unquoted = _unquoted(word)
         if unquoted == word:
             return original(tokenizer, redirnode, lineno, killleading)
         redirnode.output.word = unquoted
@@ -395,41 +369,6 @@ def _patch_quoted_heredoc_delimiter() -> None:
 
 
 _patch_quoted_heredoc_delimiter()
-
-
-def glob_paths(pattern: str) -> Iterator[str]:
-    """The paths a glob pattern matches now, hidden files included (bash with dotglob: the wider set)."""
-    return globlib.iglob(pattern, include_hidden=True)
-
-
-def expand_braces(text: str, limit: int = 64) -> list[str]:
-    """Bash brace expansion of ``{a,b}`` and ``{1..3}`` (innermost first), at most ``limit`` results."""
-    out = [text]
-    for _ in range(8):
-        changed = False
-        nxt: list[str] = []
-        for item in out:
-            m = _BRACE.search(item)
-            if m is None or ("," not in m.group(1) and ".." not in m.group(1)):
-                nxt.append(item)
-                continue
-            changed = True
-            body = m.group(1)
-            if "," in body:
-                options = body.split(",")
-            else:
-                lo, _, hi = body.partition("..")
-                if lo.isdigit() and hi.isdigit():  # bounded before the range is built: {1..99999999}
-                    first, last = int(lo), int(hi)
-                    step = 1 if last >= first else -1
-                    options = [str(n) for n in range(first, first + step * min(abs(last - first) + 1, limit), step)]
-                else:
-                    options = [body]
-            nxt += [item[: m.start()] + o + item[m.end() :] for o in options[:limit]]
-        out = nxt[:limit]
-        if not changed:
-            break
-    return out
 
 
 def find_exec(args: list[Word]) -> list[list[Word]]:
@@ -449,18 +388,14 @@ def find_exec(args: list[Word]) -> list[list[Word]]:
 
 
 __all__ = [
-    "GLOB_LIMIT",
     "MAX_DEPTH",
     "TIME_PLACEHOLDER",
     "Item",
     "Opaque",
-    "Redirect",
     "SimpleCommand",
     "Unparsable",
     "Word",
-    "expand_braces",
     "find_exec",
-    "glob_paths",
     "iter_commands",
     "parse_line",
 ]

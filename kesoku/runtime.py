@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from kesoku.llm.base import BaseLLM
     from kesoku.model import Session
     from kesoku.tools.base import Tool
+    from kesoku.tools.sandbox import Sandbox
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +123,8 @@ class Runtime:
         self.questions = Questions(gateway, self.hub, timeout_s=question_timeout_s)
         """Open questions to users; adapters answer them with ``rt.questions.answer(id, choice)``."""
         self.dispatcher = Dispatcher(self)
+        self.sandbox: Sandbox | None = None
+        """What confines tool processes (set by ``build_runtime``), for the start-up line and commands."""
 
     @classmethod
     def from_config(

@@ -1,10 +1,12 @@
-"""run_code with real subprocesses: output, exit code, the temporary folder, timeout, questions."""
+"""run_code with real subprocesses in the OS sandbox: output, exit code, the temporary folder, timeout,
+questions, and what the sandbox lets a snippet touch."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from sandboxing import CONFINED, MECHANISMS, sandbox_for
 
 from kesoku.config import RunCodeConfig
 from kesoku.errors import ToolError
@@ -20,8 +22,13 @@ def ctx_with(session: Session, cwd: Path, guard: StaticGuard) -> ToolContext:
     return ToolContext(session=session, cwd=cwd, call_id="c", guard=guard)
 
 
-async def test_runs_in_a_fresh_folder_that_is_removed(session: Session, tmp_path: Path) -> None:
-    tool = run_code_tool(RunCodeConfig(enabled=True), ask_always=False)
+@pytest.fixture(params=MECHANISMS)
+def mode(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+async def test_runs_in_a_fresh_folder_that_is_removed(session: Session, tmp_path: Path, mode: str) -> None:
+    tool = run_code_tool(RunCodeConfig(enabled=True), sandbox_for(mode, tmp_path), ask_always=False)
     guard = StaticGuard(allow=False)
     result = await tool.run({"code": WHERE}, ctx_with(session, tmp_path, guard))
     lines = result.splitlines()
@@ -32,8 +39,8 @@ async def test_runs_in_a_fresh_folder_that_is_removed(session: Session, tmp_path
     assert guard.questions == []  # an untainted session in blocklist mode is not asked
 
 
-async def test_a_snippet_that_runs_too_long_is_killed(session: Session, tmp_path: Path) -> None:
-    tool = run_code_tool(RunCodeConfig(enabled=True, timeout_s=0.5), ask_always=False)
+async def test_a_snippet_that_runs_too_long_is_killed(session: Session, tmp_path: Path, mode: str) -> None:
+    tool = run_code_tool(RunCodeConfig(enabled=True, timeout_s=0.5), sandbox_for(mode, tmp_path), ask_always=False)
     code = "import time\nprint('started', flush=True)\ntime.sleep(30)\n"
     result = await tool.run({"code": code}, ctx_with(session, tmp_path, StaticGuard()))
     assert "started" in result
@@ -50,7 +57,7 @@ async def test_a_snippet_that_runs_too_long_is_killed(session: Session, tmp_path
 async def test_asks_first_in_allowlist_mode_or_a_tainted_session(
     session: Session, tmp_path: Path, ask_always: bool, sources: tuple[TaintSource, ...], why: str
 ) -> None:
-    tool = run_code_tool(RunCodeConfig(enabled=True), ask_always=ask_always)
+    tool = run_code_tool(RunCodeConfig(enabled=True), sandbox_for("off", tmp_path), ask_always=ask_always)
     marker = tmp_path / "marker.txt"
     code = f"open({str(marker)!r}, 'w').write('ran')\nprint('done')\n"
     denied = StaticGuard(allow=False, sources=sources)
@@ -66,6 +73,37 @@ async def test_asks_first_in_allowlist_mode_or_a_tainted_session(
 
 @pytest.mark.parametrize("code", ["", "   \n", None, 42])
 async def test_bad_code_argument(session: Session, tmp_path: Path, code: object) -> None:
-    tool = run_code_tool(RunCodeConfig(enabled=True), ask_always=False)
+    tool = run_code_tool(RunCodeConfig(enabled=True), sandbox_for("off", tmp_path), ask_always=False)
     with pytest.raises(ToolError, match="`code` must be a non-empty string"):
         await tool.run({"code": code}, ctx_with(session, tmp_path, StaticGuard()))
+
+
+@pytest.mark.parametrize("mode", CONFINED)
+async def test_a_snippet_writes_only_its_folder_and_the_workspace(session: Session, tmp_path: Path, mode: str) -> None:
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_text("CANARY-KEY")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    workspace = tmp_path / "work"
+    workspace.mkdir()
+    code = f"""
+import pathlib
+for target in ({str(outside / 'x')!r}, {str(workspace / 'kept.txt')!r}, 'scratch.txt'):
+    try:
+        pathlib.Path(target).write_text('made')
+        print('wrote', target)
+    except OSError as exc:
+        print('refused', target, exc.strerror)
+try:
+    print(pathlib.Path({str(home / '.ssh' / 'id_ed25519')!r}).read_text())
+except OSError as exc:
+    print('unreadable', exc.strerror)
+"""
+    tool = run_code_tool(RunCodeConfig(enabled=True), sandbox_for(mode, tmp_path), ask_always=False)
+    result = await tool.run({"code": code}, ctx_with(session, workspace, StaticGuard()))
+    assert "CANARY-KEY" not in result and "unreadable" in result
+    assert f"refused {outside / 'x'}" in result
+    assert not (outside / "x").exists()
+    assert (workspace / "kept.txt").read_text() == "made"
+    assert "wrote scratch.txt" in result

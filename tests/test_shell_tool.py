@@ -1,13 +1,14 @@
-"""The shell tool with real, benign subprocesses, always in pytest's tmp_path.
+"""The shell tool with real, benign subprocesses in the OS sandbox, always in pytest's tmp_path.
 
 Only echo, printf, sleep, sh -c '… sleep … & wait', env and python -c run here. Refused commands are
 chosen so that, if the policy ever let one through, it would only create a marker file in tmp_path.
+The process-group tests run under each mechanism (bubblewrap, Landlock, none) and find the processes
+by a unique ``sleep`` duration: inside bubblewrap's pid namespace ``$!`` is not a host pid.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import shlex
 import sys
 from pathlib import Path
@@ -15,18 +16,22 @@ from pathlib import Path
 import pytest
 import trio
 from runtime_harness import serve_runtime
+from sandboxing import MECHANISMS, marker, sandbox_for, wait_gone, wait_running
 
-from kesoku.config import ShellConfig
+from kesoku.config import SandboxConfig, ShellConfig
 from kesoku.errors import ToolError
 from kesoku.model import Kind, Outcome, Session, TaintSource
 from kesoku.testing import ScriptedLLM
 from kesoku.tools.base import StaticGuard, ToolContext
-from kesoku.tools.paths import PathGates
-from kesoku.tools.shell import TIMEOUT_GRACE_S, child_environment, shell_tool
+from kesoku.tools.sandbox import BASE_ENV, Sandbox, environment
+from kesoku.tools.shell import TIMEOUT_GRACE_S, shell_tool
 
 PY = shlex.quote(sys.executable)
-# A shell whose grandchild sleep writes its pid, then waits on it: the process group has two members.
-GRANDCHILD = "sh -c 'sleep 30 & echo $! > grandchild.pid; wait'"
+
+
+def grandchild(mark: str) -> str:
+    """A shell whose grandchild sleeps while the shell waits on it: the process group has two members."""
+    return f"sh -c 'sleep {mark} & wait'"
 
 
 @pytest.fixture
@@ -34,35 +39,19 @@ def ctx(session: Session, tmp_path: Path) -> ToolContext:
     return ToolContext(session=session, cwd=tmp_path, call_id="call-1")
 
 
+@pytest.fixture(params=MECHANISMS)
+def mode(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
 @pytest.fixture
-def gates(tmp_path: Path) -> PathGates:
-    return PathGates(home=tmp_path / "home")
+def sandbox(tmp_path: Path) -> Sandbox:
+    """The best mechanism here (tests of the tool itself, not of the confinement)."""
+    return sandbox_for("auto", tmp_path) if Sandbox(SandboxConfig()).probe().mechanism else sandbox_for("off", tmp_path)
 
 
-def alive(pid: int) -> bool:
-    """Whether a process runs (a zombie waiting for a reaper counts as gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
-
-
-async def wait_for_file(path: Path, timeout_s: float = 10.0) -> str:
-    with trio.fail_after(timeout_s):
-        while not (path.exists() and path.read_text().strip()):  # noqa: ASYNC110 (another process writes it)
-            await trio.sleep(0.02)
-    return path.read_text().strip()
-
-
-async def wait_gone(pid: int, timeout_s: float = 5.0) -> None:
-    with trio.fail_after(timeout_s):
-        while alive(pid):  # noqa: ASYNC110 (the kernel ends it; there is nothing to wait on)
-            await trio.sleep(0.02)
-
-
-async def test_output_and_exit_code(ctx: ToolContext, gates: PathGates) -> None:
-    tool = shell_tool(ShellConfig(), gates=gates)
+async def test_output_and_exit_code(ctx: ToolContext, sandbox: Sandbox) -> None:
+    tool = shell_tool(ShellConfig(), sandbox)
     result = await tool.run({"command": "echo out; echo err >&2; exit 3"}, ctx)
     assert result == "$ echo out; echo err >&2; exit 3\nout\nerr\n[exit code 3]"
     assert (await tool.run({"command": "true"}, ctx)) == "$ true\n(no output)\n[exit code 0]"
@@ -71,15 +60,15 @@ async def test_output_and_exit_code(ctx: ToolContext, gates: PathGates) -> None:
     assert tool.parameters["required"] == ["command"]
 
 
-async def test_it_runs_in_the_working_directory(ctx: ToolContext, gates: PathGates, tmp_path: Path) -> None:
-    tool = shell_tool(ShellConfig(), gates=gates)
+async def test_it_runs_in_the_working_directory(ctx: ToolContext, sandbox: Sandbox, tmp_path: Path) -> None:
+    tool = shell_tool(ShellConfig(), sandbox)
     result = await tool.run({"command": "pwd; printf made > made.txt"}, ctx)
     assert f"\n{tmp_path}\n" in result
     assert (tmp_path / "made.txt").read_text() == "made"
 
 
-async def test_use_shell_off_runs_argv_without_a_shell(ctx: ToolContext, gates: PathGates) -> None:
-    tool = shell_tool(ShellConfig(use_shell=False), gates=gates)
+async def test_use_shell_off_runs_argv_without_a_shell(ctx: ToolContext, sandbox: Sandbox) -> None:
+    tool = shell_tool(ShellConfig(use_shell=False), sandbox)
     result = await tool.run({"command": "printf '%s|%s\\n' 'a b' '$HOME;x'"}, ctx)
     assert result.splitlines()[1:] == ["a b|$HOME;x", "[exit code 0]"]  # nothing expanded, nothing split
     literal = await tool.run({"command": "echo a;b | c"}, ctx)
@@ -90,63 +79,74 @@ async def test_use_shell_off_runs_argv_without_a_shell(ctx: ToolContext, gates: 
         await tool.run({"command": "no-such-program-kesoku --help"}, ctx)
 
 
-async def test_use_shell_on_has_pipes_and_expansion(ctx: ToolContext, gates: PathGates) -> None:
-    tool = shell_tool(ShellConfig(use_shell=True), gates=gates)
+async def test_use_shell_on_has_pipes_and_expansion(ctx: ToolContext, sandbox: Sandbox) -> None:
+    tool = shell_tool(ShellConfig(use_shell=True), sandbox)
     result = await tool.run({"command": "printf 'b\\na\\n' | sort | tr a-z A-Z; echo $((2 + 3))"}, ctx)
     assert result.splitlines()[1:] == ["A", "B", "5", "[exit code 0]"]
 
 
-async def test_the_timeout_kills_the_whole_process_group(ctx: ToolContext, gates: PathGates, tmp_path: Path) -> None:
-    tool = shell_tool(ShellConfig(timeout_s=30), gates=gates)
+async def test_the_timeout_kills_the_whole_process_group(ctx: ToolContext, mode: str, tmp_path: Path) -> None:
+    tool = shell_tool(ShellConfig(timeout_s=30), sandbox_for(mode, tmp_path))
+    mark = marker()
     started = trio.current_time()
-    result = await tool.run({"command": f"echo before; {GRANDCHILD}", "timeout_s": 1}, ctx)
+    result = await tool.run({"command": f"echo before; {grandchild(mark)}", "timeout_s": 1}, ctx)
     assert trio.current_time() - started < 10
     assert result.startswith("$ echo before;")
     assert result.endswith("before\n[timed out after 1 s: the command and its process group were killed]")
-    grandchild = int((tmp_path / "grandchild.pid").read_text())
-    await wait_gone(grandchild)
+    await wait_gone(mark)
 
 
-async def test_background_jobs_do_not_outlive_the_command(ctx: ToolContext, gates: PathGates, tmp_path: Path) -> None:
-    tool = shell_tool(ShellConfig(), gates=gates)
+async def test_background_jobs_do_not_outlive_the_command(ctx: ToolContext, mode: str, tmp_path: Path) -> None:
+    tool = shell_tool(ShellConfig(), sandbox_for(mode, tmp_path))
+    mark = marker()
     with trio.fail_after(10):  # the job holds the output pipe open: the tool must not wait for it
-        result = await tool.run({"command": "sleep 30 & echo $! > job.pid; echo started"}, ctx)
+        result = await tool.run({"command": f"sleep {mark} & echo started"}, ctx)
     assert result.endswith("started\n[exit code 0]")
-    await wait_gone(int((tmp_path / "job.pid").read_text()))
+    await wait_gone(mark)
 
 
-async def test_cancellation_kills_the_group_and_propagates(ctx: ToolContext, gates: PathGates, tmp_path: Path) -> None:
-    tool = shell_tool(ShellConfig(), gates=gates)
+async def test_a_command_outlives_the_thread_that_started_it(ctx: ToolContext, mode: str, tmp_path: Path) -> None:
+    # bwrap's --die-with-parent and the launcher's parent-death signal follow the starting thread:
+    # trio's worker threads end after 10 s idle, so a command started from one would die at 10 s.
+    tool = shell_tool(ShellConfig(), sandbox_for(mode, tmp_path))
+    result = await tool.run({"command": "sleep 12; echo finished"}, ctx)
+    assert result.endswith("finished\n[exit code 0]")
+
+
+async def test_cancellation_kills_the_group_and_propagates(ctx: ToolContext, mode: str, tmp_path: Path) -> None:
+    tool = shell_tool(ShellConfig(), sandbox_for(mode, tmp_path))
+    mark = marker()
     with trio.CancelScope() as scope:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(tool.run, {"command": GRANDCHILD}, ctx)
-            await wait_for_file(tmp_path / "grandchild.pid")
+            nursery.start_soon(tool.run, {"command": grandchild(mark)}, ctx)
+            await wait_running(mark)
             scope.cancel()
     assert scope.cancelled_caught
-    await wait_gone(int((tmp_path / "grandchild.pid").read_text()))
+    await wait_gone(mark)
 
 
-async def test_a_forced_stop_through_the_runtime_kills_the_command(tmp_path: Path) -> None:
-    shell = shell_tool(ShellConfig(), gates=PathGates(home=tmp_path / "home"))
-    llm = ScriptedLLM([{"tool_calls": [{"name": "shell", "arguments": {"command": GRANDCHILD}}]}])
+async def test_a_forced_stop_through_the_runtime_kills_the_command(mode: str, tmp_path: Path) -> None:
+    shell = shell_tool(ShellConfig(), sandbox_for(mode, tmp_path))
+    mark = marker()
+    llm = ScriptedLLM([{"tool_calls": [{"name": "shell", "arguments": {"command": grandchild(mark)}}]}])
     async with serve_runtime(tmp_path, llm, tools=[shell], project_dir=tmp_path) as h:
         await h.say("run it")
-        grandchild = int(await wait_for_file(tmp_path / "grandchild.pid"))
-        assert alive(grandchild)
+        await wait_running(mark)
         assert h.gateway.stop(h.session.id, force=True)
         await h.turn_end()
         result = h.history()[-1]
         assert result.kind is Kind.TOOL_RESULT
         assert result.metadata.outcome is Outcome.KILLED
         assert result.content == "[killed] shell was stopped by the user."
-        await wait_gone(grandchild)
+        await wait_gone(mark)
 
 
-async def test_the_tools_own_timeout_reports_through_the_runtime(tmp_path: Path) -> None:
+async def test_the_tools_own_timeout_reports_through_the_runtime(tmp_path: Path, sandbox: Sandbox) -> None:
     # The tool's own timeout fires first and its result keeps the output; the outcome stays completed.
-    shell = shell_tool(ShellConfig(timeout_s=1), gates=PathGates(home=tmp_path / "home"))
+    shell = shell_tool(ShellConfig(timeout_s=1), sandbox)
+    mark = marker()
     llm = ScriptedLLM(
-        [{"tool_calls": [{"name": "shell", "arguments": {"command": f"echo hi; {GRANDCHILD}"}}]}, {"text": "ok"}]
+        [{"tool_calls": [{"name": "shell", "arguments": {"command": f"echo hi; {grandchild(mark)}"}}]}, {"text": "ok"}]
     )
     async with serve_runtime(tmp_path, llm, tools=[shell], project_dir=tmp_path) as h:
         await h.say("run it")
@@ -154,24 +154,26 @@ async def test_the_tools_own_timeout_reports_through_the_runtime(tmp_path: Path)
         result = next(m for m in h.history() if m.kind is Kind.TOOL_RESULT)
         assert result.metadata.outcome is Outcome.COMPLETED
         assert "hi\n[timed out after 1 s" in result.content
-        await wait_gone(int((tmp_path / "grandchild.pid").read_text()))
+        await wait_gone(mark)
 
 
-async def test_the_runtime_bound_cancels_the_tool_and_the_group(tmp_path: Path) -> None:
+async def test_the_runtime_bound_cancels_the_tool_and_the_group(tmp_path: Path, sandbox: Sandbox) -> None:
     # A runtime bound shorter than the tool's own timeout: the runtime cancels run(), the group dies.
-    shell = dataclasses.replace(shell_tool(ShellConfig(), gates=PathGates(home=tmp_path / "home")), timeout_s=1)
-    llm = ScriptedLLM([{"tool_calls": [{"name": "shell", "arguments": {"command": GRANDCHILD}}]}, {"text": "ok"}])
+    shell = dataclasses.replace(shell_tool(ShellConfig(), sandbox), timeout_s=1)
+    mark = marker()
+    calls = [{"name": "shell", "arguments": {"command": grandchild(mark)}}]
+    llm = ScriptedLLM([{"tool_calls": calls}, {"text": "ok"}])
     async with serve_runtime(tmp_path, llm, tools=[shell], project_dir=tmp_path) as h:
         await h.say("run it")
         await h.turn_end()
         result = next(m for m in h.history() if m.kind is Kind.TOOL_RESULT)
         assert result.metadata.outcome is Outcome.TIMED_OUT
         assert result.content == "[timed_out] shell ran longer than 1 s and was cancelled."
-        await wait_gone(int((tmp_path / "grandchild.pid").read_text()))
+        await wait_gone(mark)
 
 
-async def test_long_output_keeps_head_and_tail(ctx: ToolContext, gates: PathGates) -> None:
-    tool = shell_tool(ShellConfig(max_output_bytes=1000), gates=gates)
+async def test_long_output_keeps_head_and_tail(ctx: ToolContext, sandbox: Sandbox) -> None:
+    tool = shell_tool(ShellConfig(max_output_bytes=1000), sandbox)
     command = f"{PY} -c \"print('HEAD' + 'x' * 200000 + 'TAIL')\""
     result = await tool.run({"command": command}, ctx)
     body = result.split("\n", 1)[1].rsplit("\n[exit code", 1)[0]
@@ -183,23 +185,23 @@ async def test_long_output_keeps_head_and_tail(ctx: ToolContext, gates: PathGate
 
 
 async def test_a_refused_command_is_a_tool_error_and_does_not_run(
-    ctx: ToolContext, gates: PathGates, tmp_path: Path
+    ctx: ToolContext, sandbox: Sandbox, tmp_path: Path
 ) -> None:
-    tool = shell_tool(ShellConfig(mode="allowlist", allowlist_patterns=(r"^echo(\s|$)",)), gates=gates)
+    tool = shell_tool(ShellConfig(mode="allowlist", allowlist_patterns=(r"^echo(\s|$)",)), sandbox)
     assert (await tool.run({"command": "echo ok"}, ctx)).endswith("ok\n[exit code 0]")
     with pytest.raises(ToolError) as refused:
         await tool.run({"command": "echo ok && touch marker.txt"}, ctx)
     assert str(refused.value) == (
         "refused by the shell policy (allowlist mode): `touch marker.txt` matches none of shell.allowlist_patterns"
     )
-    argv_tool = shell_tool(ShellConfig(mode="allowlist", use_shell=False, allowlist_patterns=(r"^echo\b",)))
+    argv_tool = shell_tool(ShellConfig(mode="allowlist", use_shell=False, allowlist_patterns=(r"^echo\b",)), sandbox)
     with pytest.raises(ToolError, match=r"`touch marker\.txt` matches none"):
         await argv_tool.run({"command": "touch marker.txt"}, ctx)
     assert not (tmp_path / "marker.txt").exists()
 
 
-async def test_a_refusal_reaches_the_model_as_a_failed_result(tmp_path: Path) -> None:
-    shell = shell_tool(ShellConfig(mode="allowlist", allowlist_patterns=(r"^echo\b",)))
+async def test_a_refusal_reaches_the_model_as_a_failed_result(tmp_path: Path, sandbox: Sandbox) -> None:
+    shell = shell_tool(ShellConfig(mode="allowlist", allowlist_patterns=(r"^echo\b",)), sandbox)
     calls = [{"name": "shell", "arguments": {"command": "echo $(touch marker.txt)"}}]
     llm = ScriptedLLM([{"tool_calls": calls}, {"text": "ok"}])
     async with serve_runtime(tmp_path, llm, tools=[shell], project_dir=tmp_path) as h:
@@ -214,8 +216,8 @@ async def test_a_refusal_reaches_the_model_as_a_failed_result(tmp_path: Path) ->
     assert not (tmp_path / "marker.txt").exists()
 
 
-async def test_bad_arguments_are_tool_errors(ctx: ToolContext, gates: PathGates) -> None:
-    tool = shell_tool(ShellConfig(), gates=gates)
+async def test_bad_arguments_are_tool_errors(ctx: ToolContext, sandbox: Sandbox) -> None:
+    tool = shell_tool(ShellConfig(), sandbox)
     for arguments in ({}, {"command": "  "}, {"command": 3}):
         with pytest.raises(ToolError, match="`command` must be a non-empty string"):
             await tool.run(arguments, ctx)
@@ -224,42 +226,44 @@ async def test_bad_arguments_are_tool_errors(ctx: ToolContext, gates: PathGates)
             await tool.run({"command": "echo x", "timeout_s": timeout}, ctx)
 
 
-async def test_secrets_stay_out_of_the_child_environment(
-    ctx: ToolContext, gates: PathGates, monkeypatch: pytest.MonkeyPatch
+async def test_only_allowlisted_variables_reach_the_command(
+    ctx: ToolContext, mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     secrets = {
         "OPENAI_API_KEY": "sk-secret-1",
         "GITHUB_TOKEN": "ghp-secret-2",
         "DB_PASSWORD": "secret-3",
-        "aws_secret_access_key": "secret-4",
-        "GOOGLE_APPLICATION_CREDENTIALS": "/keys/secret-5.json",
-        "SSH_AUTH_SOCK": "/tmp/agent-secret-6",
-        "BASH_ENV": "/tmp/secret-7.sh",
+        "DATABASE_URL": "postgres://app:secret-4@db/app",
+        "HF_AUTH": "hf_secret5",
+        "GOOGLE_APPLICATION_CREDENTIALS": "/keys/secret-6.json",
+        "SSH_AUTH_SOCK": "/tmp/agent-secret-7",
+        "BASH_ENV": "/tmp/secret-8.sh",
     }
     for name, value in secrets.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("KESOKU_VISIBLE", "plain-value")
-    tool = shell_tool(ShellConfig(), gates=gates)
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    tool = shell_tool(ShellConfig(), sandbox_for(mode, tmp_path, env=("KESOKU_VISIBLE",)))
     result = await tool.run({"command": f'{PY} -c "import os; print(sorted(os.environ.items()))"'}, ctx)
-    assert "plain-value" in result
+    assert "plain-value" in result and "'LC_ALL', 'C.UTF-8'" in result
     for name, value in secrets.items():
         assert name not in result and value not in result
 
 
-def test_child_environment_filter() -> None:
-    environ = {"PATH": "/bin", "HOME": "/h", "API_KEY": "k", "Slack_Token": "t", "BASH_FUNC_ls%%": "() { :; }"}
-    assert child_environment(environ) == {"PATH": "/bin", "HOME": "/h"}
-    assert "PATH" in child_environment()
-    assert all("TOKEN" not in name.upper() for name in child_environment(dict(os.environ)))
+def test_the_environment_is_an_allowlist() -> None:
+    environ = {"PATH": "/bin", "HOME": "/h", "API_KEY": "k", "DATABASE_URL": "u", "LC_TIME": "C", "X": "1"}
+    assert environment(environ=environ) == {"PATH": "/bin", "HOME": "/h", "LC_TIME": "C"}
+    assert environment(["X"], environ) == {"PATH": "/bin", "HOME": "/h", "LC_TIME": "C", "X": "1"}
+    assert "PATH" in BASE_ENV and "PATH" in environment()
 
 
 # -- taint -----------------------------------------------------------------------------------------
 
 
 async def test_a_tainted_session_asks_before_a_line_outside_the_allowlist(
-    session: Session, tmp_path: Path, gates: PathGates
+    session: Session, tmp_path: Path, sandbox: Sandbox
 ) -> None:
-    tool = shell_tool(ShellConfig(), gates=gates)  # blocklist mode: `touch` is not blocklisted
+    tool = shell_tool(ShellConfig(), sandbox)  # blocklist mode: `touch` is not blocklisted
     tainted = (TaintSource("url", "https://example.com/payload"),)
     denied = StaticGuard(allow=False, sources=tainted)
     ctx = ToolContext(session=session, cwd=tmp_path, call_id="c", guard=denied)
@@ -279,9 +283,9 @@ async def test_a_tainted_session_asks_before_a_line_outside_the_allowlist(
 
 
 async def test_an_untainted_session_is_not_asked_and_a_url_taints_it(
-    session: Session, tmp_path: Path, gates: PathGates
+    session: Session, tmp_path: Path, sandbox: Sandbox
 ) -> None:
-    tool = shell_tool(ShellConfig(), gates=gates)
+    tool = shell_tool(ShellConfig(), sandbox)
     guard = StaticGuard(allow=False)
     ctx = ToolContext(session=session, cwd=tmp_path, call_id="c", guard=guard)
     await tool.run({"command": "touch first.txt"}, ctx)

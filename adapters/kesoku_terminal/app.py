@@ -59,7 +59,14 @@ def chat(
     try:
         serving: set[str] = set()
         try:
-            rt = build_runtime(config, store, config_file=config_file, llm_name=llm_name, serves=serving.__contains__)
+            rt = build_runtime(
+                config,
+                store,
+                config_file=config_file,
+                llm_name=llm_name,
+                serves=serving.__contains__,
+                interactive=True,
+            )
             session = open_session(rt.gateway, session_id)
         except OperatorError:
             if new_database:  # a setup error must not leave an empty kesoku.db behind
@@ -68,6 +75,10 @@ def chat(
                     db_path.with_name(db_path.name + suffix).unlink(missing_ok=True)
             raise
         serving.add(session.id)
+        if config.sandbox.mode == "off" and (config.shell.enabled or config.run_code.enabled):
+            logging.getLogger("kesoku.chat").warning(
+                "[sandbox] mode = \"off\": the shell and run_code run with your own access to every file"
+            )
         if question is not None:
             from kesoku_terminal.oneshot import run_oneshot
 

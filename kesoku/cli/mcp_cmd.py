@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Annotated
 from cyclopts import Parameter
 
 if TYPE_CHECKING:
-    from kesoku.config import McpConfig
+    from kesoku.config import Config, McpConfig
     from kesoku.mcp.manager import ServerStatus
+    from kesoku.tools.sandbox import Sandbox
 
 DESCRIPTION_WIDTH = 70
 """Characters of a description shown."""
@@ -45,7 +46,7 @@ def list_servers(
     # Failures are in the table below; the log lines would say the same thing a second time.
     logging.getLogger("kesoku.mcp").addHandler(logging.NullHandler())
     logging.getLogger("kesoku.mcp").propagate = False
-    statuses = trio.run(probe, cfg.mcp, timeout)
+    statuses = trio.run(probe, cfg.mcp, timeout, _sandbox(cfg, path))
     for status in statuses:
         for line in render(status):
             print(line)
@@ -53,13 +54,23 @@ def list_servers(
         raise SystemExit(1)
 
 
-async def probe(config: McpConfig, timeout_s: float) -> list[ServerStatus]:
+def _sandbox(cfg: Config, path: Path | None) -> Sandbox | None:
+    """The daemon's sandbox, for the servers with ``sandbox = true`` (None when no server asks)."""
+    if not any(getattr(server, "sandbox", False) for server in cfg.mcp.servers):
+        return None
+    from kesoku.tools.paths import PathGates
+    from kesoku.tools.sandbox import Sandbox
+
+    return Sandbox.from_config(cfg, PathGates.from_config(cfg, config_file=path))
+
+
+async def probe(config: McpConfig, timeout_s: float, sandbox: Sandbox | None = None) -> list[ServerStatus]:
     """Connect every enabled server once (concurrently), then stop them; their statuses."""
     import trio
 
     from kesoku.mcp.manager import McpManager
 
-    manager = McpManager(config, connect_timeout_s=timeout_s, startup_wait_s=timeout_s + 1.0)
+    manager = McpManager(config, connect_timeout_s=timeout_s, startup_wait_s=timeout_s + 1.0, sandbox=sandbox)
     async with trio.open_nursery() as nursery:
         await nursery.start(manager.serve)
         statuses = manager.statuses()

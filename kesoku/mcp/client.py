@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import trio
 
 from kesoku import __version__
+from kesoku.errors import OperatorError
 
 if TYPE_CHECKING:
     from mcp import Client
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from mcp_types import Tool as McpTool
 
     from kesoku.config import McpHttpServer, McpStdioServer
+    from kesoku.tools.sandbox import Sandbox
 
     McpServerConfig = McpStdioServer | McpHttpServer
 
@@ -129,8 +131,10 @@ class Connection:
         junk_lines: Lines on stdout that were not JSON-RPC.
     """
 
-    def __init__(self, config: McpServerConfig) -> None:
+    def __init__(self, config: McpServerConfig, *, sandbox: Sandbox | None = None) -> None:
         self.config = config
+        self.sandbox = sandbox
+        """Wraps a stdio server with ``sandbox = true``; None: such a server cannot start."""
         self.name = config.name
         self._client: Client | None = None
         self.closed = trio.Event()
@@ -296,9 +300,13 @@ class Connection:
             self._errlog = os.fdopen(write_fd, "w")
             stack.callback(self._errlog.close)  # closed once spawned (below); this covers a failed spawn
             nursery.start_soon(self._read_stderr, read_fd)
-            params = StdioServerParameters(
-                command=cfg.command, args=list(cfg.args), env=dict(cfg.env) or None, cwd=cfg.cwd
-            )
+            command, args = cfg.command, list(cfg.args)
+            if cfg.sandbox:
+                if self.sandbox is None:
+                    raise OperatorError("sandbox = true, but this process has no sandbox settings")
+                wrapped = await trio.to_thread.run_sync(self.sandbox.server_command, command, args, cfg.cwd)
+                command, args = wrapped[0], wrapped[1:]
+            params = StdioServerParameters(command=command, args=args, env=dict(cfg.env) or None, cwd=cfg.cwd)
             return stdio_client(params, errlog=self._errlog)
         import httpx2
         from mcp.client.streamable_http import streamable_http_client

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from mcp_types import Tool as McpTool
 
     from kesoku.mcp.client import McpServerConfig
+    from kesoku.tools.sandbox import Sandbox
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +123,7 @@ class McpManager:
         connect_timeout_s: See :data:`CONNECT_TIMEOUT_S`.
         startup_wait_s: See :data:`STARTUP_WAIT_S`.
         backoff_s: ``(first, longest)`` wait between attempts (:data:`BACKOFF_FIRST_S`, :data:`BACKOFF_MAX_S`).
+        sandbox: Confines the stdio servers with ``sandbox = true``; None: they fail to start.
     """
 
     name = "mcp"
@@ -134,7 +136,9 @@ class McpManager:
         connect_timeout_s: float = CONNECT_TIMEOUT_S,
         startup_wait_s: float = STARTUP_WAIT_S,
         backoff_s: tuple[float, float] = (BACKOFF_FIRST_S, BACKOFF_MAX_S),
+        sandbox: Sandbox | None = None,
     ) -> None:
+        self.sandbox = sandbox
         prefixes = convert.server_prefixes([s.name for s in config.servers])
         self._servers = {s.name: _Server(s, prefixes[s.name]) for s in config.servers}
         self.max_output_bytes = max_output_bytes
@@ -285,7 +289,7 @@ class McpManager:
 
     async def _connect_once(self, server: _Server) -> tuple[str, float]:
         """Connect, serve until the connection ends; ``(why it ended, seconds it was up)``."""
-        conn = Connection(server.config)
+        conn = Connection(server.config, sandbox=self.sandbox)
         conn.on_close = functools.partial(self._closed, server, conn)
         connected_at: float | None = None
         try:

@@ -131,6 +131,10 @@ class PathGates:
         """The home folder the secret rules are relative to."""
         return self.home if self.home is not None else Path(os.path.expanduser("~"))
 
+    def protected_paths(self) -> list[Path]:
+        """Kesoku's own files with their SQLite companions (``-wal``, ``-shm``, ``-journal``)."""
+        return [f.with_name(f.name + suffix) for f in self.protected_files for suffix in _DB_SUFFIXES]
+
 
 @dataclass(frozen=True, slots=True)
 class NeedsApproval:
@@ -282,7 +286,7 @@ def _secret_inodes(gates: PathGates) -> set[tuple[int, int]]:
     """(device, inode) of the protected files and of the files in the secret locations (bounded)."""
     found: set[tuple[int, int]] = set()
     home = gates.home_dir()
-    candidates: list[Path] = [f.with_name(f.name + s) for f in gates.protected_files for s in _DB_SUFFIXES]
+    candidates = gates.protected_paths()
     walked = 0
     for top in [home / rel for rel in SECRET_HOME_PATHS] + [Path(p) for p in SECRET_SYSTEM_PATHS]:
         if top.is_dir():

@@ -1,14 +1,16 @@
-"""The run_code tool: a Python snippet run in a fresh temporary folder, in a subprocess (DESIGN §8).
+"""The run_code tool: a Python snippet run in a fresh temporary folder, in the OS sandbox.
 
 The snippet is written to ``main.py`` in a new folder under the system's temporary directory and run
 with the daemon's own interpreter, unbuffered and isolated (``python -I -u``: no user site-packages,
-no ``PYTHON*`` variables), with the shell tool's
-machinery: its own process group killed whole on timeout or forced stop, output capped head and tail,
-an environment without credentials. The folder is removed afterwards.
+no ``PYTHON*`` variables), in the shell tool's OS sandbox (:mod:`kesoku.tools.sandbox`: it may write
+only that folder and the session's workspace, sees no secrets, no network unless allowed) and with
+its machinery (:mod:`kesoku.tools.process`): its own process group killed whole on timeout or
+forced stop, output capped head and tail. The folder is removed afterwards.
 
 No command policy can judge what a Python program does, so run_code is off unless ``[run_code]
-enabled = true``, and each call asks the user first when the shell is in allowlist mode (the operator
-chose to vet commands) or when the session is tainted (untrusted content could be steering the model).
+enabled = true``, and each call asks the user first when the shell is in allowlist mode (the
+operator chose to vet commands) or when the session is tainted (untrusted content could be steering
+the model).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,10 +27,13 @@ import trio
 
 from kesoku.errors import ToolError
 from kesoku.tools.base import Tool, ToolContext
-from kesoku.tools.shell import TIMEOUT_GRACE_S, run_command
+from kesoku.tools.paths import workspaces
+from kesoku.tools.process import run_command
+from kesoku.tools.shell import TIMEOUT_GRACE_S
 
 if TYPE_CHECKING:
     from kesoku.config import RunCodeConfig
+    from kesoku.tools.sandbox import Sandbox
 
 MAX_CODE_BYTES = 200_000
 """Longest snippet accepted; a longer program belongs in a file run with the shell."""
@@ -40,11 +46,12 @@ afterwards: write files you want to keep with absolute paths into the workspace.
 standard input; standard output and error come interleaved; a long output keeps its head and tail."""
 
 
-def run_code_tool(config: RunCodeConfig, *, ask_always: bool) -> Tool:
+def run_code_tool(config: RunCodeConfig, sandbox: Sandbox, *, ask_always: bool) -> Tool:
     """The ``run_code`` tool.
 
     Args:
         config: ``[run_code]``: ``timeout_s`` and ``max_output_bytes``.
+        sandbox: What confines the snippet (and its environment).
         ask_always: Ask the user before every run (the shell is in allowlist mode); otherwise only
             while the session is tainted.
 
@@ -65,13 +72,18 @@ def run_code_tool(config: RunCodeConfig, *, ask_always: bool) -> Tool:
         folder = Path(await trio.to_thread.run_sync(lambda: tempfile.mkdtemp(prefix="kesoku-run-code-")))
         try:
             await trio.to_thread.run_sync((folder / "main.py").write_text, code, "utf-8")
-            return await run_command(
-                [sys.executable, "-I", "-u", "main.py"],  # -u: output interleaves as written
-                cwd=folder,
-                timeout_s=config.timeout_s,
-                max_output_bytes=config.max_output_bytes,
-                shown="python main.py",
-            )
+            argv = [sys.executable, "-I", "-u", "main.py"]  # -u: output interleaves as written
+            writable = (folder, *workspaces(ctx))
+            inside = replace(ctx, cwd=folder)
+            async with sandbox.launch(argv, inside, writable=writable, shown="run_code") as launch:
+                return await run_command(
+                    launch.argv,
+                    cwd=folder,
+                    timeout_s=config.timeout_s,
+                    max_output_bytes=config.max_output_bytes,
+                    env=launch.env,
+                    shown="python main.py",
+                )
         finally:
             # Shielded and bounded: a forced stop must not leave the snippet's folder behind.
             with trio.CancelScope(shield=True), trio.move_on_after(TIMEOUT_GRACE_S):
