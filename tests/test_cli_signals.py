@@ -1,14 +1,18 @@
 """`kesoku chat` against other processes and signals: a session another process runs is refused, and
 SIGTERM or SIGHUP (``timeout``, a closed terminal) stop the turn and kill its tools, in one-shot and
-interactive mode alike. Real CLI processes with the scripted model."""
+interactive mode alike, and a `kill -9` leaves no process of a running tool behind. Real CLI processes
+with the scripted model."""
 
 from __future__ import annotations
 
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 
+import pytest
+from sandboxing import CONFINED, marker, running
 from test_cli_chat import Terminal, chat, history, setup, start_chat
 
 from kesoku.model import Kind, Role, Status
@@ -92,3 +96,37 @@ def test_sigterm_or_a_closed_terminal_stops_the_turn_and_kills_its_tool(tmp_path
     assert Status.PROCESSING not in statuses  # not left half-run for a later start to resume
     threading.Event().wait(5)  # past the tools' 4 s: a surviving shell would have written the marker
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("mode", CONFINED)
+def test_kill_9_of_a_chat_leaves_no_process_of_its_tool(tmp_path: Path, mode: str) -> None:
+    # SIGKILL cannot be caught: the sandbox itself must take the tool's processes down with the chat
+    # (bubblewrap's --die-with-parent and pid namespace; the Landlock launcher's parent-death signal).
+    mark = marker()
+    (tmp_path / "scenario.yaml").write_text(
+        "steps:\n"
+        f"  - tool_calls: [{{name: shell, arguments: {{command: \"sh -c 'sleep {mark} & sleep {mark}'\"}}}}]\n"
+        "  - text: done\n"
+    )
+    (tmp_path / "kesoku.toml").write_text(
+        f'[agent]\nllm = "scripted"\n[scripted]\npath = "scenario.yaml"\n[sandbox]\nmode = "{mode}"\n'
+    )
+    proc = start_chat(tmp_path, "run it")
+    try:
+        assert proc.stderr is not None
+        assert proc.stderr.readline().startswith("🛠 shell(")
+        deadline = time.monotonic() + 10
+        while len(running(mark, exact=True)) < 2 and time.monotonic() < deadline:
+            threading.Event().wait(0.02)
+        assert len(running(mark, exact=True)) >= 2  # the sleep in the background and the one in front
+        proc.kill()
+        proc.communicate(timeout=10)
+        deadline = time.monotonic() + 5
+        while running(mark) and time.monotonic() < deadline:
+            threading.Event().wait(0.02)
+        assert running(mark) == []
+    finally:
+        proc.kill()
+        proc.communicate(timeout=10)
+        for pid in running(mark):  # never leave one behind for the next test, whatever failed
+            os.kill(pid, signal.SIGKILL)
