@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from kesoku.skills import SkillLibrary
     from kesoku.store import Store
     from kesoku.tools.base import Tool
+    from kesoku.tools.paths import PathGates
 
 log = logging.getLogger("kesoku.daemon")
 
@@ -65,8 +66,37 @@ _COLORS = {logging.DEBUG: "2", logging.INFO: "36", logging.WARNING: "33", loggin
 # -- the runtime of a process -----------------------------------------------------------------------
 
 
+def runtime_gates(
+    config: Config,
+    *,
+    config_file: Path | None = None,
+    skills: SkillLibrary | None = None,
+) -> PathGates:
+    """The path gates of a process: one set for the file tools, the shell and every adapter.
+
+    Args:
+        config: The loaded config.
+        config_file: The file it came from: never read, written or shared (it can hold keys).
+        skills: The skills library, whose folders are readable without taint; None: the one of
+            ``workspace.skills_dir`` and the bundled skills.
+
+    Returns:
+        :meth:`PathGates.from_config` of the config, its file and the skills folders.
+    """
+    from kesoku.skills import SkillLibrary
+    from kesoku.tools.paths import PathGates
+
+    skills = skills if skills is not None else SkillLibrary.from_config(config)
+    trusted = [folder for folder, _ in skills.dirs]
+    return PathGates.from_config(config, config_file=config_file, trusted_roots=trusted)
+
+
 def default_tools(
-    config: Config, *, config_file: Path | None = None, skills: SkillLibrary | None = None
+    config: Config,
+    *,
+    config_file: Path | None = None,
+    skills: SkillLibrary | None = None,
+    gates: PathGates | None = None,
 ) -> tuple[Tool, ...]:
     """The tools kesoku.toml enables, the same for the daemon and ``kesoku chat``.
 
@@ -79,15 +109,15 @@ def default_tools(
         config: The loaded config.
         config_file: The file it came from: the tools may not read it (it can hold keys).
         skills: The skills library; None: the one of ``workspace.skills_dir`` and the bundled skills.
+        gates: The process's path gates; None: :func:`runtime_gates` of the arguments above.
     """
     from kesoku.skills import SkillLibrary
     from kesoku.tools.files import file_tools
-    from kesoku.tools.paths import PathGates
     from kesoku.tools.skills import skill_tools
 
     skills = skills if skills is not None else SkillLibrary.from_config(config)
-    trusted = [folder for folder, _ in skills.dirs]
-    gates = PathGates.from_config(config, config_file=config_file, trusted_roots=trusted)
+    if gates is None:
+        gates = runtime_gates(config, config_file=config_file, skills=skills)
     max_bytes = config.shell.max_output_bytes
     tools = list(file_tools(gates, max_output_bytes=max_bytes))
     if config.shell.enabled:
@@ -133,7 +163,8 @@ def build_runtime(
     Args:
         config: The loaded config.
         store: The store over ``workspace.db_path``; the caller closes it.
-        config_file: The file the config came from (denied to the tools).
+        config_file: The file the config came from (denied to the tools and never shared by an
+            adapter: ``rt.gates`` protects it).
         llm_name: A backend overriding ``agent.llm``.
         serves: Which sessions this process answers (by id); None: all.
 
@@ -150,14 +181,21 @@ def build_runtime(
     gateway = Gateway(store, config.workspace.sessions_dir)
     skills = SkillLibrary.from_config(config)
     skills.scan()  # parse once now: each turn then only checks the files for changes (~15 µs a skill)
-    tools = default_tools(config, config_file=config_file, skills=skills)
+    gates = runtime_gates(config, config_file=config_file, skills=skills)
+    tools = default_tools(config, skills=skills, gates=gates)
     sources: list[ToolSource] = []
     if any(server.enabled for server in config.mcp.servers):
         from kesoku.mcp.manager import McpManager  # light: the mcp SDK loads in a thread at the first connection
 
         sources.append(McpManager(config.mcp, max_output_bytes=config.shell.max_output_bytes))
     rt = Runtime.from_config(
-        config, gateway, tools=tools, llm_name=llm_name, skills=skills.summaries, tool_sources=sources
+        config,
+        gateway,
+        tools=tools,
+        llm_name=llm_name,
+        skills=skills.summaries,
+        tool_sources=sources,
+        gates=gates,
     )
     if serves is not None:
         rt.dispatcher = ScopedDispatcher(rt, serves)
