@@ -4,7 +4,8 @@ Task tree under ``trio.run``::
 
     root nursery ─┬─ signal watcher: SIGTERM/SIGINT → graceful stop; SIGHUP → reload kesoku.toml
                   ├─ runtime scope ── Runtime.serve (turn logs, dispatcher → workers) + turn-metrics log
-                  └─ adapters scope ── one task per enabled adapter (each failure reported, others go on)
+                  └─ adapters scope ── one task per enabled adapter (each failure reported,
+                                       the adapter restarted with backoff; others go on)
 
 Graceful stop: the runtime scope is cancelled first, which cuts model streams at once; a running tool
 batch is shielded and finishes (its results are posted). If tools still run after
@@ -36,7 +37,7 @@ import trio
 from kesoku.dispatcher import Dispatcher
 
 if TYPE_CHECKING:
-    from kesoku.adapters import AdapterEntry
+    from kesoku.adapters import Adapter, AdapterEntry
     from kesoku.config import Config
     from kesoku.model import Message
     from kesoku.runtime import Runtime, ToolSource
@@ -51,6 +52,12 @@ INTERACTIVE_ADAPTER = "terminal"
 """Sessions of this adapter belong to the ``kesoku chat`` process that opened them, never to the daemon."""
 KILL_WAIT_S = 10.0
 """After killing tools at the end of the grace period, how long their results may take to be posted."""
+RESTART_MIN_S = 1.0
+"""The first delay before a failed adapter is started again (doubled at each failure in a row)."""
+RESTART_MAX_S = 60.0
+"""The longest delay between two restarts of an adapter."""
+RESTART_RESET_S = 120.0
+"""An adapter that ran this long before failing starts again after :data:`RESTART_MIN_S`."""
 SESSION_CACHE_SIZE = 4096
 """Sessions whose owner (adapter) the daemon remembers, to route user messages without a query each."""
 LIVE_KEYS = ("agent.persona", "agent.max_steps_per_turn", "agent.worker_idle_s", "agent.shutdown_grace_s")
@@ -311,6 +318,31 @@ def run(config_path: Path | None) -> int:
         store.close()
 
 
+class Backoff:
+    """Delays between restarts of a failing adapter.
+
+    They double from :data:`RESTART_MIN_S` to :data:`RESTART_MAX_S`, and start over once a run
+    lasted :data:`RESTART_RESET_S` before it failed.
+
+    Attributes:
+        restarts: Restarts so far.
+        delay_s: The last delay.
+    """
+
+    def __init__(self) -> None:
+        self.restarts = 0
+        self.delay_s = 0.0
+
+    def after(self, ran_s: float) -> float:
+        """The delay before the next restart, after a run of ``ran_s`` seconds that failed."""
+        if ran_s >= RESTART_RESET_S or not self.delay_s:
+            self.delay_s = RESTART_MIN_S
+        else:
+            self.delay_s = min(self.delay_s * 2, RESTART_MAX_S)
+        self.restarts += 1
+        return self.delay_s
+
+
 class Daemon:
     """The daemon's tasks and its reaction to signals.
 
@@ -428,7 +460,7 @@ class Daemon:
                     nursery.start_soon(self._serve_adapter, entry, name=f"adapter {entry.name}")
 
     async def _serve_adapter(self, entry: AdapterEntry) -> None:
-        """Run one adapter if enabled; any failure is one log line and never reaches the other tasks."""
+        """Run one adapter if enabled, restarted with backoff when it fails; others never see it."""
         from kesoku.adapters import Adapter, is_enabled, section_enabled
 
         if section_enabled(entry.name, self.config) is False:
@@ -443,17 +475,47 @@ class Daemon:
         if not isinstance(adapter, Adapter):
             log.error("adapter %s: enabled, but %s has no serve() (not built yet); skipped", entry.name, entry.value)
             return
+        backoff = Backoff()
+        while True:
+            began = trio.current_time()
+            failure = await self._run_adapter(entry, adapter, backoff.restarts)
+            if failure is None:
+                return
+            delay_s = backoff.after(trio.current_time() - began)
+            log.error(
+                "adapter %s failed: %s%s; restart %d in %g s",
+                entry.name,
+                _describe(failure),
+                _hint(entry, failure),
+                backoff.restarts,
+                delay_s,
+                exc_info=failure,
+            )
+            await trio.sleep(delay_s)
+
+    async def _run_adapter(
+        self, entry: AdapterEntry, adapter: Adapter, restarts: int
+    ) -> Exception | None:
+        """Serve the adapter once; returns the failure to restart after, or None: no restart."""
+        from kesoku.errors import OperatorError
+
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(functools.partial(adapter.serve, self.rt, self.config))
                 self.running_adapters.add(entry.name)
-                log.info("adapter %s: started", entry.name)
+                again = f" again (restart {restarts})" if restarts else ""
+                log.info("adapter %s: started%s", entry.name, again)
         except Exception as exc:
             leaf = _leaf(exc)
-            log.error("adapter %s failed: %s%s", entry.name, _describe(leaf), _hint(entry, leaf))
-            log.debug("adapter %s traceback", entry.name, exc_info=exc)
+            # The operator's to fix: a restart would fail the same way.
+            if isinstance(leaf, (OperatorError, ImportError)):
+                why = f"{_describe(leaf)}{_hint(entry, leaf)}"
+                log.error("adapter %s failed: %s; not restarted", entry.name, why)
+                return None
+            return leaf if isinstance(leaf, Exception) else exc
         else:
             log.info("adapter %s: stopped", entry.name)
+            return None
         finally:
             self.running_adapters.discard(entry.name)
 
