@@ -97,6 +97,7 @@ class Inbound:
                 else:
                     log.info("gchat: %s event in %s ignored", event.type, event.space)
                 done = True
+                self.failures.pop(pulled.message_id, None)
             except Exception as exc:
                 done = self.failed(pulled.message_id, event, exc)
         finally:
