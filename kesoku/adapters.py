@@ -6,7 +6,10 @@ exactly like a first-party one. An entry point names an object (usually a module
 - ``enabled(config) -> bool``: whether the daemon runs it. Optional: without it, the adapter is
   enabled when the config section of the same name says ``enabled = true`` (``[discord] enabled``).
 - ``async serve(rt, config, *, task_status)``: run until cancelled, calling ``task_status.started()``
-  once connected. Stopping is cancelling; an exception is reported in one line and the daemon goes on.
+  once connected. Stopping is cancelling; an exception is reported in one line and the daemon
+  starts the adapter again with backoff (1 s doubling to 60 s), except an ``OperatorError`` or an
+  ``ImportError``, which only the operator can fix. An adapter keeps each message its own failure
+  domain: one that cannot be handled is logged and told in one line, and the adapter goes on.
 
 The terminal adapter offers ``chat(config, ...)`` instead (see :class:`ChatAdapter`), which
 ``kesoku chat`` calls. The core never imports an adapter package by name: it asks the entry points.

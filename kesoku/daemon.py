@@ -4,7 +4,8 @@ Task tree under ``trio.run``::
 
     root nursery ─┬─ signal watcher: SIGTERM/SIGINT → graceful stop; SIGHUP → reload kesoku.toml
                   ├─ runtime scope ── Runtime.serve (turn logs, dispatcher → workers) + turn-metrics log
-                  └─ adapters scope ── one task per enabled adapter (each failure reported, others go on)
+                  └─ adapters scope ── one task per enabled adapter (each failure reported,
+                                       the adapter restarted with backoff; others go on)
 
 Graceful stop: the runtime scope is cancelled first, which cuts model streams at once; a running tool
 batch is shielded and finishes (its results are posted). If tools still run after
@@ -36,13 +37,14 @@ import trio
 from kesoku.dispatcher import Dispatcher
 
 if TYPE_CHECKING:
-    from kesoku.adapters import AdapterEntry
+    from kesoku.adapters import Adapter, AdapterEntry
     from kesoku.config import Config
     from kesoku.model import Message
     from kesoku.runtime import Runtime, ToolSource
     from kesoku.skills import SkillLibrary
     from kesoku.store import Store
     from kesoku.tools.base import Tool
+    from kesoku.tools.paths import PathGates
     from kesoku.tools.sandbox import Sandbox
 
 log = logging.getLogger("kesoku.daemon")
@@ -51,6 +53,12 @@ INTERACTIVE_ADAPTER = "terminal"
 """Sessions of this adapter belong to the ``kesoku chat`` process that opened them, never to the daemon."""
 KILL_WAIT_S = 10.0
 """After killing tools at the end of the grace period, how long their results may take to be posted."""
+RESTART_MIN_S = 1.0
+"""The first delay before a failed adapter is started again (doubled at each failure in a row)."""
+RESTART_MAX_S = 60.0
+"""The longest delay between two restarts of an adapter."""
+RESTART_RESET_S = 120.0
+"""An adapter that ran this long before failing starts again after :data:`RESTART_MIN_S`."""
 SESSION_CACHE_SIZE = 4096
 """Sessions whose owner (adapter) the daemon remembers, to route user messages without a query each."""
 LIVE_KEYS = ("agent.persona", "agent.max_steps_per_turn", "agent.worker_idle_s", "agent.shutdown_grace_s")
@@ -66,11 +74,37 @@ _COLORS = {logging.DEBUG: "2", logging.INFO: "36", logging.WARNING: "33", loggin
 # -- the runtime of a process -----------------------------------------------------------------------
 
 
+def runtime_gates(
+    config: Config,
+    *,
+    config_file: Path | None = None,
+    skills: SkillLibrary | None = None,
+) -> PathGates:
+    """The path gates of a process: one set for the file tools, the shell and every adapter.
+
+    Args:
+        config: The loaded config.
+        config_file: The file it came from: never read, written or shared (it can hold keys).
+        skills: The skills library, whose folders are readable without taint; None: the one of
+            ``workspace.skills_dir`` and the bundled skills.
+
+    Returns:
+        :meth:`PathGates.from_config` of the config, its file and the skills folders.
+    """
+    from kesoku.skills import SkillLibrary
+    from kesoku.tools.paths import PathGates
+
+    skills = skills if skills is not None else SkillLibrary.from_config(config)
+    trusted = [folder for folder, _ in skills.dirs]
+    return PathGates.from_config(config, config_file=config_file, trusted_roots=trusted)
+
+
 def default_tools(
     config: Config,
     *,
     config_file: Path | None = None,
     skills: SkillLibrary | None = None,
+    gates: PathGates | None = None,
     sandbox: Sandbox | None = None,
 ) -> tuple[Tool, ...]:
     """The tools kesoku.toml enables, the same for the daemon and ``kesoku chat``.
@@ -86,20 +120,19 @@ def default_tools(
         config: The loaded config.
         config_file: The file it came from: the tools may not read it (it can hold keys).
         skills: The skills library; None: the one of ``workspace.skills_dir`` and the bundled skills.
+        gates: The process's path gates; None: the sandbox's, else :func:`runtime_gates` of the
+            arguments above.
         sandbox: What confines tool processes; None: ``[sandbox]`` over these gates, refusing to run
             unsandboxed (probed now: blocking, about 10 ms).
     """
     from kesoku.skills import SkillLibrary
     from kesoku.tools.files import file_tools
-    from kesoku.tools.paths import PathGates
     from kesoku.tools.sandbox import Sandbox
     from kesoku.tools.skills import skill_tools
 
     skills = skills if skills is not None else SkillLibrary.from_config(config)
-    trusted = [folder for folder, _ in skills.dirs]
-    gates = sandbox.gates if sandbox is not None else PathGates.from_config(
-        config, config_file=config_file, trusted_roots=trusted
-    )
+    if gates is None:
+        gates = sandbox.gates if sandbox is not None else runtime_gates(config, config_file=config_file, skills=skills)
     sandbox = sandbox if sandbox is not None else Sandbox.from_config(config, gates)
     max_bytes = config.shell.max_output_bytes
     tools = list(file_tools(gates, max_output_bytes=max_bytes))
@@ -148,7 +181,8 @@ def build_runtime(
     Args:
         config: The loaded config.
         store: The store over ``workspace.db_path``; the caller closes it.
-        config_file: The file the config came from (denied to the tools).
+        config_file: The file the config came from (denied to the tools and never shared by an
+            adapter: ``rt.gates`` protects it).
         llm_name: A backend overriding ``agent.llm``.
         serves: Which sessions this process answers (by id); None: all.
         interactive: A person at a terminal answers (``kesoku chat``): where no sandbox works the
@@ -164,23 +198,27 @@ def build_runtime(
     from kesoku.gateway import Gateway
     from kesoku.runtime import Runtime
     from kesoku.skills import SkillLibrary
-    from kesoku.tools.paths import PathGates
     from kesoku.tools.sandbox import Sandbox
 
     gateway = Gateway(store, config.workspace.sessions_dir)
     skills = SkillLibrary.from_config(config)
     skills.scan()  # parse once now: each turn then only checks the files for changes (~15 µs a skill)
-    trusted = [folder for folder, _ in skills.dirs]
-    gates = PathGates.from_config(config, config_file=config_file, trusted_roots=trusted)
+    gates = runtime_gates(config, config_file=config_file, skills=skills)
     sandbox = Sandbox.from_config(config, gates, ask_unsandboxed=interactive)
-    tools = default_tools(config, skills=skills, sandbox=sandbox)
+    tools = default_tools(config, skills=skills, gates=gates, sandbox=sandbox)
     sources: list[ToolSource] = []
     if any(server.enabled for server in config.mcp.servers):
         from kesoku.mcp.manager import McpManager  # light: the mcp SDK loads in a thread at the first connection
 
         sources.append(McpManager(config.mcp, max_output_bytes=config.shell.max_output_bytes, sandbox=sandbox))
     rt = Runtime.from_config(
-        config, gateway, tools=tools, llm_name=llm_name, skills=skills.summaries, tool_sources=sources
+        config,
+        gateway,
+        tools=tools,
+        llm_name=llm_name,
+        skills=skills.summaries,
+        tool_sources=sources,
+        gates=gates,
     )
     rt.sandbox = sandbox
     if serves is not None:
@@ -311,6 +349,31 @@ def log_sandbox(sandbox: Sandbox | None, config: Config) -> None:
         log.warning("%s: the shell and run_code are not offered to chat sessions", sandbox.describe())
 
 
+class Backoff:
+    """Delays between restarts of a failing adapter.
+
+    They double from :data:`RESTART_MIN_S` to :data:`RESTART_MAX_S`, and start over once a run
+    lasted :data:`RESTART_RESET_S` before it failed.
+
+    Attributes:
+        restarts: Restarts so far.
+        delay_s: The last delay.
+    """
+
+    def __init__(self) -> None:
+        self.restarts = 0
+        self.delay_s = 0.0
+
+    def after(self, ran_s: float) -> float:
+        """The delay before the next restart, after a run of ``ran_s`` seconds that failed."""
+        if ran_s >= RESTART_RESET_S or not self.delay_s:
+            self.delay_s = RESTART_MIN_S
+        else:
+            self.delay_s = min(self.delay_s * 2, RESTART_MAX_S)
+        self.restarts += 1
+        return self.delay_s
+
+
 class Daemon:
     """The daemon's tasks and its reaction to signals.
 
@@ -428,7 +491,7 @@ class Daemon:
                     nursery.start_soon(self._serve_adapter, entry, name=f"adapter {entry.name}")
 
     async def _serve_adapter(self, entry: AdapterEntry) -> None:
-        """Run one adapter if enabled; any failure is one log line and never reaches the other tasks."""
+        """Run one adapter if enabled, restarted with backoff when it fails; others never see it."""
         from kesoku.adapters import Adapter, is_enabled, section_enabled
 
         if section_enabled(entry.name, self.config) is False:
@@ -443,17 +506,47 @@ class Daemon:
         if not isinstance(adapter, Adapter):
             log.error("adapter %s: enabled, but %s has no serve() (not built yet); skipped", entry.name, entry.value)
             return
+        backoff = Backoff()
+        while True:
+            began = trio.current_time()
+            failure = await self._run_adapter(entry, adapter, backoff.restarts)
+            if failure is None:
+                return
+            delay_s = backoff.after(trio.current_time() - began)
+            log.error(
+                "adapter %s failed: %s%s; restart %d in %g s",
+                entry.name,
+                _describe(failure),
+                _hint(entry, failure),
+                backoff.restarts,
+                delay_s,
+                exc_info=failure,
+            )
+            await trio.sleep(delay_s)
+
+    async def _run_adapter(
+        self, entry: AdapterEntry, adapter: Adapter, restarts: int
+    ) -> Exception | None:
+        """Serve the adapter once; returns the failure to restart after, or None: no restart."""
+        from kesoku.errors import OperatorError
+
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(functools.partial(adapter.serve, self.rt, self.config))
                 self.running_adapters.add(entry.name)
-                log.info("adapter %s: started", entry.name)
+                again = f" again (restart {restarts})" if restarts else ""
+                log.info("adapter %s: started%s", entry.name, again)
         except Exception as exc:
             leaf = _leaf(exc)
-            log.error("adapter %s failed: %s%s", entry.name, _describe(leaf), _hint(entry, leaf))
-            log.debug("adapter %s traceback", entry.name, exc_info=exc)
+            # The operator's to fix: a restart would fail the same way.
+            if isinstance(leaf, (OperatorError, ImportError)):
+                why = f"{_describe(leaf)}{_hint(entry, leaf)}"
+                log.error("adapter %s failed: %s; not restarted", entry.name, why)
+                return None
+            return leaf if isinstance(leaf, Exception) else exc
         else:
             log.info("adapter %s: stopped", entry.name)
+            return None
         finally:
             self.running_adapters.discard(entry.name)
 

@@ -4,7 +4,7 @@ One parser for every adapter (Discord, Google Chat, the terminal), so the rules 
 everywhere:
 
 - ``[file: /absolute/path]`` asks the adapter to send that file (only if
-  :func:`kesoku.tools.paths.shareable` allows it; otherwise the adapter shows a warning instead).
+  :func:`kesoku.tools.paths.check_share` allows it; otherwise the adapter says why in one line).
 - ``[question: Which one? | Option A | Option B]`` asks the user to choose; the choices become buttons
   (Discord) or a list (Google Chat). A question without choices is plain text.
 - Inside a fenced code block (```` ``` ````) nothing is a marker: a model showing the syntax is not
@@ -32,7 +32,7 @@ class TextPart:
 
 @dataclass(frozen=True, slots=True)
 class FilePart:
-    """A file to send: ``path`` as the model wrote it (check it with ``shareable`` before sending)."""
+    """A file to send: ``path`` as the model wrote it (``check_share`` it before sending)."""
 
     path: str
 

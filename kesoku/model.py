@@ -6,6 +6,7 @@ these frozen msgspec Structs (DESIGN §4). Metadata is stored as msgspec JSON.
 
 from __future__ import annotations
 
+import re
 import time
 from enum import StrEnum
 from typing import Any
@@ -273,6 +274,18 @@ def check_message(msg: Message) -> None:
         raise MessageError(f"system messages are sent by {SYSTEM_SENDER!r}, not {msg.sender!r}")
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def storable_text(text: str) -> str:
+    r"""``text`` with each lone surrogate (a JSON escape such as ``\ud800``) replaced by U+FFFD.
+
+    Chat platforms deliver JSON, which can carry unpaired surrogates; SQLite stores UTF-8 only, so
+    such text would make the post fail.
+    """
+    return _LONE_SURROGATE.sub("\ufffd", text) if _LONE_SURROGATE.search(text) else text
+
+
 def user_text(
     session_id: str,
     content: str,
@@ -286,8 +299,8 @@ def user_text(
 
     Args:
         session_id: The session.
-        content: What the user wrote.
-        sender: The platform's user name.
+        content: What the user wrote (lone surrogates become U+FFFD: see :func:`storable_text`).
+        sender: The platform's user name (likewise).
         external_id: The platform's message id, for deduplication.
         attachments: Files saved in the session workspace.
         ts: UNIX seconds; now when None.
@@ -295,6 +308,7 @@ def user_text(
     Returns:
         The message, not yet posted.
     """
+    content, sender = storable_text(content), storable_text(sender)
     now = time.time() if ts is None else ts
     meta = Metadata(attachments=attachments) if attachments else EMPTY_METADATA
     return Message(

@@ -19,6 +19,7 @@ from kesoku.config import AgentConfig, Config
 from kesoku.dispatcher import Dispatcher
 from kesoku.events import EventHub
 from kesoku.questions import QUESTION_TIMEOUT_S, Questions
+from kesoku.tools.paths import PathGates
 from kesoku.turn import session_cwd
 from kesoku.turnlog_writer import TurnLogWriter
 
@@ -79,6 +80,9 @@ class Runtime:
             calls; None: no subagent tool.
         tool_sources: Tools that come and go (MCP servers), served in the runtime's nursery.
         compaction: When and how far to compact sessions (``[compaction]``).
+        gates: The path gates every file decision of this process uses: the file tools and the
+            adapters (``[file: …]``, attachments). None: gates protecting only the gateway's
+            database (:func:`kesoku.daemon.build_runtime` passes the config's, its file included).
     """
 
     def __init__(
@@ -98,8 +102,12 @@ class Runtime:
         subagent_max_steps: int | None = None,
         tool_sources: Sequence[ToolSource] = (),
         compaction: CompactionPolicy | None = None,
+        gates: PathGates | None = None,
     ) -> None:
         self.gateway = gateway
+        own_db = PathGates(protected_files=(Path(gateway.store.path),))
+        self.gates = gates if gates is not None else own_db
+        """What tools and adapters may read, write and share (``[file: …]``)."""
         self._llm = llm
         self._used: dict[int, BaseLLM] = {}  # backends handed out, closed at shutdown
         self.tools = tuple(tools)
@@ -136,6 +144,7 @@ class Runtime:
         llm_name: str | None = None,
         skills: Callable[[], Sequence[tuple[str, str]]] = tuple,
         tool_sources: Sequence[ToolSource] = (),
+        gates: PathGates | None = None,
     ) -> Runtime:
         """Build the runtime kesoku.toml describes (blocking: backends load their SDKs; call it at start-up).
 
@@ -146,6 +155,9 @@ class Runtime:
             llm_name: A backend that overrides ``agent.llm`` (``kesoku chat --llm``).
             skills: ``(name, description)`` of the skills, for the system prompt.
             tool_sources: Tools that come and go (the MCP servers), served in the runtime's nursery.
+            gates: The path gates of the tools and the adapters (see
+                :func:`kesoku.daemon.runtime_gates`); None: the config's without its file, which
+                only the caller knows.
 
         Raises:
             OperatorError: The chosen backend cannot be built (missing key, unknown name).
@@ -179,6 +191,7 @@ class Runtime:
             subagent_max_steps=config.subagent.max_steps if config.subagent.enabled else None,
             compaction=CompactionPolicy.from_config(config),
             tool_sources=tool_sources,
+            gates=gates if gates is not None else PathGates.from_config(config),
         )
 
     def llm_for(self, session: Session) -> BaseLLM:

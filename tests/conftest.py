@@ -7,7 +7,7 @@ import inspect
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
@@ -16,6 +16,9 @@ from kesoku.blocking import BlockingDetector
 from kesoku.gateway import Gateway
 from kesoku.model import Session
 from kesoku.store import Store
+
+if TYPE_CHECKING:
+    from test_gchat_support import FakePubSub
 
 
 @pytest.fixture
@@ -33,6 +36,17 @@ def store(db_path: Path) -> Iterator[Store]:
 @pytest.fixture
 def gateway(store: Store, tmp_path: Path) -> Gateway:
     return Gateway(store, tmp_path / "sessions")
+
+
+@pytest.fixture
+def pubsub(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakePubSub]:
+    """The in-process Pub/Sub fake, with the Pub/Sub client of this test pointed at it."""
+    from test_gchat_support import start_fake  # grpc and Google clients: only where it is used
+
+    fake, server, host = start_fake()
+    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", host)
+    yield fake
+    server.stop(0)
 
 
 @pytest.fixture

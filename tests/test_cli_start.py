@@ -272,8 +272,14 @@ def test_each_adapter_failure_is_one_line_and_the_others_keep_running(tmp_path: 
     finally:
         daemon.kill()
     adapter_lines = sorted(ln.split(" daemon: ", 1)[1] for ln in daemon.lines if " daemon: adapter " in ln)
+    # The broken adapter is restarted with backoff; each failure is one line, traceback folded in.
+    broken = [ln for ln in adapter_lines if ln.startswith("adapter broken ")]
+    assert broken and broken[0].startswith(
+        "adapter broken failed: RuntimeError: no token configured; restart 1 in 1 s | Traceback"
+    )
+    assert all(" | RuntimeError: no token configured" in ln for ln in broken)
     assert adapter_lines == [
-        "adapter broken failed: RuntimeError: no token configured",
+        *broken,
         "adapter good: started",
         "adapter missing: cannot load kesoku_fake_missing: ModuleNotFoundError: No module named "
         "'kesoku_nonexistent_sdk'",

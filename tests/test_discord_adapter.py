@@ -27,6 +27,7 @@ from kesoku.llm.ir import LLMRequest, TextBlock, ToolResultBlock
 from kesoku.model import Role, Session
 from kesoku.testing import ScriptedLLM, Step, StepToolCall
 from kesoku.tools.base import Tool, ToolContext
+from kesoku.tools.paths import PathGates
 
 ALICE, BOB, CAROL = 5001, 5002, 5003
 
@@ -92,7 +93,7 @@ def custom_ids(message: dict[str, Any]) -> list[str]:
     return [c["custom_id"] for row in message.get("components") or [] for c in row["components"]]
 
 
-def config_for(tmp_path: Path, **discord_options: Any) -> Config:
+def config_for(tmp_path: Path, *, shared: Path | None = None, **discord_options: Any) -> Config:
     options: dict[str, Any] = {
         "enabled": True,
         "bot_token": "test-token",
@@ -103,7 +104,7 @@ def config_for(tmp_path: Path, **discord_options: Any) -> Config:
     workspace = WorkspaceConfig(
         db_path=str(tmp_path / "kesoku.db"),
         sessions_dir=str(tmp_path / "sessions"),
-        shareable_roots=(str(tmp_path / "shared"),),
+        shareable_roots=(str(shared or tmp_path / "shared"),),
     )
     return Config(workspace=workspace, discord=DiscordConfig(**options))
 
@@ -142,8 +143,15 @@ async def discord_bot(
     table: Mapping[str, Callable[[LLMRequest], Step] | Step] | None = None,
     *,
     tools: Sequence[Tool] = (),
+    shared: Path | None = None,
+    config_file: Path | None = None,
     **discord_options: Any,
 ) -> AsyncIterator[Bot]:
+    """A runtime with the scripted model, the Discord fake, and the adapter logged into it.
+
+    The runtime's path gates are the daemon's (:meth:`PathGates.from_config`): ``shared`` is the
+    shareable root (default ``tmp_path/shared``), ``config_file`` the protected config file.
+    """
     (tmp_path / "shared").mkdir(exist_ok=True)
     async with serve_discord() as fake:
         monkeypatch.setattr(discord.http.Route, "BASE", f"{fake.base_url}/api/v10")
@@ -152,8 +160,9 @@ async def discord_bot(
         quiet = fake.add_channel("quiet")
         users = fake.add_user(ALICE, "alice"), fake.add_user(BOB, "bob"), fake.add_user(CAROL, "carol")
         llm = ScriptedLLM(responder=answers(table or {}))
-        config = config_for(tmp_path, **discord_options)
-        async with serve_runtime(tmp_path, llm, tools=tools) as h:
+        config = config_for(tmp_path, shared=shared, **discord_options)
+        gates = PathGates.from_config(config, config_file=config_file)
+        async with serve_runtime(tmp_path, llm, tools=tools, gates=gates) as h:
             bot = Bot(fake, h, None, general, quiet, *users, llm)  # type: ignore[arg-type]
             async with running_adapter(bot, config):
                 yield bot

@@ -4,7 +4,6 @@ scripted model. Each test checks what Chat received and what the log holds."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -12,7 +11,14 @@ import pytest
 import trio
 from kesoku_gchat.events import ANSWER_FUNCTION, STOP_FUNCTION
 from runtime_harness import echo
-from test_gchat_support import FakePubSub, GChatRun, click_event, gchat_running, message_event, start_fake
+from test_gchat_support import (
+    FakePubSub,
+    GChatRun,
+    click_event,
+    gchat_running,
+    message_event,
+    texts,
+)
 
 from kesoku.model import Kind, Role, is_answer
 from kesoku.testing import ScriptedLLM
@@ -21,23 +27,6 @@ from kesoku.tools.files import file_tools
 from kesoku.tools.paths import PathGates
 
 THREAD = "spaces/AAAA/threads/T1"
-
-
-@pytest.fixture
-def pubsub(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakePubSub]:
-    fake, server, host = start_fake()
-    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", host)
-    yield fake
-    server.stop(0)
-
-
-def texts(body: dict[str, object]) -> list[str]:
-    """The text paragraphs of a recorded message body, in order."""
-    out = []
-    for card in body.get("cardsV2", []):  # type: ignore[attr-defined]
-        for section in card["card"]["sections"]:
-            out += [w["textParagraph"]["text"] for w in section["widgets"] if "textParagraph" in w]
-    return out
 
 
 async def acked(pubsub: FakePubSub, message_id: str) -> None:

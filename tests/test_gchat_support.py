@@ -51,6 +51,7 @@ from kesoku.config import GChatConfig
 from kesoku.llm.base import BaseLLM
 from kesoku.model import Message
 from kesoku.tools.base import Tool
+from kesoku.tools.paths import PathGates
 
 EMULATOR_JARS = "/usr/lib/google-cloud-sdk/platform/pubsub-emulator/lib/cloud-pubsub-emulator-*-all.jar"
 EMULATOR_START_S = 30.0
@@ -249,6 +250,15 @@ def message_event(text: str, *, name: str = "spaces/AAAA/messages/M1.M1", **chan
     return json.dumps(event(name=name, text=f"@Kesoku {text}", argumentText=f" {text}", **changes)).encode()
 
 
+def texts(body: dict[str, object]) -> list[str]:
+    """The text paragraphs of a recorded message body, in order."""
+    out = []
+    for card in body.get("cardsV2", []):  # type: ignore[attr-defined]
+        for section in card["card"]["sections"]:
+            out += [w["textParagraph"]["text"] for w in section["widgets"] if "textParagraph" in w]
+    return out
+
+
 def click_event(function: str, **parameters: str) -> bytes:
     """A CARD_CLICKED event of a button with ``function`` and ``parameters``."""
     raw = event("card_clicked")
@@ -323,16 +333,18 @@ async def gchat_running(
     tools: Sequence[Tool] = (),
     reaction: str | None = "👀",
     card_interval_s: float = 0.05,
+    gates: PathGates | None = None,
 ) -> AsyncIterator[GChatRun]:
     """A served runtime, the Chat fake on loopback, and the adapter pulling ``subscription``.
 
-    The caller points the Pub/Sub client at a peer (``PUBSUB_EMULATOR_HOST``) first.
+    The caller points the Pub/Sub client at a peer (``PUBSUB_EMULATOR_HOST``) first. ``gates`` are
+    the runtime's path gates (default: only the database protected, nothing shared).
     """
     chat = ChatFake()
     gchat = GChatConfig(enabled=True, subscription=subscription, reaction_emoji=reaction)
     async with (
         serve_app(chat.app()) as base_url,
-        serve_runtime(tmp_path, llm, tools=tools) as h,
+        serve_runtime(tmp_path, llm, tools=tools, gates=gates) as h,
         trio.open_nursery() as nursery,
     ):
         run = GChatRun(h, chat, base_url, gchat, nursery, subscription, card_interval_s)

@@ -85,6 +85,24 @@ def test_an_output_in_a_missing_folder_is_one_line(tmp_path: Path) -> None:
     assert not target.parent.exists()
 
 
+def test_an_output_over_the_config_or_the_database_is_refused(tmp_path: Path) -> None:
+    config = setup(tmp_path, "echo.yaml")
+    assert chat(tmp_path, "hi").returncode == 0
+    (sid,) = session_ids(tmp_path)
+    before = config.read_bytes(), (tmp_path / "kesoku.db").stat().st_size
+    configuration = "holds Kesoku's configuration and credentials (--output)"
+    result = trace(tmp_path, sid, "-o", "kesoku.toml")
+    assert (result.returncode, result.stdout) == (2, "")
+    own = "kesoku: cannot write {0}: Kesoku's own file {0} " + configuration + "\n"
+    assert result.stderr == own.format("kesoku.toml")
+    exported = kesoku(tmp_path, "sessions", "export", sid, "-o", "kesoku.db-wal")
+    assert (exported.returncode, exported.stderr) == (2, own.format("kesoku.db-wal"))
+    long = trace(tmp_path, sid, "-o", "x" * 300 + ".html")
+    assert long.returncode == 2
+    assert long.stderr.endswith(": a name in it is too long (305 bytes; at most 255) (--output)\n")
+    assert (config.read_bytes(), (tmp_path / "kesoku.db").stat().st_size) == before
+
+
 def test_an_interrupted_turn_is_marked_from_a_real_chat(tmp_path: Path) -> None:
     setup(tmp_path, "slow.yaml")
     term = Terminal(tmp_path)

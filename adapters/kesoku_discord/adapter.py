@@ -25,7 +25,7 @@ from kesoku.markup import QuestionPart, parse_reply
 from kesoku.model import QUESTION_KEY, user_text
 
 from kesoku_discord._compat import discord, trio_asyncio
-from kesoku_discord.client import KesokuClient, aio, on_trio
+from kesoku_discord.client import KesokuClient, aio, log_failure, on_trio
 from kesoku_discord.delivery import Delivery, no_view
 from kesoku_discord.inbound import Inbound
 from kesoku_discord.restart import restart_process
@@ -149,23 +149,28 @@ class DiscordAdapter:
             self.seen.append(message.id)
             try:
                 await inbound.handle(message)
-            except discord.HTTPException as exc:
-                log.warning("discord: message %s not taken in: %s", message.id, exc)
+            except Exception:  # before it was known whether to answer (handle tells the user after)
+                log.exception("discord: message %s not taken in", message.id)
 
     async def _watch_turns(self, delivery: Delivery, nursery: trio.Nursery) -> None:
         adapter = self.config.discord.chatbot_id
         with self.rt.hub.subscribe() as events:
             async for event in events:
-                if isinstance(event, TurnEnded):
+                if not isinstance(event, TurnEnded):
+                    continue
+                try:
                     session = self.store.get_session(event.session_id)
-                    if session is not None and session.adapter == adapter:
-                        nursery.start_soon(self._finish, delivery, event)
+                except Exception:  # the store failing once must not stop the headers of later turns
+                    log.exception("discord: end of turn %d not shown", event.metrics.root_id)
+                    continue
+                if session is not None and session.adapter == adapter:
+                    nursery.start_soon(self._finish, delivery, event)
 
     async def _finish(self, delivery: Delivery, event: TurnEnded) -> None:
         try:
             await delivery.finish_turn(event.metrics)
-        except discord.HTTPException as exc:
-            log.warning("discord: header of turn %d not updated: %s", event.metrics.root_id, exc)
+        except Exception as exc:
+            log_failure(log, exc, "header of turn %d not updated", event.metrics.root_id)
 
     async def _on_restart(self) -> None:
         """/restart (after its ephemeral reply): stop the listeners and the client, then restart."""

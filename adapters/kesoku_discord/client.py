@@ -54,6 +54,29 @@ NO_MASS_MENTIONS = discord.AllowedMentions(everyone=False, roles=False, users=Tr
 (Discord API, "Allowed Mentions Object")."""
 
 
+def log_failure(logger: logging.Logger, exc: Exception, what: str, *args: object) -> None:
+    """Log a failed event: a refusal by Discord (HTTPException) in a line, a bug with a traceback.
+
+    Args:
+        logger: The module's logger.
+        exc: The failure.
+        what: What failed, a %-format (``"message %s not taken in"``) of ``args``.
+        args: Its arguments (the event's id).
+    """
+    if isinstance(exc, discord.HTTPException):
+        logger.warning(f"discord: {what}: %s", *args, exc)
+    else:
+        logger.error(f"discord: {what}", *args, exc_info=exc)
+
+
+async def tell(channel: Any, text: str) -> None:
+    """Send one line (a notice about a failure) to a channel from trio; a failure is only logged."""
+    try:
+        await aio(channel.send, text, allowed_mentions=NO_MASS_MENTIONS)
+    except Exception as exc:
+        log.warning("discord: notice not sent to channel %s: %s", getattr(channel, "id", "?"), exc)
+
+
 class KesokuClient(discord.Client):
     """The Discord client: forwards messages to the inbox, registers the buttons and /restart.
 

@@ -12,7 +12,6 @@ messages (thoughts, tool calls and results, which 🛑 deletes) and the typing i
 
 from __future__ import annotations
 
-import functools
 import io
 import logging
 import os
@@ -26,10 +25,11 @@ import trio
 from kesoku.adapters import DeliveryCursor
 from kesoku.markup import FilePart, QuestionPart, TextPart, parse_reply
 from kesoku.model import ANSWER_KEY, QUESTION_KEY, Kind, Message, Role, Session, Status, is_answer, is_question
-from kesoku.tools.paths import PathGates, shareable
+from kesoku.tools.attachments import display_name
+from kesoku.tools.paths import check_share, os_problem, read_shared
 
 from kesoku_discord._compat import discord, ui
-from kesoku_discord.client import NO_MASS_MENTIONS, aio
+from kesoku_discord.client import NO_MASS_MENTIONS, aio, log_failure, tell
 from kesoku_discord.convert import render_thought, render_tool_call, render_tool_result, split_message
 from kesoku_discord.views import answer_view, choice_view, disabled_copy, header_view
 
@@ -108,7 +108,7 @@ async def _trigger_typing(channel: discord.abc.Messageable) -> None:
 
     try:
         await aio(once)
-    except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
+    except Exception as exc:  # a nicety: never worth more than a debug line
         log.debug("discord: typing failed: %s", exc)
 
 
@@ -132,23 +132,38 @@ class Delivery:
         self.typing = Typing(nursery)
         self.turns: dict[int, TurnView] = {}
         self.questions: dict[int, discord.Message] = {}
-        self.gates = PathGates.from_config(config)
-        self.roots = tuple(Path(r) for r in config.workspace.shareable_roots)
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Deliver messages until cancelled; ``started`` once listening.
 
         The first start of an adapter begins after the newest stored message (older sessions are not
         replayed into Discord); later starts resume from the saved cursor.
+
+        Each message is its own failure domain: :meth:`send` waits out network failures, and any
+        other error (Discord refusing it for good, a bug) is logged with the message's id, told in
+        one line in its channel, and the cursor moves past it: one message never stops the rest.
         """
         with self.rt.gateway.listen(after=self.cursor.start(), adapter=self.adapter) as messages:
             task_status.started()
             async for message in messages:
                 try:
                     await self.deliver(message)
-                except discord.HTTPException as exc:  # refused for good (a deleted channel, no permission)
-                    log.warning("discord: message %d not delivered: %s", message.id, exc)
+                except Exception as exc:  # refused for good (channel gone, no permission), or a bug
+                    log_failure(log, exc, "message %d not delivered", message.id)
+                    notice = f"⚠️ Part of this reply could not be shown ({type(exc).__name__})."
+                    await self.notify(message, notice)
                 self.cursor.advance(message.id)
+
+    async def notify(self, message: Message, text: str) -> None:
+        """One line in the channel of a message's session; a failure is only logged."""
+        try:
+            session = self.store.get_session(message.session_id)
+            channel = await self.channel_of(session) if session is not None else None
+        except Exception as exc:
+            log.warning("discord: no channel for a notice about message %d: %s", message.id, exc)
+            return
+        if channel is not None:
+            await tell(channel, text)
 
     # -- channels -------------------------------------------------------------------------------
 
@@ -255,23 +270,31 @@ class Delivery:
                 await self.send_text(channel, part.text or "❓", view=choice_view(message.id, index, part.choices))
 
     async def send_file(self, session: Session, channel: discord.abc.Messageable, path: str) -> None:
-        """Upload a file the answer named, if the sharing rule allows it and it fits Discord's limit."""
-        check = functools.partial(shareable, path, Path(session.workspace), self.roots, gates=self.gates)
-        name = os.path.basename(path) or path
-        if not await trio.to_thread.run_sync(check):
-            await self.send(channel, f"⚠️ I can't share `{name}`: it does not exist or is outside the shared folders.")
+        """Upload a file the answer named, if the sharing rule allows it and it fits the limit.
+
+        A refusal is one line naming why (:func:`~kesoku.tools.paths.check_share`): the config, the
+        database and secrets are never sent, whatever ``shareable_roots`` says.
+        """
+        name = display_name(os.path.basename(path) or path)
+        workspace = Path(session.workspace)
+        checked = await trio.to_thread.run_sync(check_share, path, workspace, self.rt.gates)
+        if isinstance(checked, str):
+            await self.send(channel, f"⚠️ I can't share `{name}`: {checked}.")
             return
         guild = getattr(channel, "guild", None)
         limit = guild.filesize_limit if guild is not None else DEFAULT_UPLOAD_LIMIT
-        size = (await trio.to_thread.run_sync(os.stat, path)).st_size
-        if size > limit:
-            mib = 1024 * 1024
-            await self.send(
-                channel, f"⚠️ `{name}` is {size / mib:.1f} MiB, over Discord's upload limit ({limit / mib:.0f} MiB)."
-            )
+        try:
+            data = await trio.to_thread.run_sync(read_shared, checked, limit)
+        except OSError as exc:
+            await self.send(channel, f"⚠️ I can't share `{name}`: {os_problem(exc)}.")
             return
-        data = await trio.to_thread.run_sync(Path(path).read_bytes)
-        await self.send(channel, file=discord.File(io.BytesIO(data), filename=name))
+        if isinstance(data, int):
+            mib = 1024 * 1024
+            over = f"over Discord's upload limit ({limit / mib:.0f} MiB)"
+            await self.send(channel, f"⚠️ `{name}` is {data / mib:.1f} MiB, {over}.")
+            return
+        upload = discord.File(io.BytesIO(data), filename=display_name(checked.name))
+        await self.send(channel, file=upload)
 
     async def send_system(self, channel: discord.abc.Messageable, message: Message) -> None:
         """A tool's question (Allow/Deny buttons), the record of its answer, or a notice."""

@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import trio
-from kesoku.model import Attachment, Session, user_text
-from kesoku.tools.paths import save_attachment
+from kesoku.model import Attachment, Session, storable_text, user_text
+from kesoku.tools.attachments import display_name, save_attachment
+from kesoku.tools.paths import os_problem
 
 from kesoku_discord._compat import discord
-from kesoku_discord.client import aio
+from kesoku_discord.client import aio, log_failure, tell
 from kesoku_discord.convert import (
     Author,
     Place,
@@ -79,16 +80,29 @@ class Inbound:
         )
 
     async def handle(self, message: discord.Message) -> None:
-        """Take one message in: decide, find the conversation, save attachments, post it."""
+        """Take one message in: decide, find the conversation, save attachments, post it.
+
+        A message to answer is its own failure domain: an error is logged with its id and told in
+        one line in its channel, and nothing else is affected.
+        """
         if not should_answer(self.author(message), self.config.discord.user_allowlist):
             return
+        try:
+            await self.take_in(message)
+        except Exception as exc:
+            log_failure(log, exc, "message %s not taken in", message.id)
+            what = type(exc).__name__
+            notice = f"⚠️ I could not take this message in ({what}); please send it again."
+            await tell(message.channel, notice)
+
+    async def take_in(self, message: discord.Message) -> None:
+        """Find the conversation, save the attachments, post the message (see :meth:`handle`)."""
         talk, override = await self.conversation(message)
         session = await self.session_for(message, talk, override)
-        attachments = await self.save_attachments(message, Path(session.workspace))
-        text = self.text(message)
-        if attachments:
-            note = attachment_note((a.filename, a.path) for a in attachments)
-            text = f"{text}\n\n{note}" if text else note
+        attachments, notes = await self.save_attachments(message, Path(session.workspace))
+        lines = [attachment_note((a.filename, a.path) for a in attachments)] if attachments else []
+        lines += [f"[{note}]" for note in notes]  # the model learns of what it cannot see
+        text = "\n\n".join(filter(None, [self.text(message), "\n".join(lines)]))
         post = user_text(
             session.id,
             text or "(an empty message)",
@@ -97,6 +111,8 @@ class Inbound:
             attachments=tuple(attachments),
         )
         await self.rt.gateway.post(post)
+        if notes:
+            await tell(talk, "\n".join(f"⚠️ {note}" for note in notes))
 
     def text(self, message: discord.Message) -> str:
         """The message's text, the bot's own mention written as ``@name`` (readable for the model)."""
@@ -128,7 +144,7 @@ class Inbound:
 
     async def open_thread(self, message: discord.Message) -> discord.Thread | None:
         """Open a thread from the message, or join the one a peer bot opened first."""
-        name = thread_name(message.content)
+        name = thread_name(storable_text(message.content))
         try:
             # A day without messages archives it (Discord allows 60, 1440, 4320 or 10080 minutes).
             thread: discord.Thread = await aio(message.create_thread, name=name, auto_archive_duration=1440)
@@ -162,7 +178,8 @@ class Inbound:
                 workspace_root=self.rt.gateway.sessions_dir,
                 created_at=message.created_at.timestamp(),
                 llm=override.llm if override is not None else None,
-                metadata={"context": context},
+                # Names from Discord (channels, members) may hold lone surrogates.
+                metadata={"context": storable_text(context)},
             )
         # open_session makes the workspace folder (and returns the session just created).
         return self.rt.gateway.open_session(self.adapter, key)
@@ -203,16 +220,32 @@ class Inbound:
 
     # -- attachments --------------------------------------------------------------------------------
 
-    async def save_attachments(self, message: discord.Message, folder: Path) -> list[Attachment]:
-        """Download each attachment into the session's workspace under a safe, unique name."""
-        saved = []
+    async def save_attachments(
+        self, message: discord.Message, folder: Path
+    ) -> tuple[list[Attachment], list[str]]:
+        """Download each attachment into the session's workspace under a safe, unique name.
+
+        Returns:
+            The saved attachments, and a note for each one that could not be downloaded or saved
+            (told to the user and the model: never dropped silently).
+        """
+        saved: list[Attachment] = []
+        notes: list[str] = []
         for item in message.attachments:
+            name = display_name(item.filename)
             try:
                 data: bytes = await aio(item.read)
             except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
-                log.warning("discord: attachment %s not downloaded: %s", item.filename, exc)
+                log.warning("discord: attachment %s of %s not fetched: %s", name, message.id, exc)
+                notes.append(f"attachment {name} could not be downloaded ({exc})")
                 continue
-            path = await trio.to_thread.run_sync(save_attachment, folder, item.filename, data)
-            mime = item.content_type or mimetypes.guess_type(item.filename)[0] or "application/octet-stream"
+            try:
+                path = await trio.to_thread.run_sync(save_attachment, folder, item.filename, data)
+            except OSError as exc:
+                log.warning("discord: attachment %s of %s not saved: %s", name, message.id, exc)
+                notes.append(f"attachment {name} could not be saved ({os_problem(exc)})")
+                continue
+            guessed = mimetypes.guess_type(path.name)[0]
+            mime = item.content_type or guessed or "application/octet-stream"
             saved.append(Attachment(path=str(path), mime_type=mime.split(";")[0].strip(), filename=path.name))
-        return saved
+        return saved, notes

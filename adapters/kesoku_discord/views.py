@@ -16,7 +16,9 @@ Custom ids:
 
 from __future__ import annotations
 
+import logging
 import re
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kesoku_discord._compat import discord, ui
@@ -24,6 +26,8 @@ from kesoku_discord.convert import button_label
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+log = logging.getLogger(__name__)
 
 TRACE, STOP, CLEAR = "📜", "🛑", "♻️"
 BUTTONS_PER_MESSAGE = 25
@@ -47,6 +51,23 @@ class Actions(Protocol):
 
     async def on_answer(self, interaction: discord.Interaction[Any], question_id: int, choice: int) -> None:
         """Allow or Deny was clicked on a tool's question."""
+
+
+async def _guarded(interaction: discord.Interaction[Any], action: Awaitable[None]) -> None:
+    """Run a click's action as its own failure domain: an error is logged and told to the user."""
+    try:
+        await action
+    except Exception as exc:
+        custom_id = interaction.data.get("custom_id", "?") if interaction.data else "?"
+        log.exception("discord: button %s (interaction %s) failed", custom_id, interaction.id)
+        text = f"⚠️ That did not work ({type(exc).__name__})."
+        try:
+            if interaction.response.is_done():
+                await interaction.followup.send(text, ephemeral=True)
+            else:
+                await interaction.response.send_message(text, ephemeral=True)
+        except Exception as notice:  # the interaction expired, or Discord is unreachable
+            log.warning("discord: interaction %s not told it failed: %s", interaction.id, notice)
 
 
 def _actions(interaction: discord.Interaction[Any]) -> Actions:
@@ -74,7 +95,8 @@ class TraceButton(ui.DynamicItem[ui.Button[Any]], template=r"kesoku:trace:(?P<si
 
     async def callback(self, interaction: discord.Interaction[Any]) -> None:
         """Hand the click to the adapter."""
-        await _actions(interaction).on_trace(interaction, self.session_id, self.root_id)
+        action = _actions(interaction).on_trace(interaction, self.session_id, self.root_id)
+        await _guarded(interaction, action)
 
 
 class StopButton(ui.DynamicItem[ui.Button[Any]], template=r"kesoku:stop:(?P<sid>[\w-]+):(?P<root>\d+)"):
@@ -95,7 +117,8 @@ class StopButton(ui.DynamicItem[ui.Button[Any]], template=r"kesoku:stop:(?P<sid>
 
     async def callback(self, interaction: discord.Interaction[Any]) -> None:
         """Hand the click to the adapter."""
-        await _actions(interaction).on_stop(interaction, self.session_id, self.root_id)
+        action = _actions(interaction).on_stop(interaction, self.session_id, self.root_id)
+        await _guarded(interaction, action)
 
 
 class ClearButton(ui.DynamicItem[ui.Button[Any]], template=r"kesoku:clear:(?P<sid>[\w-]+)"):
@@ -116,7 +139,8 @@ class ClearButton(ui.DynamicItem[ui.Button[Any]], template=r"kesoku:clear:(?P<si
 
     async def callback(self, interaction: discord.Interaction[Any]) -> None:
         """Hand the click to the adapter."""
-        await _actions(interaction).on_clear(interaction, self.session_id)
+        action = _actions(interaction).on_clear(interaction, self.session_id)
+        await _guarded(interaction, action)
 
 
 class ChoiceButton(ui.DynamicItem[ui.Button[Any]], template=r"kesoku:q:(?P<mid>\d+):(?P<part>\d+):(?P<choice>\d+)"):
@@ -142,7 +166,9 @@ class ChoiceButton(ui.DynamicItem[ui.Button[Any]], template=r"kesoku:q:(?P<mid>\
 
     async def callback(self, interaction: discord.Interaction[Any]) -> None:
         """Hand the click to the adapter."""
-        await _actions(interaction).on_choice(interaction, self.message_id, self.part, self.choice)
+        actions = _actions(interaction)
+        action = actions.on_choice(interaction, self.message_id, self.part, self.choice)
+        await _guarded(interaction, action)
 
 
 class AnswerButton(ui.DynamicItem[ui.Button[Any]], template=r"kesoku:ask:(?P<qid>\d+):(?P<choice>\d+)"):
@@ -165,7 +191,8 @@ class AnswerButton(ui.DynamicItem[ui.Button[Any]], template=r"kesoku:ask:(?P<qid
 
     async def callback(self, interaction: discord.Interaction[Any]) -> None:
         """Hand the click to the adapter."""
-        await _actions(interaction).on_answer(interaction, self.question_id, self.choice)
+        action = _actions(interaction).on_answer(interaction, self.question_id, self.choice)
+        await _guarded(interaction, action)
 
 
 DYNAMIC_ITEMS = (TraceButton, StopButton, ClearButton, ChoiceButton, AnswerButton)

@@ -15,15 +15,19 @@ Markdown cards; a tool's Allow/Deny question is a card with buttons.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from kesoku.adapters import DeliveryCursor
 from kesoku.events import Compacted, ToolStarted, TurnEnded
-from kesoku.markup import parse_reply
+from kesoku.markup import FilePart, Part, TextPart, parse_reply
 from kesoku.model import ANSWER_KEY, QUESTION_KEY, Kind, Message, Role, Session, Status, is_answer, is_question
+from kesoku.tools.attachments import display_name
+from kesoku.tools.paths import check_share
 from kesoku_gchat import cards
 from kesoku_gchat.chat_api import ChatApi, ChatApiError
 
@@ -135,6 +139,10 @@ class Delivery:
 
         The first start begins after the newest stored message (older sessions are not replayed into
         Chat); later starts resume from the saved cursor.
+
+        Each message is its own failure domain: an error is logged with the message's id, told in
+        one line in its thread, and the cursor moves past it (the Chat client already retried what
+        was worth retrying).
         """
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
@@ -147,9 +155,27 @@ class Delivery:
                 async for message in messages:
                     try:
                         await self.deliver(message)
-                    except ChatApiError as exc:  # refused for good (a deleted space, no permission)
-                        log.warning("gchat: message %d not delivered: %s", message.id, exc)
+                    except Exception as exc:
+                        # A ChatApiError is a refusal for good (a space gone, no permission).
+                        if isinstance(exc, ChatApiError):
+                            log.warning("gchat: message %d not delivered: %s", message.id, exc)
+                        else:
+                            log.exception("gchat: message %d not delivered", message.id)
+                        notice = f"⚠️ Part of this reply could not be shown ({type(exc).__name__})."
+                        await self.notify(message, notice)
                     self.cursor.advance(message.id)
+
+    async def notify(self, message: Message, text: str) -> None:
+        """One line in the thread of a message's session; a failure is only logged."""
+        try:
+            session = self.store.get_session(message.session_id)
+            if session is None:
+                return
+            space, thread = place(session)
+            for body in cards.answer_bodies([TextPart(text)]):
+                await self.api.create_message(space, body, thread=thread)
+        except Exception as exc:
+            log.warning("gchat: notice about message %d not sent: %s", message.id, exc)
 
     # -- the log ------------------------------------------------------------------------------------
 
@@ -199,8 +225,27 @@ class Delivery:
     async def send_answer(self, session: Session, message: Message) -> None:
         """Answer text: Markdown cards (``[question: …]`` as a list, ``[file: …]`` as a note), split to fit."""
         space, thread = place(session)
-        for body in cards.answer_bodies(parse_reply(message.content), file_note=FILE_NOTE):
+        for body in cards.answer_bodies(await self.shown_parts(session, message.content)):
             await self.api.create_message(space, body, thread=thread)
+
+    async def shown_parts(self, session: Session, text: str) -> list[Part]:
+        """The parts of a reply with each ``[file: …]`` as the note Chat shows for it.
+
+        Files are not sent to Chat, but the note goes through the same sharing rule as an upload
+        (:func:`~kesoku.tools.paths.check_share`): a path that could not be shared is refused with
+        its reason, so the note never confirms a secret or trips over a hostile path.
+        """
+        parts = parse_reply(text)
+        gates = self.rt.gates
+        for index, part in enumerate(parts):
+            if isinstance(part, FilePart):
+                name = display_name(os.path.basename(part.path) or part.path)
+                workspace = Path(session.workspace)
+                checked = await trio.to_thread.run_sync(check_share, part.path, workspace, gates)
+                refused = f"⚠️ I can't share `{name}`: {checked}."
+                note = refused if isinstance(checked, str) else FILE_NOTE.format(name=name)
+                parts[index] = TextPart(note)
+        return parts
 
     async def send_system(self, session: Session, message: Message) -> None:
         """A tool's question (buttons), the record of its answer, or a notice (a line of the turn card)."""
@@ -225,7 +270,7 @@ class Delivery:
         if card is not None and not card.closed:
             card.add(cards.system_entry(message.content))
         elif not is_answer(message):  # a notice of its own turn (a restart, a compaction record)
-            for body in cards.answer_bodies(parse_reply(message.content)):
+            for body in cards.answer_bodies(await self.shown_parts(session, message.content)):
                 await self.api.create_message(space, body, thread=thread)
 
     # -- turn events --------------------------------------------------------------------------------
@@ -240,19 +285,33 @@ class Delivery:
 
     async def _follow_events(self, events: Any) -> None:
         async for event in events:
-            if not self.ours(event.session_id):
-                continue
-            if isinstance(event, TurnEnded):
-                assert self._nursery is not None
-                self._nursery.start_soon(self.finish_turn, event.metrics)
-            elif isinstance(event, ToolStarted):
-                card = self.cards.get(event.call.root_id)
-                if card is not None:
-                    card.mark_call(event.call.id, RUNNING_MARK)
-            elif isinstance(event, Compacted):
-                for card in self.cards.values():
-                    if card.session_id == event.session_id and card.running:
-                        card.add(cards.system_entry(event.render()))
+            try:
+                self._follow(event)
+            except Exception:  # one event only refines the cards: the next ones still count
+                kind = type(event).__name__
+                log.exception("gchat: %s event of session %s not shown", kind, event.session_id)
+
+    def _follow(self, event: Any) -> None:
+        """One hub event: a turn ended, a tool started, or the session was compacted."""
+        if not self.ours(event.session_id):
+            return
+        if isinstance(event, TurnEnded):
+            assert self._nursery is not None
+            self._nursery.start_soon(self._finish, event.metrics)
+        elif isinstance(event, ToolStarted):
+            card = self.cards.get(event.call.root_id)
+            if card is not None:
+                card.mark_call(event.call.id, RUNNING_MARK)
+        elif isinstance(event, Compacted):
+            for card in self.cards.values():
+                if card.session_id == event.session_id and card.running:
+                    card.add(cards.system_entry(event.render()))
+
+    async def _finish(self, metrics: TurnMetrics) -> None:
+        try:
+            await self.finish_turn(metrics)
+        except Exception:  # one turn's card: the delivery of every other message goes on
+            log.exception("gchat: end of turn %d not shown", metrics.root_id)
 
     async def finish_turn(self, metrics: TurnMetrics) -> None:
         """Once a turn's messages are delivered: its card shows the metrics and its final state."""
@@ -279,6 +338,8 @@ class Delivery:
                     await self.api.update_message(card.name, card.body())
                 except ChatApiError as exc:
                     log.warning("gchat: turn card %s not updated: %s", card.name, exc)
+                except Exception:  # this update is lost; the next change tries again
+                    log.exception("gchat: turn card %s not updated", card.name)
             if final:
                 card.closed = True
                 return

@@ -5,11 +5,16 @@ gateway) or done (a question answered): a crash before that leaves it unacked, P
 again, and the gateway drops the repeat by its external id, the Chat message's resource name
 (unique per adapter). An event that cannot be read is acked and dropped with a warning, so it does
 not come back forever.
+
+Each event is its own failure domain: one whose handling fails is nacked and tried again (Pub/Sub
+delivers it anew) up to :data:`EVENT_TRIES` times, then acked and dropped, logged with its id and
+told in one line in its thread; the adapter goes on with the next event either way.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,7 +23,8 @@ import trio
 from kesoku.markup import TextPart
 from kesoku.model import Attachment, Session, user_text
 from kesoku.questions import parse_answer
-from kesoku.tools.paths import save_attachment
+from kesoku.tools.attachments import display_name, save_attachment
+from kesoku.tools.paths import os_problem
 from kesoku_gchat import cards
 from kesoku_gchat.chat_api import ChatApi, ChatApiError
 from kesoku_gchat.delivery import place
@@ -40,6 +46,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+EVENT_TRIES = 3
+"""Handlings of one Pub/Sub message that failed before it is dropped (a poison message)."""
+FAILURES_KEPT = 1024
+"""Pub/Sub message ids whose failed tries are counted (the oldest are forgotten)."""
+
 
 class Inbound:
     """Turns Chat events into Kesoku messages and actions.
@@ -57,9 +68,14 @@ class Inbound:
         self.adapter = gchat.chatbot_id
         self.api = api
         self.nursery = nursery
+        self.failures: OrderedDict[str, int] = OrderedDict()
+        """Failed handlings by Pub/Sub message id."""
 
     async def handle(self, pulled: PulledMessage) -> None:
         """Handle one pulled message; ack it once handled, nack it if handling did not finish.
+
+        Never raises but Cancelled: a failed handling is nacked (tried again), or after
+        :data:`EVENT_TRIES` failures acked, logged and told to the user.
 
         Cancellation:
             A cancelled handling nacks the message: Pub/Sub delivers it again (to this process after a
@@ -73,18 +89,52 @@ class Inbound:
             return
         done = False
         try:
-            if event.type == MESSAGE:
-                await self.message(event)
-            elif event.type == CARD_CLICKED:
-                self.click(event)
-            else:
-                log.info("gchat: %s event in %s ignored", event.type, event.space)
-            done = True
+            try:
+                if event.type == MESSAGE:
+                    await self.message(event)
+                elif event.type == CARD_CLICKED:
+                    self.click(event)
+                else:
+                    log.info("gchat: %s event in %s ignored", event.type, event.space)
+                done = True
+                self.failures.pop(pulled.message_id, None)
+            except Exception as exc:
+                done = self.failed(pulled.message_id, event, exc)
         finally:
             if done:
                 pulled.ack()
             else:
                 pulled.nack()
+
+    def failed(self, message_id: str, event: ChatEvent, exc: Exception) -> bool:
+        """Count a failed handling; True: drop (ack) the event now, False: nack it to retry."""
+        tries = self.failures.pop(message_id, 0) + 1
+        if tries < EVENT_TRIES:
+            self.failures[message_id] = tries
+            while len(self.failures) > FAILURES_KEPT:
+                self.failures.popitem(last=False)
+            log.warning(
+                "gchat: Pub/Sub message %s (%s) failed, try %d of %d: %s: %s",
+                message_id,
+                event.message_name or event.type,
+                tries,
+                EVENT_TRIES,
+                type(exc).__name__,
+                exc,
+            )
+            return False
+        log.error(
+            "gchat: Pub/Sub message %s (%s) dropped after %d tries",
+            message_id,
+            event.message_name or event.type,
+            tries,
+            exc_info=exc,
+        )
+        if event.space and event.sender_type != "BOT":
+            what = type(exc).__name__
+            text = f"⚠️ I could not take this message in ({what}); please send it again."
+            self.nursery.start_soon(self.tell_at, event.space, event.thread, text)
+        return True
 
     # -- messages -----------------------------------------------------------------------------------
 
@@ -134,16 +184,24 @@ class Inbound:
         saved: list[Attachment] = []
         notes: list[str] = []
         for item in attachments:
+            name = display_name(item.content_name)
             if not item.resource_name:
                 kind = "a Google Drive file" if item.drive_file_id else "not uploaded content"
-                notes.append(f"attachment {item.content_name} was not downloaded: {kind}, which the app cannot read")
+                why = f"{kind}, which the app cannot read"
+                notes.append(f"attachment {name} was not downloaded: {why}")
                 continue
             try:
                 data = await self.api.download(item.resource_name)
             except ChatApiError as exc:
-                notes.append(f"attachment {item.content_name} could not be downloaded ({exc})")
+                notes.append(f"attachment {name} could not be downloaded ({exc})")
                 continue
-            path = await trio.to_thread.run_sync(save_attachment, folder, item.content_name, data)
+            try:
+                save = save_attachment
+                path = await trio.to_thread.run_sync(save, folder, item.content_name, data)
+            except OSError as exc:
+                log.warning("gchat: attachment %s not saved: %s", name, exc)
+                notes.append(f"attachment {name} could not be saved ({os_problem(exc)})")
+                continue
             mime = item.content_type.split(";")[0].strip()
             saved.append(Attachment(path=str(path), mime_type=mime, filename=path.name))
         return saved, notes
@@ -152,17 +210,20 @@ class Inbound:
         """Add ``[gchat] reaction_emoji`` to a user's message, as the user (a failure is only logged)."""
         try:
             await self.api.create_reaction(message_name, emoji)
-        except ChatApiError as exc:
+        except Exception as exc:  # a nicety: never more than a warning
             log.warning("gchat: no reaction on %s: %s", message_name, exc)
 
     async def tell(self, session: Session, text: str) -> None:
         """A short note in the session's thread (attachments that could not be read)."""
-        space, thread = place(session)
+        await self.tell_at(*place(session), text)
+
+    async def tell_at(self, space: str, thread: str, text: str) -> None:
+        """A short note in a thread (or a space); a failure to send it is only logged."""
         try:
             for body in cards.answer_bodies([TextPart(text)]):
                 await self.api.create_message(space, body, thread=thread)
-        except ChatApiError as exc:
-            log.warning("gchat: note not sent to %s: %s", session.channel_id, exc)
+        except Exception as exc:
+            log.warning("gchat: note not sent to %s: %s", thread or space, exc)
 
     # -- card clicks --------------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from kesoku.config import Config
     from kesoku.model import Message, Session
     from kesoku.store import Store
+    from kesoku.tools.paths import PathGates
 
 ConfigOption = Annotated[Path | None, Parameter(name=["--config", "-c"])]
 CONTENT_WIDTH = 80
@@ -69,12 +70,38 @@ def find_session(store: Store, session_id: str) -> Session:
         raise OperatorError(f"session {session_id}: {exc} (kesoku sessions list shows them)") from None
 
 
-def write_output(path: Path, data: bytes) -> None:
+def output_gates(cfg: Config, config: Path | None) -> PathGates:
+    """The path gates ``--output`` is checked with: the daemon's, for this config and its file.
+
+    Args:
+        cfg: The loaded config.
+        config: ``--config`` as given; None: the default lookup (``$KESOKU_CONFIG``, ./kesoku.toml).
+    """
+    from kesoku.config import default_config_path
+    from kesoku.tools.paths import PathGates
+
+    config_file = config if config is not None else default_config_path()
+    return PathGates.from_config(cfg, config_file=config_file)
+
+
+def write_output(path: Path, data: bytes, gates: PathGates) -> None:
     """Write ``--output``; a folder that does not exist is the user's typo to fix, so it is not made.
 
+    Args:
+        path: The file to write.
+        data: Its new content.
+        gates: The protected files (:func:`output_gates`): the config, the database and secrets are
+            never written over.
+
     Raises:
-        OperatorError: The file cannot be written (a missing folder, no permission): one line naming it.
+        OperatorError: The file is protected, or cannot be written (a missing folder, no
+            permission): one line naming it.
     """
+    from kesoku.tools.paths import protected_reason
+
+    reason = protected_reason(path, Path.cwd(), gates)
+    if reason is not None:
+        raise OperatorError(f"cannot write {path}: {reason} (--output)")
     try:
         path.write_bytes(data)
     except OSError as exc:
@@ -223,7 +250,8 @@ def export(
         config: The TOML file. Default: $KESOKU_CONFIG, else ./kesoku.toml, else built-in defaults.
     """
     encode = msgspec.json.Encoder().encode
-    with open_store(config) as (_, store):
+    with open_store(config) as (cfg, store):
+        gates = output_gates(cfg, config)
         s = find_session(store, session_id)
         lines = [encode({"type": "session", **msgspec.to_builtins(s)})]
         lines += [encode({"type": "message", **msgspec.to_builtins(m)}) for m in store.history(s.id)]
@@ -232,7 +260,7 @@ def export(
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
     else:
-        write_output(output, data)
+        write_output(output, data, gates)
         print(f"wrote {len(lines) - 1} messages of session {s.id} to {output}", file=sys.stderr)
 
 

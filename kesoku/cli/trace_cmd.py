@@ -8,7 +8,13 @@ from typing import Annotated
 
 from cyclopts import Parameter
 
-from kesoku.cli.sessions_cmd import ConfigOption, find_session, open_store, write_output
+from kesoku.cli.sessions_cmd import (
+    ConfigOption,
+    find_session,
+    open_store,
+    output_gates,
+    write_output,
+)
 
 
 def trace(
@@ -34,7 +40,8 @@ def trace(
     from kesoku.errors import OperatorError
     from kesoku.trace import render_trace
 
-    with open_store(config) as (_, store):
+    with open_store(config) as (cfg, store):
+        gates = output_gates(cfg, config)
         s = find_session(store, session)
         try:
             page = render_trace(store, s.id, turn=turn)
@@ -47,5 +54,5 @@ def trace(
         sys.stdout.buffer.flush()
         return
     path = output or Path(f"kesoku-trace-{s.id}{'' if turn is None else f'-turn-{turn}'}.html")
-    write_output(path, data)
+    write_output(path, data, gates)
     print(f"wrote {path} ({len(data) // 1024:,} KiB)")

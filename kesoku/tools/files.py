@@ -32,9 +32,11 @@ from kesoku.tools.paths import (
     NeedsApproval,
     PathGates,
     SecretMatcher,
+    brief,
     check_read,
     check_write,
     open_checked,
+    os_problem,
     require_write,
     workspaces,
 )
@@ -92,7 +94,13 @@ def file_tools(gates: PathGates, *, max_output_bytes: int = DEFAULT_MAX_OUTPUT_B
             call_env = env
             if writes:
                 call_env = replace(env, approved=await approve_write(name, _str(arguments, "path"), ctx, env.gates))
-            return await trio.to_thread.run_sync(fn, call_env, arguments, ctx, abandon_on_cancel=not writes)
+            try:
+                return await trio.to_thread.run_sync(
+                    fn, call_env, arguments, ctx, abandon_on_cancel=not writes
+                )
+            except OSError as exc:  # the file system's refusal: the model's to read, not a bug
+                where = f" ({brief(str(exc.filename))})" if exc.filename else ""
+                raise ToolError(f"{name} failed: {os_problem(exc)}{where}") from None
 
         return Tool(name, description, run, parameters, timeout_s=FILE_TOOL_TIMEOUT_S)
 
@@ -209,8 +217,8 @@ def _open_read(real: Path, ctx: ToolContext, gates: PathGates) -> tuple[int, os.
         fd = open_checked(real, os.O_RDONLY | os.O_NONBLOCK, ctx, gates, write=False)
     except FileNotFoundError:
         raise ToolError(f"no such file: {real}") from None
-    except PermissionError:
-        raise ToolError(f"permission denied: {real}") from None
+    except OSError as exc:
+        raise ToolError(f"cannot open {real}: {os_problem(exc)}") from None
     return fd, _regular(fd, real)
 
 
@@ -274,7 +282,10 @@ def _read_file(env: _Env, arguments: Mapping[str, Any], ctx: ToolContext) -> str
 
 def _write_bytes(real: Path, data: bytes, ctx: ToolContext, gates: PathGates) -> None:
     """Write a checked path whole: open (re-checked), truncate, write, sync."""
-    real.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        real.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ToolError(f"cannot make the folder {real.parent}: {os_problem(exc)}") from None
     try:
         # O_NONBLOCK: a FIFO without a reader fails at once instead of holding the thread forever.
         fd = open_checked(real, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK, ctx, gates, write=True)

@@ -17,6 +17,11 @@ workspace that points outside is judged by its target. The rules:
   :class:`NeedsApproval`. Asking the user goes through the adapters (a ``[question: …]``), which do
   not exist yet, so for now :func:`require_write` refuses such a write with a :class:`ToolError`.
 
+A path that cannot name a file (empty, a NUL, a lone surrogate, over :data:`PATH_MAX_BYTES` or
+with a name over :data:`NAME_MAX_BYTES`, a symlink loop) is refused with a reason, never an
+``OSError`` or a ``ValueError``: :class:`PathProblem` for the tools, a reason string from
+:func:`check_share` and :func:`protected_reason`.
+
 These functions touch the file system (realpath, stat): in async code call them through
 ``trio.to_thread``. :func:`open_checked` closes the gap between check and use: it opens without
 following a final symlink and re-checks the path the kernel reports for the open descriptor.
@@ -25,11 +30,9 @@ following a final symlink and re-checks the path the kernel reports for the open
 from __future__ import annotations
 
 import errno
-import itertools
 import os
 import re
 import stat
-import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,10 +70,12 @@ _DB_SUFFIXES = ("", "-wal", "-shm", "-journal")
 _HARDLINK_SCAN_LIMIT = 5000
 """Files looked at when matching a hard link against the secret folders' files."""
 
-ATTACHMENT_NAME_MAX_CHARS = 120
-_RESERVED_WINDOWS = frozenset(
-    {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(10)), *(f"lpt{i}" for i in range(10))}
-)
+NAME_MAX_BYTES = 255
+"""The longest file name (one path component) in bytes: Linux's ``NAME_MAX`` on ext4, XFS, btrfs."""
+PATH_MAX_BYTES = 4095
+"""The longest path in bytes the kernel takes (Linux ``PATH_MAX`` is 4096 with the final NUL)."""
+BRIEF_CHARS = 80
+"""Characters of a path quoted in a refusal (a 4,000-byte path is not repeated whole)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,10 +154,63 @@ class NeedsApproval:
     reason: str
 
 
+class PathProblem(ToolError):
+    """A path that cannot name a file here; :attr:`reason` says why, for a one-line refusal.
+
+    Attributes:
+        reason: ``"it holds a NUL character"``, ``"it is a symlink loop"``, … (no path in it).
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"invalid path {brief(path)!r}: {reason}")
+        self.reason = reason
+
+
+def brief(text: str, max_chars: int = BRIEF_CHARS) -> str:
+    """A path or name cut to ``max_chars`` characters (``…`` marks the cut), to quote it."""
+    return text if len(text) <= max_chars else text[: max_chars - 1] + "…"
+
+
+def path_problem(text: str) -> str | None:
+    """Why ``text`` cannot name a file, judged on the text alone (no file-system access).
+
+    Returns:
+        None for a usable path; else the reason: empty, a NUL character, a lone surrogate (not
+        encodable for the OS), longer than :data:`PATH_MAX_BYTES` or with a component longer than
+        :data:`NAME_MAX_BYTES`.
+    """
+    if not text:
+        return "it is empty"
+    if "\x00" in text:
+        return "it holds a NUL character"
+    try:
+        raw = os.fsencode(text)
+    except UnicodeEncodeError as exc:
+        return f"it is not valid text (a lone surrogate at character {exc.start + 1})"
+    if len(raw) > PATH_MAX_BYTES:
+        return f"it is too long ({len(raw):,} bytes; at most {PATH_MAX_BYTES:,})"
+    longest = max(len(part) for part in raw.split(b"/"))
+    if longest > NAME_MAX_BYTES:
+        return f"a name in it is too long ({longest:,} bytes; at most {NAME_MAX_BYTES})"
+    return None
+
+
+def os_problem(exc: OSError) -> str:
+    """An ``OSError`` met while looking at a path, as a refusal reason (no path in it)."""
+    if exc.errno == errno.ELOOP:
+        return "it is a symlink loop (too many levels of symbolic links)"
+    if exc.errno == errno.ENAMETOOLONG:
+        return "it is too long for the file system"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "permission denied"
+    return exc.strerror or f"{type(exc).__name__}: {exc}"
+
+
 def _expand(path: str | os.PathLike[str], home: Path | None) -> str:
     text = os.fspath(path)
-    if not text or "\x00" in text:
-        raise ToolError(f"invalid path {text!r}: empty or with a NUL character")
+    problem = path_problem(text)
+    if problem is not None:
+        raise PathProblem(text, problem)
     if home is not None and (text == "~" or text.startswith("~/")):
         return os.fspath(home) + text[1:]
     return os.path.expanduser(text)
@@ -167,9 +225,26 @@ def absolute(path: str | os.PathLike[str], base: Path, home: Path | None = None)
         home: What ``~`` means; None: the current user's home.
 
     Raises:
-        ToolError: The path is empty or holds a NUL character.
+        PathProblem: The path cannot name a file (see :func:`path_problem`).
     """
     return Path(os.path.normpath(Path(base) / _expand(path, home)))
+
+
+def _resolved(
+    path: str | os.PathLike[str], base: Path, home: Path | None
+) -> tuple[Path, os.stat_result | None]:
+    """The real path and its stat (None: nothing there); one the OS cannot look at: PathProblem."""
+    text = os.fspath(path)
+    joined = Path(base) / _expand(text, home)
+    # realpath walks the components in order, so `link/..` leaves the link's target as the OS does.
+    real = Path(os.path.realpath(joined))
+    try:
+        # realpath leaves a symlink loop unresolved: stat is what finds it (ELOOP).
+        return real, os.stat(real)
+    except (FileNotFoundError, NotADirectoryError):
+        return real, None
+    except OSError as exc:
+        raise PathProblem(text, os_problem(exc)) from None
 
 
 def resolve(path: str | os.PathLike[str], base: Path, home: Path | None = None) -> Path:
@@ -185,10 +260,10 @@ def resolve(path: str | os.PathLike[str], base: Path, home: Path | None = None) 
         ``Path.resolve(strict=False)``).
 
     Raises:
-        ToolError: The path is empty or holds a NUL character.
+        PathProblem: The path cannot name a file, or the OS cannot look at it (a symlink loop, a
+            result too long, a folder on the way that may not be searched).
     """
-    # realpath walks the components in order, so `link/..` leaves the link's target as the OS does.
-    return Path(os.path.realpath(Path(base) / _expand(path, home)))
+    return _resolved(path, base, home)[0]
 
 
 def _within(path: str, root: str) -> bool:
@@ -248,7 +323,14 @@ class SecretMatcher:
         return (st.st_dev, st.st_ino) in self._inodes
 
     def reason(self, written: Path) -> str | None:
-        """Why an absolute, normalised path (as written or resolved) is secret, or None."""
+        """Why an absolute, normalised path (as written or resolved) is secret, or None.
+
+        A path the OS could not take (a NUL, a lone surrogate) is refused here too: what cannot be
+        resolved cannot be shown not to be a secret.
+        """
+        problem = path_problem(os.fspath(written))
+        if problem is not None:
+            return problem
         real = Path(os.path.realpath(written))
         if _is_env_file(written.name) or _is_env_file(real.name):
             return ".env files hold secrets"
@@ -277,9 +359,30 @@ def secret_reason(path: str | os.PathLike[str], base: Path, gates: PathGates) ->
         written and its resolved target are checked.
 
     Raises:
-        ToolError: The path is empty or holds a NUL character.
+        PathProblem: The path cannot name a file (see :func:`path_problem`).
     """
     return SecretMatcher(gates).reason(absolute(path, base, gates.home))
+
+
+def protected_reason(path: str | os.PathLike[str], base: Path, gates: PathGates) -> str | None:
+    """Why Kesoku must not write (or send) this path itself, or None; never raises.
+
+    For Kesoku's own writes outside the tools (``kesoku trace -o``, ``kesoku sessions export
+    -o``): the secret rules of :func:`secret_reason` (the config, the database, credentials), and
+    any path the OS cannot look at, with its reason.
+
+    Args:
+        path: The path as given.
+        base: The folder a relative path is relative to.
+        gates: Kesoku's own files and the home folder.
+    """
+    try:
+        reason = secret_reason(path, base, gates)
+        if reason is None:
+            _resolved(path, base, gates.home)
+    except PathProblem as exc:
+        return exc.reason
+    return reason
 
 
 def _secret_inodes(gates: PathGates) -> set[tuple[int, int]]:
@@ -289,7 +392,7 @@ def _secret_inodes(gates: PathGates) -> set[tuple[int, int]]:
     candidates = gates.protected_paths()
     walked = 0
     for top in [home / rel for rel in SECRET_HOME_PATHS] + [Path(p) for p in SECRET_SYSTEM_PATHS]:
-        if top.is_dir():
+        if os.path.isdir(top):
             for folder, _dirs, files in os.walk(top):
                 candidates += [Path(folder, f) for f in files]
                 walked += len(files)
@@ -340,18 +443,19 @@ def check_read(path: str | os.PathLike[str], ctx: ToolContext, gates: PathGates)
 
     Raises:
         ToolError: The path is secret, or outside the workspace and the readable roots.
+        PathProblem: The path cannot name a file, or the OS cannot look at it.
     """
-    real = resolve(path, ctx.cwd, gates.home)
     reason = secret_reason(path, ctx.cwd, gates)
     if reason is not None:
         raise ToolError(f"reading {path} is denied: {reason}")
+    real, st = _resolved(path, ctx.cwd, gates.home)
     if not _inside_any(real, (*workspaces(ctx), *gates.trusted_roots, *gates.readable_roots)):
         raise ToolError(
             f"reading {real} is denied: it is outside the workspace ({ctx.cwd}) and the readable roots; "
             "copy what you need into the workspace or ask the user to add a readable root"
         )
-    if real.exists():
-        _check_hardlink(real.stat(), real, gates)
+    if st is not None:
+        _check_hardlink(st, real, gates)
     if not _inside_any(real, (*workspaces(ctx), *gates.trusted_roots)):
         ctx.guard.add_taint("file", os.fspath(real))  # a readable root: outside the workspace's trust
     return real
@@ -381,13 +485,14 @@ def check_write(path: str | os.PathLike[str], ctx: ToolContext, gates: PathGates
 
     Raises:
         ToolError: The path is secret (never writable, not even with approval).
+        PathProblem: The path cannot name a file, or the OS cannot look at it.
     """
-    real = resolve(path, ctx.cwd, gates.home)
     reason = secret_reason(path, ctx.cwd, gates)
     if reason is not None:
         raise ToolError(f"writing {path} is denied: {reason}")
-    if real.exists():
-        _check_hardlink(real.stat(), real, gates)
+    real, st = _resolved(path, ctx.cwd, gates.home)
+    if st is not None:
+        _check_hardlink(st, real, gates)
     approval = _approval_reason(real, ctx)
     return NeedsApproval(real, approval) if approval is not None else real
 
@@ -470,123 +575,100 @@ def open_checked(real: Path, flags: int, ctx: ToolContext, gates: PathGates, *, 
     return fd
 
 
-def shareable(
-    path: str | os.PathLike[str],
-    workspace: Path,
-    roots: Sequence[Path] = (),
-    *,
-    gates: PathGates | None = None,
-) -> bool:
-    """Whether ``[file: /abs/path]`` may send this file.
+def check_share(path: str | os.PathLike[str], workspace: Path, gates: PathGates) -> Path | str:
+    """Whether ``[file: /abs/path]`` may send this file; never raises.
+
+    The order of the rules keeps a refusal from revealing more than it must: a secret is refused as
+    secret whether it exists or not, and a path outside the shared folders is refused as outside
+    before anything about it is looked at.
 
     Args:
         path: The path from the message; it must be absolute.
         workspace: The session workspace.
-        roots: The configured shareable roots.
-        gates: Kesoku's own files and the home folder, for the secret rules.
+        gates: The shareable roots, Kesoku's own files and the home folder.
 
     Returns:
-        True for an existing regular file, not secret, whose resolved path is inside the session
-        workspace or a shareable root.
+        The resolved path of an existing regular file, not secret, inside the session workspace or a
+        shareable root; else the reason it is refused, a phrase to follow "I can't share `x`: "
+        (``"it is outside the session folder and the shared folders"``).
     """
     text = os.fspath(path)
-    if not text or "\x00" in text or not os.path.isabs(text):
-        return False
-    gates = gates if gates is not None else PathGates()
-    if secret_reason(text, workspace, gates) is not None:
-        return False
-    real = resolve(text, workspace, gates.home)
-    if not real.is_file() or not _inside_any(real, (workspace, *roots)):
-        return False
+    problem = path_problem(text)
+    if problem is not None:
+        return problem
+    if not os.path.isabs(text):
+        return "the path must be absolute"
     try:
-        _check_hardlink(real.stat(), real, gates)
+        reason = secret_reason(text, workspace, gates)
+        if reason is not None:
+            return reason
+        real = resolve(text, workspace, gates.home)
+        if not _inside_any(real, (workspace, *gates.shareable_roots)):
+            return "it is outside the session folder and the shared folders"
+        st = os.stat(real)
+    except PathProblem as exc:
+        return exc.reason
+    except (FileNotFoundError, NotADirectoryError):
+        return "it does not exist"
+    except OSError as exc:
+        return os_problem(exc)
+    if not stat.S_ISREG(st.st_mode):
+        return "it is not a regular file"
+    try:
+        _check_hardlink(st, real, gates)
     except ToolError:
-        return False
-    return True
+        return "it is a hard link to a secret file"
+    return real
 
 
-def safe_attachment_name(name: str, folder: Path) -> str:
-    """A safe file name for an incoming attachment saved in ``folder``.
+def read_shared(real: Path, max_bytes: int) -> bytes | int:
+    """Read a file :func:`check_share` allowed, unless it is larger than ``max_bytes`` (blocking).
 
-    Args:
-        name: The name the sender gave.
-        folder: Where it will be saved (only looked at for collisions).
-
-    Returns:
-        A single path component: separators and characters Windows forbids become ``_``, control and
-        invisible formatting characters (bidi overrides) are removed, runs of dots become one, no
-        leading dot or space, at most :data:`ATTACHMENT_NAME_MAX_CHARS` characters with the extension
-        kept; ``attachment`` when nothing is left. A name already taken in ``folder`` becomes
-        ``name (1).ext``, ``name (2).ext``, …. Create the file with ``open(..., "xb")``: a concurrent
-        save may take the same name first.
-    """
-    text = unicodedata.normalize("NFC", name)
-    text = "".join(c for c in text if not unicodedata.category(c).startswith("C"))
-    text = re.sub(r'[/\\<>:"|?*]', "_", text)
-    text = re.sub(r"\.{2,}", ".", text)
-    text = text.strip(" .")
-    stem, dot, ext = text.rpartition(".")
-    if not dot or not stem or len(ext) > 16 or " " in ext:
-        stem, ext = text, ""
-    if stem.split(".")[0].casefold() in _RESERVED_WINDOWS:
-        stem = "_" + stem
-    suffix = f".{ext}" if ext else ""
-    stem = stem[: ATTACHMENT_NAME_MAX_CHARS - len(suffix)].rstrip(" .") or "attachment"
-    candidate = stem + suffix
-    for n in itertools.count(1):
-        if not os.path.lexists(folder / candidate):
-            return candidate
-        mark = f" ({n})"
-        candidate = stem[: ATTACHMENT_NAME_MAX_CHARS - len(suffix) - len(mark)] + mark + suffix
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-SAVE_TRIES = 100
-"""Names tried by :func:`save_attachment` before it gives up (each collision renames)."""
-
-
-def save_attachment(folder: Path, filename: str, data: bytes) -> Path:
-    """Write a received file under a safe, unused name in ``folder`` (blocking: a worker thread's job).
+    The final component is opened without following a symlink and the descriptor must still be a
+    regular file, so a file swapped after the check is not sent.
 
     Args:
-        folder: The session workspace (created when missing).
-        filename: The name the user gave; made safe by :func:`safe_attachment_name`.
-        data: The file's bytes.
+        real: The resolved path :func:`check_share` returned.
+        max_bytes: The largest file to read.
 
     Returns:
-        The path written.
+        The file's bytes, or its size in bytes when that is over ``max_bytes`` (nothing is read).
 
     Raises:
-        OSError: The folder cannot be written, or no free name was found.
+        OSError: The file cannot be opened or read (use :func:`os_problem` for the reason), or is no
+            longer a regular file.
     """
-    folder.mkdir(parents=True, exist_ok=True)
-    for _ in range(SAVE_TRIES):
-        path = folder / safe_attachment_name(filename, folder)
-        try:
-            # "xb": a save racing this one for the same name never overwrites it; the next try renames.
-            with open(path, "xb") as out:
-                out.write(data)
-            return path
-        except FileExistsError:
-            continue
-    raise OSError(f"no free name for {filename!r} in {folder}")
+    fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as file:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "it is no longer a regular file")
+        if st.st_size > max_bytes:
+            return st.st_size
+        return file.read(max_bytes)
 
 
 __all__ = [
+    "NAME_MAX_BYTES",
+    "PATH_MAX_BYTES",
     "SECRET_HOME_PATHS",
     "SECRET_SYSTEM_PATHS",
     "NeedsApproval",
     "PathGates",
+    "PathProblem",
     "SecretMatcher",
     "absolute",
+    "brief",
     "check_read",
+    "check_share",
     "check_write",
     "open_checked",
+    "os_problem",
+    "path_problem",
+    "protected_reason",
+    "read_shared",
     "require_write",
     "resolve",
-    "safe_attachment_name",
-    "save_attachment",
     "secret_reason",
-    "shareable",
     "workspaces",
 ]

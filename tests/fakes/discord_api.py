@@ -497,6 +497,8 @@ class FakeDiscord:
             )
             return _json(message)
         if parts[0] == "attachments":
+            if parts[1] not in self.attachments:  # gone from the CDN
+                return _error(404, 0, "404: Not Found")
             return Response(self.attachments[parts[1]], media_type="application/octet-stream")
         return _error(404, 0, f"404: no route {method} {path}")
 
