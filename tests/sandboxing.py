@@ -73,7 +73,9 @@ def running(mark: str, *, exact: bool = False) -> list[int]:
             state = (entry / "stat").read_text().rpartition(")")[2].split()[0]
         except OSError:
             continue
-        wanted = cmdline == f"sleep {mark} " if exact else mark in cmdline and "pytest" not in cmdline
+        wanted = (
+            cmdline == f"sleep {mark} " if exact else mark in cmdline and "pytest" not in cmdline
+        )
         if wanted and state not in ("Z", "X"):
             found.append(int(entry.name))
     return found

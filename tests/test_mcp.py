@@ -14,8 +14,10 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 from runtime_harness import serve_runtime
+from sandboxing import CONFINED, sandbox_for
 
 from kesoku.config import McpConfig, McpHttpServer, McpStdioServer
 from kesoku.mcp.manager import McpManager
@@ -23,6 +25,7 @@ from kesoku.model import Kind, Outcome, Session
 from kesoku.testing import ScriptedLLM
 from kesoku.tools.base import StaticGuard, Tool, ToolContext
 from kesoku.tools.execute import run_tool
+from kesoku.tools.paths import PathGates
 
 SERVER = Path(__file__).parent / "data" / "mcp" / "server.py"
 CONNECT_S = 20.0
@@ -226,3 +229,35 @@ async def test_no_enabled_server_starts_nothing() -> None:
     async with serving(mgr):
         assert mgr.tools() == ()
         assert [(s.name, s.state) for s in mgr.statuses()] == [("off", "disabled")]
+
+
+@pytest.mark.parametrize("mode", CONFINED)
+async def test_a_sandboxed_server_writes_only_its_folder_and_sees_no_secrets(
+    session: Session, tmp_path: Path, mode: str
+) -> None:
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_rsa").write_text("CANARY-MCP")
+    folder = tmp_path / "srv"
+    folder.mkdir()
+    sandbox = sandbox_for(mode, tmp_path, gates=PathGates(home=home))
+    mgr = manager(stdio("box", sandbox=True, cwd=str(folder)), sandbox=sandbox)
+    async with serving(mgr):
+        inside, _, _ = await call(mgr, session, "box__file", {"path": str(folder / "a.txt"), "text": "x"})
+        outside, _, _ = await call(mgr, session, "box__file", {"path": str(tmp_path / "b.txt"), "text": "x"})
+        secret, _, _ = await call(mgr, session, "box__file", {"path": str(home / ".ssh" / "id_rsa")})
+    assert inside == f"wrote {folder / 'a.txt'}"
+    assert not (tmp_path / "b.txt").exists(), outside  # refused, or written in the sandbox's private /tmp
+    assert secret.startswith("error: ") and "CANARY" not in secret
+    assert (folder / "a.txt").read_text() == "x"
+
+
+async def test_a_server_that_asks_for_a_sandbox_does_not_start_without_one(tmp_path: Path) -> None:
+    sandbox = sandbox_for("off", tmp_path)
+    mgr = manager(stdio("box", sandbox=True), sandbox=sandbox, backoff_s=(30.0, 30.0))
+    async with serving(mgr):
+        await wait_for(lambda: mgr.statuses()[0].state == "failed")
+        [status] = mgr.statuses()
+    assert mgr.tools() == ()
+    assert status.error is not None
+    assert 'sandbox = true, but there is no OS sandbox: off ([sandbox] mode = "off")' in status.error

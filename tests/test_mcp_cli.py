@@ -55,7 +55,7 @@ def test_mcp_list_shows_each_server_its_state_and_tools(tmp_path: Path) -> None:
     result = kesoku(tmp_path, "mcp", "list", "-c", "kesoku.toml", "--timeout", "20")
     assert result.returncode == 1, result.stderr  # one enabled server failed
     lines = result.stdout.splitlines()
-    assert lines[0] == "t (stdio): connected: 11 tool(s), 1 prompt(s), resources (list_resources, read_resource)"
+    assert lines[0] == "t (stdio): connected: 12 tool(s), 1 prompt(s), resources (list_resources, read_resource)"
     assert "  t__add" in [line[: len("  t__add")] for line in lines]
     assert any(line.startswith("  t__echo ") and line.endswith("Return the text unchanged.") for line in lines)
     assert "  prompt: /mcp t review code [language]  Ask for a review of some code." in lines
@@ -119,7 +119,7 @@ def test_a_prompt_becomes_the_message_of_an_interactive_chat(tmp_path: Path) -> 
     try:
         term.wait_for("Ctrl-D to exit")
         term.type("/mcp\r")
-        term.wait_for("t (connected): 11 tools")
+        term.wait_for("t (connected): 12 tools")
         term.wait_for("  /mcp t review code [language]  Ask for a review of some code.")
         term.wait_for("bad (failed): the server process ended")
         term.type("/mcp t review\r")

@@ -51,7 +51,7 @@ CORPUS = [
     "python3 -c \"import os; print(os.listdir('{home}/.ssh'))\"",
     "python3 -c \"import shutil; shutil.copy('{config}', 'copied.toml')\"; cat copied.toml",
     "{py} -c \"import sqlite3; print(list(sqlite3.connect('{db}').execute('select * from messages')))\"",
-    "perl -e 'open(F, \">\", \"{out}/perl1\"); print F \"x\"'",
+    'perl -e \'open(F, ">", "{out}/perl1"); print F "x"\'',
     "python3 -c \"import os; os.symlink('{home}/.ssh/id_rsa', 'k2'); print(open('k2').read())\"",
     "python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 2).send(b'hi')\"",
     "python3 -c \"import urllib.request as u; u.urlopen('http://127.0.0.1:{port}/', timeout=2)\"",
@@ -64,7 +64,7 @@ CORPUS = [
     "bash -c 'echo x > {out}/bash1'",
     "env -i sh -c 'echo x > {out}/envi1'",
     "timeout 5 sh -c 'echo x > {out}/timeout1'",
-    "eval \"echo x > {out}/eval1\"",
+    'eval "echo x > {out}/eval1"',
     "echo x | xargs -I@ touch {out}/xargs1",
     # redirections and paths
     "echo x > {out}/redir1",
@@ -85,7 +85,7 @@ CORPUS = [
     "git archive -o {out}/archive.zip HEAD",
     "git -c alias.x='!echo x > {out}/gitalias1' x",
     "find . -fprint {out}/find1",
-    "awk 'BEGIN {{ print \"x\" > \"{out}/awk1\" }}'",
+    'awk \'BEGIN {{ print "x" > "{out}/awk1" }}\'',
     "sed -n 'w {out}/sed1' file.txt",
     "sort -o {out}/sort1 file.txt",
     "dd if=file.txt of={out}/dd1",
@@ -188,7 +188,10 @@ class Layout:
         hits = []
         for folder in (self.workspace, self.session_dir):
             for path in folder.rglob("*"):
-                seeded = path in (self.workspace / ".env", self.workspace / "sub" / ".env.production")
+                seeded = path in (
+                    self.workspace / ".env",
+                    self.workspace / "sub" / ".env.production",
+                )
                 if seeded or not path.is_file() or path.is_symlink():
                     continue
                 if CANARY.encode() in path.read_bytes():
@@ -228,7 +231,9 @@ def make_layout(tmp_path: Path, session: Session) -> Layout:
     (out / "sentinel").write_text("keep")
     session_dir = Path(session.workspace)
     session_dir.mkdir(parents=True, exist_ok=True)
-    return Layout(tmp_path, home, workspace, session_dir, out, config, db, other, tmp_path.name[-12:])
+    return Layout(
+        tmp_path, home, workspace, session_dir, out, config, db, other, tmp_path.name[-12:]
+    )
 
 
 def test_the_corpus_is_large() -> None:
@@ -277,7 +282,9 @@ async def test_a_hostile_line_escapes_nothing(
         nursery.cancel_scope.cancel()
     after = await trio.to_thread.run_sync(layout.outside)
     if mode == "landlock" and line in ENV_IN_WORKSPACE:
-        assert CANARY in result  # the known limit (README, ARCHITECTURE.md): it shows if Landlock gains it
+        assert (
+            CANARY in result
+        )  # the known limit (README, ARCHITECTURE.md): it shows if Landlock gains it
     else:
         assert CANARY not in result, result
     assert await trio.to_thread.run_sync(layout.workspace_canaries) == []
@@ -286,6 +293,8 @@ async def test_a_hostile_line_escapes_nothing(
     assert {k for k in after if k not in before} == set(), result
     changed = {k for k in before if before[k] != after.get(k)}
     if mode == "landlock" and line == CHMOD:
-        assert changed == {os.fspath(layout.config)}  # the known limit: it shows if Landlock gains it
+        assert changed == {
+            os.fspath(layout.config)
+        }  # the known limit: it shows if Landlock gains it
     else:
         assert changed == set(), result

@@ -226,7 +226,7 @@ class Sandbox:
         return Probe(None, "; ".join(tried))
 
     def _probe_bwrap(self) -> Probe:
-        if self.bwrap is None:
+        if self.bwrap is None or shutil.which(self.bwrap) is None:
             return Probe(None, "bubblewrap is not installed (Debian: apt install bubblewrap)")
         argv = [*self._bwrap_base(network=False, die_with_parent=True), "--", "true"]
         try:

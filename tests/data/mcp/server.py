@@ -104,6 +104,20 @@ def crash() -> str:
 
 
 @server.tool()
+def file(path: str, text: str = "") -> str:
+    """Write ``text`` to ``path`` when given, else read it; an OSError comes back as text."""
+    try:
+        if text:
+            with open(path, "w") as out:
+                out.write(text)
+            return f"wrote {path}"
+        with open(path) as source:
+            return source.read()
+    except OSError as exc:
+        return f"error: {exc.strerror}"
+
+
+@server.tool()
 async def sleep(seconds: float) -> str:
     """Answer after ``seconds``."""
     await anyio.sleep(seconds)
