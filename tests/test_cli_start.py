@@ -112,6 +112,8 @@ def test_the_daemon_answers_other_processes_and_logs_one_plain_line_per_event(tm
     daemon = Daemon(tmp_path)
     try:
         daemon.wait_line("ready: backend scripted")
+        sandbox = daemon.wait_line("daemon: sandbox")  # one line saying what confines the tools
+        assert sandbox.endswith("tools write only their workspace, no network") or "none works" in sandbox
         terminal, _ = post(tmp_path, "terminal", "for the chat process")
         other, _ = post(tmp_path, "test", "hello")
         line = daemon.wait_line(f"session {other} (test): ⚡ turn 1")
@@ -317,3 +319,21 @@ def test_a_chat_and_a_daemon_on_one_database_answer_once(tmp_path: Path) -> None
         store.close()
     assert [m.content for m in answers] == ["noted."]
     assert not any("(terminal)" in line for line in daemon.lines)
+
+
+def test_mode_off_is_a_warning_at_every_start(tmp_path: Path) -> None:
+    setup(tmp_path, "echo.yaml")
+    config = tmp_path / "kesoku.toml"
+    config.write_text(config.read_text() + '[sandbox]\nmode = "off"\n')
+    daemon = Daemon(tmp_path)
+    try:
+        line = daemon.wait_line("daemon: sandbox off")
+        assert " warning " in line
+        assert line.endswith(
+            'sandbox off ([sandbox] mode = "off"): tools run with Kesoku\'s own access; '
+            'set [sandbox] mode = "auto" to confine them'
+        )
+        daemon.wait_line("ready: backend scripted")  # signals are watched from here on
+        assert daemon.stop() == 0
+    finally:
+        daemon.kill()
