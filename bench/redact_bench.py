@@ -11,6 +11,7 @@ six secret environment variables) besides its shapes. Medians of R rounds.
 from __future__ import annotations
 
 import argparse
+import functools
 import random
 import string
 import time
@@ -18,7 +19,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
-
 from kesoku.model import Kind, Metadata, Role, in_turn, user_text
 from kesoku.redact import Redactor
 
@@ -47,7 +47,7 @@ def _outputs(rng: random.Random) -> dict[str, str]:
         f" 200 {rng.randint(1, 900)}ms user=ann@example.com trace={rng.getrandbits(64):016x}"
         for i in range(600)
     )
-    prose = " ".join(rng.choice(words.split() + ["password", "token", "key"]) for _ in range(8000))
+    prose = " ".join(rng.choice([*words.split(), "password", "token", "key"]) for _ in range(8000))
     return {"code": code[:OUTPUT_CHARS], "log": log[:OUTPUT_CHARS], "prose": prose[:OUTPUT_CHARS]}
 
 
@@ -67,7 +67,12 @@ def main() -> None:
     outputs = _outputs(rng)
     leaky = outputs["log"][: OUTPUT_CHARS - 400] + "".join(f"\n{v}" for v in list(secrets)[:4])
     leaky += "\nDATABASE_URL=postgres://app:hunter2@db/app ghp_" + "a1B2" * 9
-    builds, short, secret, message, big = [], [], [], [], {name: [] for name in [*outputs, "leaky"]}
+    texts = {**outputs, "a log with 6 secrets": leaky}
+    builds: list[float] = []
+    short: list[float] = []
+    secret: list[float] = []
+    message: list[float] = []
+    big: dict[str, list[float]] = {name: [] for name in texts}
     root = msgspec.structs.replace(user_text("s", "go"), id=1)  # as posted
     call = in_turn(
         root,
@@ -81,12 +86,13 @@ def main() -> None:
         start = time.perf_counter()
         redactor = Redactor(secrets)
         builds.append(time.perf_counter() - start)
-        short.append(_per_call(lambda r=redactor: r.mask(SHORT), 2000))
-        secret.append(_per_call(lambda r=redactor: r.mask(with_secret), 2000))
-        message.append(_per_call(lambda r=redactor: r.mask_message(call), 2000))
-        for name, text in [*outputs.items(), ("leaky", leaky)]:
-            big[name].append(_per_call(lambda r=redactor, t=text: r.mask(t), 20))
-    assert redactor.mask(SHORT) is SHORT and redactor.mask_message(call) is call
+        short.append(_per_call(functools.partial(redactor.mask, SHORT), 2000))
+        secret.append(_per_call(functools.partial(redactor.mask, with_secret), 2000))
+        message.append(_per_call(functools.partial(redactor.mask_message, call), 2000))
+        for name, text in texts.items():
+            big[name].append(_per_call(functools.partial(redactor.mask, text), 20))
+    assert redactor.mask(SHORT) is SHORT
+    assert redactor.mask_message(call) is call
     assert all(redactor.mask(text) is text for text in outputs.values())  # no false positives
     assert "hunter2" not in redactor.mask(leaky)
     report(f"Redactor({len(secrets)} literals + shapes), built once", median(builds) * 1e3, "ms")
@@ -94,8 +100,7 @@ def main() -> None:
     report(f"mask(), a {len(with_secret)}-character message with a key", median(secret) * 1e6, "µs")
     report("mask_message(), a tool call (content + arguments)", median(message) * 1e6, "µs")
     for name, times in big.items():
-        what = "a log with 6 secrets" if name == "leaky" else name
-        report(f"mask(), a 32 KB tool output: {what}", median(times) * 1e6, "µs", "under 1,000 µs")
+        report(f"mask(), a 32 KB tool output: {name}", median(times) * 1e6, "µs", "under 1,000 µs")
 
 
 if __name__ == "__main__":

@@ -67,10 +67,12 @@ _TOKEN = "A-Za-z0-9_-"  # the characters of most tokens: a token starts where no
 _NAME = "A-Za-z0-9"  # a variable's name: DB_PASSWORD= is one, MYPASSWORD= is not
 _AWS_SECRET = r"[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"
 _VALUE = r"[^\s\"'$<{\[*/~.][^\s\"'&;,]{7,}"  # 8+ characters, not a placeholder or a path
-# A PEM block to its END line or, when that was cut off, as far as its base64 (or JSON-escaped) runs
+# A PEM block's body (base64 lines, JSON-escaped line breaks, the headers of an encrypted key, the
+# marker of an output cap that cut it: kesoku.tools.output.MARKER) and its END line when it has
+# one. Possessive: linear, never backtracking.
 _PEM_BODY = (
-    r"(?:[\s\S]{0,16384}?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----"
-    r"|(?:[A-Za-z0-9+/=\s]|\\[nr])*)"
+    r"(?:(?:Proc-Type|DEK-Info):[^\n]*|\[… [0-9]+ bytes cut …\]|\\[nr]|[A-Za-z0-9+/=]+|\s+)*+"
+    r"(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----)?"
 )
 
 SHAPES: tuple[tuple[str, str, str, str], ...] = (

@@ -38,6 +38,11 @@ AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFU"
 PEM_BODY = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEA\nVJTUt9Us8cKjMzEfYyjiWA4R4/M2bS1G\n"
 PEM = f"-----BEGIN PRIVATE KEY-----\n{PEM_BODY}-----END PRIVATE KEY-----"
+ENCRYPTED = (
+    PEM.replace("BEGIN ", "BEGIN RSA ")
+    .replace("END ", "END RSA ")
+    .replace("-----\n", "-----\nProc-Type: 4,ENCRYPTED\nDEK-Info: AES-128-CBC,0A1B2C\n\n", 1)
+)
 AWS_LINE = "aws_secret_access_key = "
 DOTENV = "DB_PASSWORD=correct-horse\nAPI_TOKEN=abcdefghijkl"
 
@@ -59,7 +64,9 @@ SHAPES = [
     (f"before\n{PEM}\nafter", "before\n[redacted:private-key]\nafter"),
     # A key file printed as JSON, and a block that an output cap cut before its END line.
     (json.dumps({"private_key": PEM + "\n"}), '{"private_key": "[redacted:private-key]\\n"}'),
-    (f"-----BEGIN RSA PRIVATE KEY-----\n{PEM_BODY}[… cut …]", "[redacted:private-key][… cut …]"),
+    (f"-----BEGIN RSA PRIVATE KEY-----\n{PEM_BODY}(cut)", "[redacted:private-key](cut)"),
+    (PEM.replace("\nVJT", "\n[… 9000 bytes cut …]\nVJT") + "\n.", "[redacted:private-key]\n."),
+    (ENCRYPTED, "[redacted:private-key]"),
     ("postgres://app:hunter2@db:5432/app", "postgres://app:[redacted:password]@db:5432/app"),
     ("redis://:s3cr3t-pw@cache:6379/0", "redis://:[redacted:password]@cache:6379/0"),
     (DOTENV, "DB_PASSWORD=[redacted:password]\nAPI_TOKEN=[redacted:token]"),
