@@ -178,6 +178,9 @@ def build_runtime(
 ) -> Runtime:
     """The gateway and runtime kesoku.toml describes, over an open store.
 
+    The gateway masks the secrets of the config and of this process's environment in every message
+    (:class:`~kesoku.redact.Redactor`).
+
     Args:
         config: The loaded config.
         store: The store over ``workspace.db_path``; the caller closes it.
@@ -196,11 +199,13 @@ def build_runtime(
         OperatorError: The backend cannot be built (see :meth:`Runtime.from_config`).
     """
     from kesoku.gateway import Gateway
+    from kesoku.redact import Redactor
     from kesoku.runtime import Runtime
     from kesoku.skills import SkillLibrary
     from kesoku.tools.sandbox import Sandbox
 
-    gateway = Gateway(store, config.workspace.sessions_dir)
+    # Secrets are masked at the gateway: the store, turn logs, traces and the model see them masked.
+    gateway = Gateway(store, config.workspace.sessions_dir, redactor=Redactor.from_config(config))
     skills = SkillLibrary.from_config(config)
     skills.scan()  # parse once now: each turn then only checks the files for changes (~15 µs a skill)
     gates = runtime_gates(config, config_file=config_file, skills=skills)

@@ -39,6 +39,7 @@ import trio
 
 from kesoku.errors import OperatorError
 from kesoku.model import Message, Session, check_message
+from kesoku.redact import Redactor
 from kesoku.session_lock import SessionLocks
 from kesoku.store import MessageFilter, Store
 
@@ -79,6 +80,8 @@ class Gateway:
         poll_interval_s: How often an idle listener looks for other processes' commits.
         post_yield_s: How long posts may follow each other without yielding to other tasks; 0 makes
             every post yield.
+        redactor: Masks secrets in every message before it is stored and delivered
+            (:mod:`kesoku.redact`); None stores messages as they are.
     """
 
     def __init__(
@@ -89,6 +92,7 @@ class Gateway:
         listener_buffer: int = LISTENER_BUFFER,
         poll_interval_s: float = POLL_INTERVAL_S,
         post_yield_s: float = POST_YIELD_S,
+        redactor: Redactor | None = None,
     ) -> None:
         if listener_buffer < 1:
             raise ValueError("listener_buffer must be at least 1")
@@ -99,6 +103,8 @@ class Gateway:
         self.listener_buffer = listener_buffer
         self.poll_interval_s = poll_interval_s
         self.post_yield_s = post_yield_s
+        self.redactor = redactor
+        """What masks the secrets of messages (and of the turn logs and prompts that use them)."""
         self._yielded_at = 0.0  # time.perf_counter() when a post last yielded
         # Weak: a listener dropped without being closed unregisters itself when it is collected.
         self._listeners: weakref.WeakSet[Listener] = weakref.WeakSet()
@@ -117,7 +123,8 @@ class Gateway:
         """Persist a message, then wake the listeners it matches.
 
         A message whose ``(adapter, external_id)`` is already stored is not written again: the stored
-        message is returned and no listener is woken.
+        message is returned and no listener is woken. With a ``redactor``, what is stored, delivered
+        and returned is the masked message (see :meth:`post_many`).
 
         Args:
             message: A new message (``id == 0``) of an existing session.
@@ -148,6 +155,10 @@ class Gateway:
         """Persist several messages in one transaction, then wake listeners once per message.
 
         The runtime uses this to post all tool calls (or all tool results) of a model step together.
+        With a ``redactor``, each message's ``content`` and the strings of its
+        ``metadata.tool_arguments`` are masked first (:meth:`Redactor.mask_message`): the masked
+        message is what is checked, stored, delivered to listeners and returned, so the model's next
+        request (built from what listeners got) never holds the secret either.
 
         Args:
             messages: New messages, in the order their ids should follow.
@@ -166,6 +177,8 @@ class Gateway:
             As :meth:`post`.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
+        if self.redactor is not None:
+            messages = [self.redactor.mask_message(message) for message in messages]
         for message in messages:
             check_message(message)
         results = self.store.insert_messages(messages)

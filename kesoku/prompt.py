@@ -26,7 +26,9 @@ Rules:
 - A message ending in [interrupted] was cut off: the user sent something new or stopped you. Read the
   newest message and answer that.
 - To send a file from the workspace, write [file: /absolute/path] on its own line.
-- To ask the user to choose, write [question: Your question? | choice 1 | choice 2] on its own line."""
+- To ask the user to choose, write [question: Your question? | choice 1 | choice 2] on its own line.
+- [redacted:…] stands for a secret (a key, token or password) hidden from you. It is not the value:
+  never write it into a file or a command; edit around it, or ask the user to set the value."""
 
 
 def read_notes(cwd: Path) -> list[tuple[str, str]]:

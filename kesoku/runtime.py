@@ -175,6 +175,12 @@ class Runtime:
             return cache[session.llm]
 
         agent = config.agent
+        logs = config.turn_logs
+        turnlog = (
+            TurnLogWriter(max_session_bytes=logs.max_bytes_per_session, redactor=gateway.redactor)
+            if logs.enabled
+            else None
+        )
         return cls(
             gateway,
             llm_for,
@@ -184,9 +190,7 @@ class Runtime:
             worker_idle_s=agent.worker_idle_s,
             project_dir=Path(agent.project_dir) if agent.project_dir else None,
             skills=skills,
-            turnlog=TurnLogWriter(max_session_bytes=config.turn_logs.max_bytes_per_session)
-            if config.turn_logs.enabled
-            else None,
+            turnlog=turnlog,
             question_timeout_s=agent.question_timeout_s,
             subagent_max_steps=config.subagent.max_steps if config.subagent.enabled else None,
             compaction=CompactionPolicy.from_config(config),
@@ -218,6 +222,15 @@ class Runtime:
                 names.add(tool.name)
                 out.append(tool)
         return tuple(out)
+
+    def mask(self, text: str) -> str:
+        """``text`` with its secrets masked by the gateway's redactor (``text`` itself without one).
+
+        For what reaches the model without passing the gateway: the system prompt, a subagent's
+        tool results.
+        """
+        redactor = self.gateway.redactor
+        return text if redactor is None else redactor.mask(text)
 
     def cwd(self, session: Session) -> Path:
         """The working directory of a session's tools."""

@@ -5,7 +5,8 @@ prompt of its own and an in-memory history that starts with the task. It loops l
 call, the step's tool calls run concurrently, results, again — until the model answers without tool
 calls or ``subagent.max_steps`` model calls are used. Nothing of the child is written to the session
 log: only its conclusion comes back, as the ``subagent`` tool result (each of its model calls is still
-logged to ``llm-turn-{idx}.log.yaml`` like any other).
+logged to ``llm-turn-{idx}.log.yaml`` like any other). Its system prompt and tool results are masked
+(:meth:`~kesoku.runtime.Runtime.mask`) as the gateway masks the session's messages.
 
 Cancellation: the child runs inside the parent's tool batch, so it is cancelled with it (a forced stop,
 the tool's ``timeout_s``); its running tools are cancelled and kill their process groups. A first stop
@@ -117,6 +118,7 @@ class Subagent:
         system = build_system_prompt(
             persona=PERSONA, tools=list(self.tools.values()), skills=(), notes=notes, cwd=cwd, now=now
         )
+        system = self.rt.mask(system)  # as the turn's: AGENTS.md may hold a secret
         self.turns = [LLMTurn("user", (TextBlock(task),))]
         last_text = ""
         for step in range(self.max_steps):
@@ -176,7 +178,8 @@ class Subagent:
             tool = self.tools.get(call.name)
             child = ToolContext(self.ctx.session, self.ctx.cwd, call.id, self.ctx.guard)
             content, outcome = await run_tool(tool, call.name, call.arguments, child, known=self.tools)
-            results[i] = ToolResultBlock(call.id, call.name, content, outcome)
+            # Masked here: these results go to the model without passing the gateway.
+            results[i] = ToolResultBlock(call.id, call.name, self.rt.mask(content), outcome)
 
         async with trio.open_nursery() as nursery:
             for i, call in enumerate(calls):

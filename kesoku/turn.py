@@ -420,7 +420,9 @@ def system_prompt(rt: Runtime, session: Session) -> str:
     """The system prompt of a session's next request (tools, skills and notes as they are now).
 
     An adapter may add a section of its own: a string in ``session.metadata["context"]`` (the Discord
-    adapter's server, channel and members) is appended as it is.
+    adapter's server, channel and members) is appended as it is. Secrets in it (an AGENTS.md may hold
+    a database URL) are masked (:meth:`Runtime.mask`), so neither the provider nor the turn log gets
+    them.
     """
     cwd = rt.cwd(session)
     prompt = build_system_prompt(
@@ -434,7 +436,7 @@ def system_prompt(rt: Runtime, session: Session) -> str:
     context = session.metadata.get("context")
     if isinstance(context, str) and context.strip():
         prompt = f"{prompt}\n\n{context.strip()}"
-    return prompt
+    return rt.mask(prompt)
 
 
 def _with_step_usage(messages: list[Message], usage: Usage) -> list[Message]:

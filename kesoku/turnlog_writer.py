@@ -10,21 +10,32 @@ cost per step, see bench/runtime_bench.py).
 
 If the process dies, the jobs it had not answered are counted failed, a new one starts after
 :data:`RESTART_DELAY_S`, and the next job of each session sends its whole request.
+
+With a :class:`~kesoku.redact.Redactor`, each response (text, thoughts, tool-call arguments) and
+error is masked before its job is made, so a secret the model echoes stays out of the log. The
+request needs no masking here: its turns come from the gateway's masked history and its system
+prompt is masked where it is built.
 """
 
 from __future__ import annotations
 
 import logging
+import operator
 import subprocess
 import sys
 from collections import OrderedDict
+from typing import TYPE_CHECKING
 
 import msgspec
 import trio
+from msgspec.structs import replace
 
-from kesoku.llm.ir import LLMTurn, ToolSpec
+from kesoku.llm.ir import LLMResponse, LLMTurn, ThoughtBlock, ToolCallBlock, ToolSpec
 from kesoku.transcript import shared_prefix
 from kesoku.turnlog import FRAME_HEADER, RENDER_CACHE_SESSIONS, TurnLogEntry, TurnLogJob, make_job
+
+if TYPE_CHECKING:
+    from kesoku.redact import Redactor
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +63,7 @@ class TurnLogWriter:
         buffer: Jobs submitted and not yet written before :meth:`submit` waits (:data:`WRITER_BUFFER`).
         max_session_bytes: Bytes of logs kept per session folder, the oldest deleted first; 0 keeps
             every log (``[turn_logs] max_mb_per_session``).
+        redactor: Masks the secrets of each response and error (None: written as they are).
 
     Attributes:
         written: Logs written.
@@ -62,12 +74,19 @@ class TurnLogWriter:
         restarts: Writer processes started after one died.
     """
 
-    def __init__(self, *, buffer: int = WRITER_BUFFER, max_session_bytes: int = 0) -> None:
+    def __init__(
+        self,
+        *,
+        buffer: int = WRITER_BUFFER,
+        max_session_bytes: int = 0,
+        redactor: Redactor | None = None,
+    ) -> None:
         if buffer < 1:
             raise ValueError("buffer must be at least 1")
         if max_session_bytes < 0:
             raise ValueError("max_session_bytes must be 0 (no cap) or more")
         self.max_session_bytes = max_session_bytes
+        self.redactor = redactor
         self._room = trio.Semaphore(buffer)
         self._encoder = msgspec.msgpack.Encoder()
         self._sent: OrderedDict[str, _Sent] = OrderedDict()
@@ -143,6 +162,8 @@ class TurnLogWriter:
         self._outbox_ready.set()
 
     def _job(self, entry: TurnLogEntry) -> TurnLogJob:
+        if self.redactor is not None:
+            entry = masked_entry(self.redactor, entry)
         request = entry.request
         sent = self._sent.pop(entry.session_id, None)
         self._sent[entry.session_id] = _Sent(request.turns, request.system, request.tools)
@@ -261,3 +282,41 @@ class TurnLogWriter:
                         session_id,
                         why,
                     )
+
+
+def masked_entry(redactor: Redactor, entry: TurnLogEntry) -> TurnLogEntry:
+    """``entry`` with its response's text, thoughts and tool-call arguments, and its error, masked.
+
+    Signatures, ids and usage are left as they are. Returns ``entry`` itself when nothing changed.
+    """
+    response = entry.response
+    masked = None if response is None else masked_response(redactor, response)
+    error = None if entry.error is None else redactor.mask(entry.error)
+    if masked is response and error is entry.error:
+        return entry
+    return replace(entry, response=masked, error=error)
+
+
+def masked_response(redactor: Redactor, response: LLMResponse) -> LLMResponse:
+    """``response`` with its text, thoughts and tool-call arguments masked (itself if unchanged)."""
+    text, thoughts = redactor.mask(response.text), redactor.mask(response.thoughts)
+    blocks = tuple(_masked_thought(redactor, block) for block in response.thought_blocks)
+    calls = tuple(_masked_call(redactor, call) for call in response.tool_calls)
+    if (
+        text is response.text
+        and thoughts is response.thoughts
+        and all(map(operator.is_, blocks, response.thought_blocks))
+        and all(map(operator.is_, calls, response.tool_calls))
+    ):
+        return response
+    return replace(response, text=text, thoughts=thoughts, thought_blocks=blocks, tool_calls=calls)
+
+
+def _masked_thought(redactor: Redactor, block: ThoughtBlock) -> ThoughtBlock:
+    text = redactor.mask(block.text)
+    return block if text is block.text else replace(block, text=text)
+
+
+def _masked_call(redactor: Redactor, call: ToolCallBlock) -> ToolCallBlock:
+    arguments = redactor.mask_tree(call.arguments)
+    return call if arguments is call.arguments else replace(call, arguments=arguments)

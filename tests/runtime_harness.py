@@ -14,6 +14,7 @@ from kesoku.gateway import Gateway
 from kesoku.llm.base import BaseLLM
 from kesoku.metrics import TurnMetrics
 from kesoku.model import Message, Session, user_text
+from kesoku.redact import Redactor
 from kesoku.runtime import Runtime
 from kesoku.store import Store
 from kesoku.tools.base import Tool, ToolContext
@@ -68,10 +69,15 @@ class Harness:
 
 @asynccontextmanager
 async def serve_runtime(
-    tmp: Path, llm: BaseLLM | Callable[[Session], BaseLLM], *, tools: Sequence[Tool] = (), **kwargs: Any
+    tmp: Path,
+    llm: BaseLLM | Callable[[Session], BaseLLM],
+    *,
+    tools: Sequence[Tool] = (),
+    redactor: Redactor | None = None,
+    **kwargs: Any,
 ) -> AsyncIterator[Harness]:
     store = Store(tmp / "kesoku.db")
-    gateway = Gateway(store, tmp / "sessions")
+    gateway = Gateway(store, tmp / "sessions", redactor=redactor)
     rt = Runtime(gateway, llm, tools=tools, **kwargs)
     session = gateway.open_session("terminal", "chan-1")
     try:
