@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from kesoku.errors import OperatorError
-from kesoku.service_sandbox import StatePaths, sandbox_lines, state_paths
+from kesoku.service_sandbox import StatePaths, sandbox_lines, state_paths, user_namespaces_work
 
 if TYPE_CHECKING:
     from kesoku.config import Config
@@ -110,6 +110,8 @@ class Unit:
         env_file: Where the secrets go.
         run_as: ``User=`` of a system unit (None: a user unit).
         paths: The folders the service writes, and those inside them it only reads.
+        namespaces: Whether this machine gave the installer a user namespace (see
+            :func:`~kesoku.service_sandbox.user_namespaces_work`); the sandbox needs one.
     """
 
     scope: Scope
@@ -121,6 +123,7 @@ class Unit:
     env_file: Path
     run_as: str | None
     paths: StatePaths
+    namespaces: bool = True
 
     def render(self) -> str:
         """The unit file's text."""
@@ -154,7 +157,9 @@ class Unit:
             "SyslogIdentifier=kesoku",
             "StandardOutput=journal",
             "StandardError=journal",
-            *sandbox_lines(self.paths, user=self.scope.user, quote=_word),
+            *sandbox_lines(
+                self.paths, user=self.scope.user, quote=_word, namespaces=self.namespaces
+            ),
             "",
             "[Install]",
             f"WantedBy={'default.target' if self.scope.user else 'multi-user.target'}",
@@ -235,6 +240,7 @@ def plan_unit(
         env_file=scope.env_file_path(env),
         run_as=run_as,
         paths=state_paths(cfg),
+        namespaces=user_namespaces_work(),
     )
 
 

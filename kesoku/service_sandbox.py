@@ -17,7 +17,9 @@ units only.
 
 from __future__ import annotations
 
+import ctypes
 import os
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +27,11 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from kesoku.config import Config
+
+_CLONE_NEWUSER = 0x10000000
+_CLONE_NEWNS = 0x00020000
+_MS_REC = 0x4000
+_MS_PRIVATE = 0x40000
 
 LIMIT_NOFILE = 16384
 """Open files per process (soft and hard): sessions, sockets, MCP pipes with room; bounds a leak."""
@@ -64,13 +71,19 @@ def state_paths(cfg: Config) -> StatePaths:
     return StatePaths(writable=writable, read_only=read_only)
 
 
-def sandbox_lines(paths: StatePaths, *, user: bool, quote: Callable[[str], str]) -> list[str]:
+def sandbox_lines(
+    paths: StatePaths, *, user: bool, quote: Callable[[str], str], namespaces: bool = True
+) -> list[str]:
     """The sandbox's ``[Service]`` lines, comments included.
 
     Args:
         paths: What the service writes (:func:`state_paths`).
         user: For a user unit (else a system unit).
         quote: Renders one path as a unit-file word (quoting, ``%`` escaping).
+        namespaces: Whether the service may have a user namespace (:func:`user_namespaces_work`).
+            Without one a user unit keeps only the settings a user manager applies without
+            privileges (no file system, device or capability settings), and a system unit loses
+            ``PrivateUsers=`` alone.
 
     Returns:
         Lines without newlines, the first one blank.
@@ -81,35 +94,17 @@ def sandbox_lines(paths: StatePaths, *, user: bool, quote: Callable[[str], str])
         "# else Landlock), so what bubblewrap needs stays allowed: user, mount, pid and network",
         "# namespaces, mount(2) and pivot_root(2), netlink, and the landlock_* system calls.",
     ]
-    if user:
+    if not namespaces:
+        lines.append("# This machine refused a user namespace at install: no PrivateUsers=.")
+    if namespaces or not user:
+        lines += _namespaced(paths, user=user, quote=quote, private_users=namespaces)
+    else:
         lines += [
-            "# A user manager has no privileges: the settings below work inside a user namespace",
-            "# of the unit's own (unprivileged user namespaces, which bubblewrap needs too).",
+            "# A user manager applies the file system, device and capability settings only inside",
+            "# one, so they are left out here; `kesoku service install --system` has them.",
         ]
     lines += [
-        "PrivateUsers=yes",
-        "ProtectSystem=strict",
-        "ProtectHome=read-only",
-        "# What the daemon writes: made at install; one missing later is skipped (-).",
-        *(f"ReadWritePaths={quote('-' + os.fspath(p))}" for p in paths.writable),
-    ]
-    if paths.read_only:
-        lines.append("# Kesoku only reads its skills, even inside a writable folder.")
-        lines += [f"ReadOnlyPaths={quote('-' + os.fspath(p))}" for p in paths.read_only]
-    lines += [
-        "PrivateTmp=yes",
-        "PrivateDevices=yes",
-        "PrivateMounts=yes",
-    ]
-    if not user:  # systemd.exec(5): for system services only
-        lines.append("ProtectProc=invisible")
-    lines += [
-        "ProtectKernelModules=yes",
-        "ProtectControlGroups=yes",
-        "ProtectClock=yes",
-        "ProtectHostname=yes",
         "NoNewPrivileges=yes",
-        "CapabilityBoundingSet=",
         *(["KeyringMode=private"] if user else []),  # already the default of a system service
         "RestrictSUIDSGID=yes",
         "RestrictRealtime=yes",
@@ -139,6 +134,71 @@ def sandbox_lines(paths: StatePaths, *, user: bool, quote: Callable[[str], str])
     if not user:
         lines.append("# - RemoveIPC=: User= is a login user, whose other IPC objects it removes.")
     return lines
+
+
+def _namespaced(
+    paths: StatePaths, *, user: bool, quote: Callable[[str], str], private_users: bool
+) -> list[str]:
+    """The settings that need a mount namespace (a user namespace too, in a user unit)."""
+    lines = []
+    if user:
+        lines += [
+            "# A user manager has no privileges: the settings below work inside a user namespace",
+            "# of the unit's own (unprivileged user namespaces, which bubblewrap needs too).",
+        ]
+    if private_users:
+        lines.append("PrivateUsers=yes")
+    lines += [
+        "ProtectSystem=strict",
+        "ProtectHome=read-only",
+        "# What the daemon writes: made at install; one missing later is skipped (-).",
+        *(f"ReadWritePaths={quote('-' + os.fspath(p))}" for p in paths.writable),
+    ]
+    if paths.read_only:
+        lines.append("# Kesoku only reads its skills, even inside a writable folder.")
+        lines += [f"ReadOnlyPaths={quote('-' + os.fspath(p))}" for p in paths.read_only]
+    lines += ["PrivateTmp=yes", "PrivateDevices=yes", "PrivateMounts=yes"]
+    if not user:  # systemd.exec(5): for system services only
+        lines.append("ProtectProc=invisible")
+    return [
+        *lines,
+        "ProtectKernelModules=yes",
+        "ProtectControlGroups=yes",
+        "ProtectClock=yes",
+        "ProtectHostname=yes",
+        "CapabilityBoundingSet=",
+    ]
+
+
+def user_namespaces_work() -> bool:
+    """Whether this process may make a user namespace and mount in it, as ``PrivateUsers=`` does.
+
+    A forked child tries (this process is left as it was): ``unshare(2)`` of a user and a mount
+    namespace, then a tmpfs over ``/tmp`` inside them. It is refused where unprivileged user
+    namespaces are off (``user.max_user_namespaces``, a distribution's sysctl, or a security
+    module's rule such as Ubuntu's AppArmor restriction, which leaves the namespace without
+    capabilities). Run as root for a system unit, it answers for the system manager.
+
+    Returns:
+        True when both steps succeed.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through its exit code only
+        code = 1
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            if (
+                libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS) == 0
+                and libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) == 0
+                and libc.mount(b"tmpfs", b"/tmp", b"tmpfs", 0, None) == 0
+            ):
+                code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
 
 
 def _real(path: Path) -> Path:

@@ -18,9 +18,11 @@ from pathlib import Path
 import pytest
 
 from kesoku.config import load_config
-from kesoku.service_sandbox import state_paths
+from kesoku.service_sandbox import state_paths, user_namespaces_work
 
 REPO = Path(__file__).resolve().parent.parent
+NAMESPACES = user_namespaces_work()
+"""Whether this machine gives user namespaces (the unit's sandbox needs one; bubblewrap does too)."""
 CLEARED = (
     "KESOKU_CONFIG",
     "XDG_CONFIG_HOME",
@@ -69,11 +71,13 @@ def fake_bin(tmp_path: Path) -> Path:
     return folder
 
 
-def kesoku(*args: str, home: Path, path: str, **env: str) -> subprocess.CompletedProcess[str]:
+def kesoku(
+    *args: str, home: Path, path: str, prefix: tuple[str, ...] = (), **env: str
+) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if k not in CLEARED}
     environ |= {"HOME": str(home), "PATH": path, **env}
     return subprocess.run(
-        [sys.executable, "-m", "kesoku", "service", *args],
+        [*prefix, sys.executable, "-m", "kesoku", "service", *args],
         cwd=REPO,
         env=environ,
         capture_output=True,
@@ -91,15 +95,36 @@ def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
+def analyze(unit: Path, *args: str, user: bool) -> subprocess.CompletedProcess[str]:
+    """``systemd-analyze [--user] ARGS UNIT``; --user needs a runtime folder, an empty one does offline."""
+    runtime = unit.parent / "runtime"
+    runtime.mkdir(mode=0o700, exist_ok=True)
+    return subprocess.run(
+        ["systemd-analyze", *(["--user"] if user else []), *args, str(unit)],
+        env={**os.environ, "XDG_RUNTIME_DIR": str(runtime)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def assert_verified(unit: Path, *, user: bool) -> None:
+    verify = analyze(unit, "verify", user=user)
+    # systemd-analyze exits 0 even for some bad lines: it must say nothing about our file.
+    assert verify.returncode == 0, verify.stderr
+    assert "kesoku.service" not in verify.stdout + verify.stderr, verify.stderr
+
+
 def settings(unit: str) -> list[str]:
     """The unit's lines without comments and blank lines."""
     return [line for line in unit.splitlines() if line and not line.startswith("#")]
 
 
-def sandbox(*, writable: list[str], read_only: list[str], user: bool) -> list[str]:
-    """The sandbox settings a unit must hold, in order."""
-    return [
-        "PrivateUsers=yes",
+def sandbox(*, writable: list[str], read_only: list[str], user: bool, namespaces: bool = True) -> list[str]:
+    """The sandbox settings a unit must hold, in order (``namespaces``: the machine gives user namespaces)."""
+    mounts = [
+        *(["PrivateUsers=yes"] if namespaces else []),
         "ProtectSystem=strict",
         "ProtectHome=read-only",
         *(f"ReadWritePaths={w}" for w in writable),
@@ -112,8 +137,11 @@ def sandbox(*, writable: list[str], read_only: list[str], user: bool) -> list[st
         "ProtectControlGroups=yes",
         "ProtectClock=yes",
         "ProtectHostname=yes",
-        "NoNewPrivileges=yes",
         "CapabilityBoundingSet=",
+    ]
+    return [
+        *([] if user and not namespaces else mounts),  # a user manager mounts nothing without one
+        "NoNewPrivileges=yes",
         *(["KeyringMode=private"] if user else []),
         "RestrictSUIDSGID=yes",
         "RestrictRealtime=yes",
@@ -154,7 +182,7 @@ def expected_user_unit(config: Path, home: Path, *, path: str, env_file: bool) -
         "SyslogIdentifier=kesoku",
         "StandardOutput=journal",
         "StandardError=journal",
-        *sandbox(writable=[f'"-{folder}"'], read_only=[f'"-{folder}/skills"'], user=True),
+        *sandbox(writable=[f'"-{folder}"'], read_only=[f'"-{folder}/skills"'], user=True, namespaces=NAMESPACES),
         "[Install]",
         "WantedBy=default.target",
     ]
@@ -205,9 +233,9 @@ def test_system_unit_runs_as_the_invoking_user_after_the_network(config: Path, h
     assert unit[-1] == "WantedBy=multi-user.target"
     assert "tok" not in result.stdout
     folder = os.path.realpath(config.parent)
+    expected = sandbox(writable=[f'"-{folder}"'], read_only=[f'"-{folder}/skills"'], user=False, namespaces=NAMESPACES)
     body = settings(result.stdout)
-    start = body.index("PrivateUsers=yes")
-    assert body[start:-2] == sandbox(writable=[f'"-{folder}"'], read_only=[f'"-{folder}/skills"'], user=False)
+    assert body[body.index(expected[0]) : -2] == expected
     assert "# - RemoveIPC=: User= is a login user, whose other IPC objects it removes." in unit
 
 
@@ -279,31 +307,42 @@ def test_the_rendered_unit_passes_systemd_analyze_verify_and_security(
     assert result.returncode == 0, result.stderr
     unit = tmp_path / "kesoku.service"
     unit.write_text(result.stdout)
-    runtime = tmp_path / "runtime"
-    runtime.mkdir(mode=0o700)
-    flags = ["--user"] if scope == "--user" else []
-
-    def analyze(*args: str) -> subprocess.CompletedProcess[str]:
-        # --user needs a runtime folder; an empty one is enough for an offline check.
-        return subprocess.run(
-            ["systemd-analyze", *flags, *args, str(unit)],
-            env={**os.environ, "XDG_RUNTIME_DIR": str(runtime)},
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-
-    verify = analyze("verify")
-    # systemd-analyze exits 0 even for some bad lines: it must say nothing about our file.
-    assert verify.returncode == 0, verify.stderr
-    assert "kesoku.service" not in verify.stdout + verify.stderr, verify.stderr
+    assert_verified(unit, user=scope == "--user")
+    if scope == "--user" and not NAMESPACES:
+        pytest.skip("no user namespaces here: a user unit keeps no file system sandbox (see the next test)")
     # Exposure 0.0 (locked down) to 10.0 (none); --threshold=40 fails above 4.0.
-    security = analyze("security", "--offline=yes", "--threshold=40")
+    security = analyze(unit, "security", "--offline=yes", "--threshold=40", user=scope == "--user")
     assert security.returncode == 0, security.stdout + security.stderr
     exposure = re.search(r"Overall exposure level for kesoku\.service: (\d+\.\d)", security.stdout)
     assert exposure is not None, security.stdout
     assert float(exposure.group(1)) <= 4.0, security.stdout
+
+
+NO_NAMESPACES = ("unshare", "--user", "--map-root-user", "sh", "-c",
+                 'echo 0 > /proc/sys/user/max_user_namespaces && exec "$@"', "sh")  # fmt: skip
+"""Runs a command where no user namespace can be made: the limit holds in a user namespace's children."""
+
+
+@pytest.mark.skipif(not NAMESPACES or shutil.which("unshare") is None, reason="needs unshare(1) and user namespaces")
+def test_where_user_namespaces_are_refused_the_unit_keeps_what_works_without_and_says_so(
+    config: Path, home: Path, tmp_path: Path
+) -> None:
+    folder = os.path.realpath(config.parent)
+    mounts = {"writable": [f'"-{folder}"'], "read_only": [f'"-{folder}/skills"']}
+    note = "# this machine refuses user namespaces: {} (the unit says more)"
+    for scope, user in (("--user", True), ("--system", False)):
+        result = kesoku("install", "-c", str(config), scope, "--dry-run", home=home, path="/usr/bin:/bin",
+                        prefix=NO_NAMESPACES, SUDO_USER="alice")  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert result.stderr == note.format("its file system sandbox is off" if user else "no PrivateUsers=") + "\n"
+        expected = sandbox(**mounts, user=user, namespaces=False)
+        body = settings(result.stdout)
+        assert body[body.index(expected[0]) : -2] == expected
+        assert "# This machine refused a user namespace at install: no PrivateUsers=." in result.stdout
+        if shutil.which("systemd-analyze") is not None:  # still a valid unit
+            unit = tmp_path / "kesoku.service"
+            unit.write_text(result.stdout)
+            assert_verified(unit, user=user)
 
 
 def test_install_writes_the_unit_and_a_private_secrets_file_then_enables(

@@ -66,6 +66,9 @@ def install_cmd(
         )
     cfg = load_config(config)  # a service that crash-loops on a config typo helps nobody: check it now
     unit = svc.plan_unit(config, env, user=user, cfg=cfg)
+    if not unit.namespaces:
+        note = "its file system sandbox is off" if user else "no PrivateUsers="
+        print(f"# this machine refuses user namespaces: {note} (the unit says more)", file=sys.stderr)
     if dry_run:
         sys.stdout.write(unit.render())
         for folder in unit.paths.writable:
