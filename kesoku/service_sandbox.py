@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import subprocess
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -33,6 +34,8 @@ _CLONE_NEWNS = 0x00020000
 _MS_REC = 0x4000
 _MS_PRIVATE = 0x40000
 
+PROBE_TIMEOUT_S = 10.0
+"""Longest wait for the user-namespace probe's child (it takes ~50 ms)."""
 LIMIT_NOFILE = 16384
 """Open files per process (soft and hard): sessions, sockets, MCP pipes with room; bounds a leak."""
 
@@ -173,32 +176,33 @@ def _namespaced(
 def user_namespaces_work() -> bool:
     """Whether this process may make a user namespace and mount in it, as ``PrivateUsers=`` does.
 
-    A forked child tries (this process is left as it was): ``unshare(2)`` of a user and a mount
-    namespace, then a tmpfs over ``/tmp`` inside them. It is refused where unprivileged user
+    A child process tries (``python -m kesoku.service_sandbox``): ``unshare(2)`` of a user and a
+    mount namespace, then a tmpfs over ``/tmp`` inside them. It is refused where unprivileged user
     namespaces are off (``user.max_user_namespaces``, a distribution's sysctl, or a security
     module's rule such as Ubuntu's AppArmor restriction, which leaves the namespace without
     capabilities). Run as root for a system unit, it answers for the system manager.
 
     Returns:
-        True when both steps succeed.
+        True when both steps succeed within :data:`PROBE_TIMEOUT_S`.
     """
     if not sys.platform.startswith("linux"):
         return False
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child reports through its exit code only
-        code = 1
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            if (
-                libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS) == 0
-                and libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) == 0
-                and libc.mount(b"tmpfs", b"/tmp", b"tmpfs", 0, None) == 0
-            ):
-                code = 0
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status) == 0
+    try:
+        argv = [sys.executable, "-m", __name__]
+        done = subprocess.run(argv, capture_output=True, timeout=PROBE_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+def _try_namespaces() -> int:
+    """The child of :func:`user_namespaces_work`: 0 when the namespaces and the mount worked."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS) != 0:
+        return 1
+    if libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+        return 2
+    return 0 if libc.mount(b"tmpfs", b"/tmp", b"tmpfs", 0, None) == 0 else 3
 
 
 def _real(path: Path) -> Path:
@@ -210,3 +214,7 @@ def _outermost(paths: Iterable[Path]) -> tuple[Path, ...]:
     """The paths inside no other one (a writable folder covers what it holds), in order."""
     unique = list(dict.fromkeys(paths))
     return tuple(p for p in unique if not any(p != q and p.is_relative_to(q) for q in unique))
+
+
+if __name__ == "__main__":
+    sys.exit(_try_namespaces())
