@@ -11,8 +11,10 @@ comments in the unit itself, which ``kesoku service install --dry-run`` prints.
 
 A user unit gets the same sandbox inside a user namespace (``PrivateUsers=yes``): the user manager
 has no privileges, and systemd.exec(5) makes most of these settings depend on that namespace there.
-It needs unprivileged user namespaces, which bwrap needs anyway. ``ProtectProc=`` is for system
-units only.
+It needs unprivileged user namespaces, which bwrap needs anyway; where the machine refuses them
+(:func:`user_namespaces_work`, checked at install), a user unit keeps only the settings that need
+none (system call filter, no new privileges, address families, umask, limits) and a system unit
+loses ``PrivateUsers=`` alone. ``ProtectProc=`` is for system units only.
 """
 
 from __future__ import annotations
