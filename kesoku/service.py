@@ -5,6 +5,11 @@ The unit runs ``<python> -m kesoku start -c <config>`` from the config's folder,
 (180 s by default), so running tools finish before systemd would kill them. ``KillMode=mixed`` sends
 SIGTERM to the daemon only, not to the tools' processes, for the same reason.
 
+The unit is sandboxed (:mod:`kesoku.service_sandbox`): read-only but for the database's folder, the
+sessions and the project folder, which ``install`` creates when missing; no capabilities; a system
+call allow list; settings that would break the tools' own sandbox (bubblewrap, Landlock) left out.
+A system unit runs as the user who ran ``sudo`` (``User=``), never as root.
+
 Secrets never land in the unit, which is world-readable: every ``-e`` value and every inherited
 variable whose name holds KEY, TOKEN, SECRET or PASSWORD (and a proxy URL with a password) go to an
 ``EnvironmentFile`` created with mode 0600, which the unit references. The user unit's file is
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import pwd
 import re
 import shutil
 import subprocess
@@ -23,9 +29,14 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from kesoku.errors import OperatorError
+from kesoku.service_sandbox import StatePaths, sandbox_lines, state_paths, user_namespaces_work
+
+if TYPE_CHECKING:
+    from kesoku.config import Config
 
 UNIT_NAME = "kesoku.service"
 ENV_FILE_NAME = "kesoku.env"
@@ -97,7 +108,10 @@ class Unit:
         secret_env: Variables written to the 0600 EnvironmentFile.
         unit_path: Where the unit goes.
         env_file: Where the secrets go.
-        run_as: ``User=`` of a system unit (None: root, or a user unit).
+        run_as: ``User=`` of a system unit (None: a user unit).
+        paths: The folders the service writes, and those inside them it only reads.
+        namespaces: Whether this machine gave the installer a user namespace (see
+            :func:`~kesoku.service_sandbox.user_namespaces_work`); the sandbox needs one.
     """
 
     scope: Scope
@@ -108,6 +122,8 @@ class Unit:
     unit_path: Path
     env_file: Path
     run_as: str | None
+    paths: StatePaths
+    namespaces: bool = True
 
     def render(self) -> str:
         """The unit file's text."""
@@ -141,6 +157,9 @@ class Unit:
             "SyslogIdentifier=kesoku",
             "StandardOutput=journal",
             "StandardError=journal",
+            *sandbox_lines(
+                self.paths, user=self.scope.user, quote=_word, namespaces=self.namespaces
+            ),
             "",
             "[Install]",
             f"WantedBy={'default.target' if self.scope.user else 'multi-user.target'}",
@@ -160,6 +179,7 @@ def plan_unit(
     user: bool,
     env: Mapping[str, str] | None = None,
     python: str | None = None,
+    cfg: Config | None = None,
 ) -> Unit:
     """Decide what ``install`` writes.
 
@@ -169,12 +189,15 @@ def plan_unit(
         user: A user unit (else a system unit).
         env: The installing shell's environment; ``os.environ`` when None.
         python: The interpreter for ExecStart; ``sys.executable`` when None.
+        cfg: ``config`` already loaded; loaded here when None.
 
     Returns:
         The unit to write.
 
     Raises:
-        ServiceError: A malformed ``-e``, or the config file does not exist.
+        ServiceError: A malformed ``-e``, the config file does not exist, or a system unit would run
+            as root.
+        ConfigError: The config file is invalid.
     """
     env = os.environ if env is None else env
     path = Path(config).expanduser().absolute()
@@ -195,8 +218,18 @@ def plan_unit(
     scope = Scope(user)
     run_as = None
     if not user:
-        who = env.get("SUDO_USER") or getpass.getuser()
-        run_as = who if who != "root" else None
+        run_as = env.get("SUDO_USER") or getpass.getuser()
+        if run_as == "root":
+            # Without capabilities root cannot start bubblewrap (it cannot map its uid), and a
+            # root daemon with them would hand root's reach to every tool.
+            raise ServiceError(
+                "a system unit runs Kesoku as an ordinary user, not root: run "
+                "`sudo kesoku service install --system` from that user's shell"
+            )
+    if cfg is None:
+        from kesoku.config import load_config
+
+        cfg = load_config(path, env=env)
     return Unit(
         scope=scope,
         config=path,
@@ -206,6 +239,8 @@ def plan_unit(
         unit_path=scope.unit_path(env),
         env_file=scope.env_file_path(env),
         run_as=run_as,
+        paths=state_paths(cfg),
+        namespaces=user_namespaces_work(),
     )
 
 
@@ -225,11 +260,15 @@ def is_secret(name: str, value: str) -> bool:
 def install(unit: Unit, env: Mapping[str, str] | None = None) -> None:
     """Write the unit (and the secrets file), reload systemd and enable the service without starting it.
 
+    The folders the service writes are created when missing (owned by ``User=`` in a system unit),
+    since the sandbox can make writable only what exists.
+
     Raises:
-        ServiceError: systemd is unreachable, a file cannot be written, or systemctl fails.
+        ServiceError: systemd is unreachable, a file or folder cannot be written, or systemctl fails.
     """
     systemctl = require_systemd(unit.scope, env)
     try:
+        make_folders(unit.paths.writable, owner=unit.run_as)
         if unit.secret_env:
             write_private(unit.env_file, unit.render_env_file())
         else:
@@ -238,6 +277,8 @@ def install(unit: Unit, env: Mapping[str, str] | None = None) -> None:
         unit.unit_path.write_text(unit.render(), encoding="utf-8")
     except OSError as exc:
         raise ServiceError(f"cannot write {exc.filename}: {exc.strerror}{_sudo_hint(unit.scope)}") from None
+    except KeyError:
+        raise ServiceError(f"User={unit.run_as}: no such user here (SUDO_USER names it)") from None
     _call(systemctl, unit.scope, "daemon-reload")
     _call(systemctl, unit.scope, "enable", UNIT_NAME)
 
@@ -344,6 +385,33 @@ def require_systemd(scope: Scope, env: Mapping[str, str] | None = None) -> str:
     return systemctl
 
 
+def make_folders(paths: Sequence[Path], *, owner: str | None = None) -> list[Path]:
+    """Create the folders that do not exist yet, parents included.
+
+    Args:
+        paths: The folders.
+        owner: A user to own what is created (the system unit's ``User=``); None keeps this process's.
+
+    Returns:
+        The folders created, outermost first.
+
+    Raises:
+        OSError: A folder cannot be created or handed over.
+        KeyError: ``owner`` is not a known user.
+    """
+    made: list[Path] = []
+    for path in paths:
+        for folder in reversed((path, *path.parents)):
+            if not folder.exists():
+                folder.mkdir()
+                made.append(folder)
+    if owner is not None and made:
+        entry = pwd.getpwnam(owner)
+        for folder in made:
+            os.chown(folder, entry.pw_uid, entry.pw_gid)
+    return made
+
+
 def write_private(path: Path, text: str) -> None:
     """Write a file only its owner can read, never readable by others even for an instant.
 
@@ -386,12 +454,16 @@ def _quoted(text: str) -> str:
     return '"' + _specifiers(text.replace("\\", "\\\\").replace('"', '\\"')) + '"'
 
 
+def _word(text: str) -> str:
+    """One word of a unit-file list (ExecStart, ``ReadWritePaths=``), quoted when it needs to be."""
+    if text and not re.search(r"[\s\"'\\;]", text):
+        return _specifiers(text)
+    return _quoted(text)
+
+
 def _exec_arg(arg: str) -> str:
     """One ExecStart argument; ``$`` would expand a variable there, so a literal one is ``$$``."""
-    arg = arg.replace("$", "$$")
-    if arg and not re.search(r"[\s\"'\\;%]", arg):
-        return arg
-    return _quoted(arg)
+    return _word(arg.replace("$", "$$"))
 
 
 def _env_file_value(value: str) -> str:

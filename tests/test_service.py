@@ -2,12 +2,13 @@
 
 systemctl and journalctl are replaced by small fake executables on PATH that record their arguments
 (the real ones need a running systemd, which test machines do not have); the rendered unit is checked
-by the real ``systemd-analyze verify``.
+by the real ``systemd-analyze verify`` and scored by ``systemd-analyze security``.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -16,7 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from kesoku.config import load_config
+from kesoku.service_sandbox import state_paths, user_namespaces_work
+
 REPO = Path(__file__).resolve().parent.parent
+NAMESPACES = user_namespaces_work()
+"""Whether this machine gives user namespaces (the unit's sandbox needs one; bubblewrap does too)."""
 CLEARED = (
     "KESOKU_CONFIG",
     "XDG_CONFIG_HOME",
@@ -65,11 +71,13 @@ def fake_bin(tmp_path: Path) -> Path:
     return folder
 
 
-def kesoku(*args: str, home: Path, path: str, **env: str) -> subprocess.CompletedProcess[str]:
+def kesoku(
+    *args: str, home: Path, path: str, prefix: tuple[str, ...] = (), **env: str
+) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if k not in CLEARED}
     environ |= {"HOME": str(home), "PATH": path, **env}
     return subprocess.run(
-        [sys.executable, "-m", "kesoku", "service", *args],
+        [*prefix, sys.executable, "-m", "kesoku", "service", *args],
         cwd=REPO,
         env=environ,
         capture_output=True,
@@ -87,13 +95,76 @@ def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
-def expected_user_unit(config: Path, home: Path, *, path: str, env_file: bool) -> str:
+def analyze(unit: Path, *args: str, user: bool) -> subprocess.CompletedProcess[str]:
+    """``systemd-analyze [--user] ARGS UNIT``; --user needs a runtime folder, an empty one does offline."""
+    runtime = unit.parent / "runtime"
+    runtime.mkdir(mode=0o700, exist_ok=True)
+    return subprocess.run(
+        ["systemd-analyze", *(["--user"] if user else []), *args, str(unit)],
+        env={**os.environ, "XDG_RUNTIME_DIR": str(runtime)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def assert_verified(unit: Path, *, user: bool) -> None:
+    verify = analyze(unit, "verify", user=user)
+    # systemd-analyze exits 0 even for some bad lines: it must say nothing about our file.
+    assert verify.returncode == 0, verify.stderr
+    assert "kesoku.service" not in verify.stdout + verify.stderr, verify.stderr
+
+
+def settings(unit: str) -> list[str]:
+    """The unit's lines without comments and blank lines."""
+    return [line for line in unit.splitlines() if line and not line.startswith("#")]
+
+
+def sandbox(*, writable: list[str], read_only: list[str], user: bool, namespaces: bool = True) -> list[str]:
+    """The sandbox settings a unit must hold, in order (``namespaces``: the machine gives user namespaces)."""
+    mounts = [
+        *(["PrivateUsers=yes"] if namespaces else []),
+        "ProtectSystem=strict",
+        "ProtectHome=read-only",
+        *(f"ReadWritePaths={w}" for w in writable),
+        *(f"ReadOnlyPaths={r}" for r in read_only),
+        "PrivateTmp=yes",
+        "PrivateDevices=yes",
+        "PrivateMounts=yes",
+        *([] if user else ["ProtectProc=invisible"]),
+        "ProtectKernelModules=yes",
+        "ProtectControlGroups=yes",
+        "ProtectClock=yes",
+        "ProtectHostname=yes",
+        "CapabilityBoundingSet=",
+    ]
+    return [
+        *([] if user and not namespaces else mounts),  # a user manager mounts nothing without one
+        "NoNewPrivileges=yes",
+        *(["KeyringMode=private"] if user else []),
+        "RestrictSUIDSGID=yes",
+        "RestrictRealtime=yes",
+        "LockPersonality=yes",
+        "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK",
+        "SystemCallArchitectures=native",
+        "SystemCallFilter=@system-service @mount",
+        "SystemCallFilter=landlock_add_rule landlock_create_ruleset landlock_restrict_self",
+        "SystemCallFilter=~@clock @cpu-emulation @debug @module @obsolete @raw-io @reboot @swap",
+        "SystemCallErrorNumber=EPERM",
+        "UMask=0077",
+        "LimitNOFILE=16384",
+        "LimitCORE=0",
+    ]
+
+
+def expected_user_unit(config: Path, home: Path, *, path: str, env_file: bool) -> list[str]:
+    """The user unit's settings for the ``config`` fixture (its folder name holds a blank)."""
     quoted = f'"{config}"'
+    folder = os.path.realpath(config.parent)
     lines = [
-        "# Written by `kesoku service install`; run it again rather than editing this file.",
         "[Unit]",
         "Description=Kesoku autonomous agent daemon",
-        "",
         "[Service]",
         "Type=exec",
         f"WorkingDirectory={config.parent}",
@@ -111,11 +182,11 @@ def expected_user_unit(config: Path, home: Path, *, path: str, env_file: bool) -
         "SyslogIdentifier=kesoku",
         "StandardOutput=journal",
         "StandardError=journal",
-        "",
+        *sandbox(writable=[f'"-{folder}"'], read_only=[f'"-{folder}/skills"'], user=True, namespaces=NAMESPACES),
         "[Install]",
         "WantedBy=default.target",
     ]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def test_dry_run_prints_the_exact_unit_and_keeps_secrets_out(
@@ -129,7 +200,11 @@ def test_dry_run_prints_the_exact_unit_and_keeps_secrets_out(
         GOOGLE_CLOUD_PROJECT="proj-1", HTTPS_PROXY="http://bob:p-secret-4@proxy:3128",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert result.stdout == expected_user_unit(config, home, path=path, env_file=True)
+    assert result.stdout.startswith("# Written by `kesoku service install`; run it again rather than editing")
+    assert settings(result.stdout) == expected_user_unit(config, home, path=path, env_file=True)
+    # The settings one could take for forgotten say why they are absent.
+    assert "# - RestrictNamespaces=: bubblewrap creates user, mount, pid, net, ipc, uts, cgroup" in result.stdout
+    assert "# - MemoryDenyWriteExecute=: every tool inherits it" in result.stdout
     assert "secret" not in result.stdout + result.stderr  # names only, never values
     assert result.stderr == (
         f"# would write {home}/.config/kesoku/kesoku.env (mode 0600) with: DISCORD_TOKEN, EXTRA, GOOGLE_API_KEY, "
@@ -143,7 +218,7 @@ def test_dry_run_without_secrets_has_no_environment_file(config: Path, home: Pat
     result = kesoku("install", "-c", str(config), "--dry-run", home=home, path="/usr/bin:/bin",
                     GOOGLE_CLOUD_PROJECT="proj-1")  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert result.stdout == expected_user_unit(config, home, path="/usr/bin:/bin", env_file=False)
+    assert settings(result.stdout) == expected_user_unit(config, home, path="/usr/bin:/bin", env_file=False)
     assert result.stderr == ""
 
 
@@ -157,34 +232,117 @@ def test_system_unit_runs_as_the_invoking_user_after_the_network(config: Path, h
     assert "EnvironmentFile=/etc/kesoku/kesoku.env" in unit
     assert unit[-1] == "WantedBy=multi-user.target"
     assert "tok" not in result.stdout
+    folder = os.path.realpath(config.parent)
+    expected = sandbox(writable=[f'"-{folder}"'], read_only=[f'"-{folder}/skills"'], user=False, namespaces=NAMESPACES)
+    body = settings(result.stdout)
+    assert body[body.index(expected[0]) : -2] == expected
+    assert "# - RemoveIPC=: User= is a login user, whose other IPC objects it removes." in unit
+
+
+def test_a_system_unit_never_runs_as_root(config: Path, home: Path) -> None:
+    line = one_line_error(kesoku("install", "-c", str(config), "--system", "--dry-run", home=home,
+                                 path="/usr/bin:/bin", SUDO_USER="root"))  # fmt: skip
+    assert line == (
+        "kesoku: a system unit runs Kesoku as an ordinary user, not root: run "
+        "`sudo kesoku service install --system` from that user's shell"
+    )
+
+
+def test_the_unit_writes_where_the_config_keeps_state_and_install_makes_those_folders(
+    tmp_path: Path, home: Path, fake_bin: Path
+) -> None:
+    agent = tmp_path / "agent"
+    (agent / "skills").mkdir(parents=True)
+    config = agent / "kesoku.toml"
+    config.write_text(
+        '[workspace]\ndb_path = "../state/kesoku.db"\nsessions_dir = "../state/sessions"\n'
+        '[agent]\nproject_dir = "../work/repo"\n'
+    )
+    root = os.path.realpath(tmp_path)
+    dry = kesoku("install", "-c", str(config), "--dry-run", home=home, path="/usr/bin:/bin")
+    assert dry.returncode == 0, dry.stderr
+    # The sessions live inside the database's folder: one writable folder covers both. The
+    # skills are read-only anyway (outside every writable folder).
+    rules = [line for line in settings(dry.stdout) if line.startswith(("ReadWritePaths", "ReadOnlyPaths"))]
+    assert rules == [f"ReadWritePaths=-{root}/state", f"ReadWritePaths=-{root}/work/repo"]
+    assert dry.stderr.splitlines() == [
+        f"# would create {root}/state (the service writes there)",
+        f"# would create {root}/work/repo (the service writes there)",
+    ]
+    assert not (tmp_path / "state").exists()
+
+    log = tmp_path / "calls.log"
+    done = kesoku("install", "-c", str(config), home=home, path=f"{fake_bin}:/usr/bin:/bin", FAKE_LOG=str(log))
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "state").is_dir()
+    assert (tmp_path / "work" / "repo").is_dir()
+    assert not (tmp_path / "state" / "sessions").exists()  # the daemon makes it, inside a writable folder
+
+
+def test_state_paths_follow_symlinks_and_keep_skills_read_only_inside_a_writable_folder(tmp_path: Path) -> None:
+    outside = tmp_path / "disk" / "sessions"
+    outside.mkdir(parents=True)
+    agent = tmp_path / "agent"
+    agent.mkdir()
+    (agent / "sessions").symlink_to(outside)
+    config = agent / "kesoku.toml"
+    config.write_text('[workspace]\nskills_dir = "my skills"\n')
+    paths = state_paths(load_config(config, env={}))
+    real = Path(os.path.realpath(tmp_path))
+    # systemd mounts what a path leads to: the symlinked sessions folder is writable where it lies.
+    assert paths.writable == (real / "agent", real / "disk" / "sessions")
+    assert paths.read_only == (real / "agent" / "my skills",)
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
 @pytest.mark.parametrize("scope", ["--user", "--system"])
-def test_the_rendered_unit_passes_systemd_analyze_verify(scope: str, config: Path, home: Path, tmp_path: Path) -> None:
+def test_the_rendered_unit_passes_systemd_analyze_verify_and_security(
+    scope: str, config: Path, home: Path, tmp_path: Path
+) -> None:
     # Public values with the characters unit files treat specially: %, quotes, backslash, $.
     path = '/usr/bin:/bin:/opt/we ird/%h/"q"/\\/$HOME'
     result = kesoku("install", "-c", str(config), scope, "--dry-run", "-e", "K=%h $HOME \"q\" \\",
-                    home=home, path=path, GOOGLE_CLOUD_LOCATION="us $east %i")  # fmt: skip
+                    home=home, path=path, GOOGLE_CLOUD_LOCATION="us $east %i", SUDO_USER="alice")  # fmt: skip
     assert 'Environment="PATH=/usr/bin:/bin:/opt/we ird/%%h/\\"q\\"/\\\\/$HOME"' in result.stdout
     assert result.returncode == 0, result.stderr
     unit = tmp_path / "kesoku.service"
     unit.write_text(result.stdout)
-    runtime = tmp_path / "runtime"
-    runtime.mkdir(mode=0o700)
-    flags = ["--user"] if scope == "--user" else []
-    # --user needs a runtime folder; an empty one is enough for an offline check.
-    verify = subprocess.run(
-        ["systemd-analyze", *flags, "verify", str(unit)],
-        env={**os.environ, "XDG_RUNTIME_DIR": str(runtime)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    # systemd-analyze exits 0 even for some bad lines: it must say nothing about our file.
-    assert verify.returncode == 0, verify.stderr
-    assert "kesoku.service" not in verify.stdout + verify.stderr, verify.stderr
+    assert_verified(unit, user=scope == "--user")
+    if scope == "--user" and not NAMESPACES:
+        pytest.skip("no user namespaces here: a user unit keeps no file system sandbox (see the next test)")
+    # Exposure 0.0 (locked down) to 10.0 (none); --threshold=40 fails above 4.0.
+    security = analyze(unit, "security", "--offline=yes", "--threshold=40", user=scope == "--user")
+    assert security.returncode == 0, security.stdout + security.stderr
+    exposure = re.search(r"Overall exposure level for kesoku\.service: (\d+\.\d)", security.stdout)
+    assert exposure is not None, security.stdout
+    assert float(exposure.group(1)) <= 4.0, security.stdout
+
+
+NO_NAMESPACES = ("unshare", "--user", "--map-root-user", "sh", "-c",
+                 'echo 0 > /proc/sys/user/max_user_namespaces && exec "$@"', "sh")  # fmt: skip
+"""Runs a command where no user namespace can be made: the limit holds in a user namespace's children."""
+
+
+@pytest.mark.skipif(not NAMESPACES or shutil.which("unshare") is None, reason="needs unshare(1) and user namespaces")
+def test_where_user_namespaces_are_refused_the_unit_keeps_what_works_without_and_says_so(
+    config: Path, home: Path, tmp_path: Path
+) -> None:
+    folder = os.path.realpath(config.parent)
+    mounts = {"writable": [f'"-{folder}"'], "read_only": [f'"-{folder}/skills"']}
+    note = "# this machine refuses user namespaces: {} (the unit says more)"
+    for scope, user in (("--user", True), ("--system", False)):
+        result = kesoku("install", "-c", str(config), scope, "--dry-run", home=home, path="/usr/bin:/bin",
+                        prefix=NO_NAMESPACES, SUDO_USER="alice")  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert result.stderr == note.format("its file system sandbox is off" if user else "no PrivateUsers=") + "\n"
+        expected = sandbox(**mounts, user=user, namespaces=False)
+        body = settings(result.stdout)
+        assert body[body.index(expected[0]) : -2] == expected
+        assert "# This machine refused a user namespace at install: no PrivateUsers=." in result.stdout
+        if shutil.which("systemd-analyze") is not None:  # still a valid unit
+            unit = tmp_path / "kesoku.service"
+            unit.write_text(result.stdout)
+            assert_verified(unit, user=user)
 
 
 def test_install_writes_the_unit_and_a_private_secrets_file_then_enables(

@@ -39,10 +39,14 @@ def install_cmd(
     """Write kesoku.service, reload systemd and enable it for boot (without starting it).
 
     The unit runs `kesoku start -c CONFIG` from CONFIG's folder with this Python, restarts always, and
-    allows 210 s to stop. PATH, HTTP_PROXY, HTTPS_PROXY, GOOGLE_API_KEY, GOOGLE_CLOUD_PROJECT,
-    GOOGLE_CLOUD_LOCATION, GOOGLE_GENAI_USE_VERTEXAI and DISCORD_TOKEN are copied from this shell when
-    set. Secrets (every -e value, and variables whose name contains KEY, TOKEN, SECRET or PASSWORD) go to
-    an EnvironmentFile readable only by its owner (~/.config/kesoku/kesoku.env, or
+    allows 210 s to stop. It is sandboxed: read-only but for the database's folder, the sessions and
+    agent.project_dir (created now when missing), without capabilities; a system unit runs as the
+    user who ran sudo, never root. --dry-run shows every setting and why.
+
+    PATH, HTTP_PROXY, HTTPS_PROXY, GOOGLE_API_KEY, GOOGLE_CLOUD_PROJECT, GOOGLE_CLOUD_LOCATION,
+    GOOGLE_GENAI_USE_VERTEXAI and DISCORD_TOKEN are copied from this shell when set. Secrets (every
+    -e value, and variables whose name contains KEY, TOKEN, SECRET or PASSWORD) go to an
+    EnvironmentFile readable only by its owner (~/.config/kesoku/kesoku.env, or
     /etc/kesoku/kesoku.env), never into the unit.
 
     Args:
@@ -60,10 +64,16 @@ def install_cmd(
             f"service install: {config} does not exist; give the daemon's config with -c PATH, or start from "
             "the commented reference kesoku.toml of the Kesoku repository (`kesoku config schema` lists every key)"
         )
-    load_config(config)  # a service that crash-loops on a config typo helps nobody: check it now
-    unit = svc.plan_unit(config, env, user=user)
+    cfg = load_config(config)  # a service that crash-loops on a config typo helps nobody: check it now
+    unit = svc.plan_unit(config, env, user=user, cfg=cfg)
+    if not unit.namespaces:
+        note = "its file system sandbox is off" if user else "no PrivateUsers="
+        print(f"# this machine refuses user namespaces: {note} (the unit says more)", file=sys.stderr)
     if dry_run:
         sys.stdout.write(unit.render())
+        for folder in unit.paths.writable:
+            if not folder.exists():
+                print(f"# would create {folder} (the service writes there)", file=sys.stderr)
         if unit.secret_env:
             names = ", ".join(sorted(unit.secret_env))
             print(f"# would write {unit.env_file} (mode 0600) with: {names}", file=sys.stderr)
