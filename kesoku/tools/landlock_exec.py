@@ -1,11 +1,13 @@
-"""The Landlock launcher: ``python -I -m kesoku.tools.landlock_exec SPEC -- COMMAND…``.
+"""The Landlock launcher: ``python -I -S …/kesoku/tools/landlock_exec.py SPEC -- COMMAND…``.
 
 Started by :class:`kesoku.tools.sandbox.Sandbox` where bubblewrap is not available. It restricts
 itself with Landlock (through landlockpy; kernel docs: "Landlock: unprivileged access control"),
 which every process it starts inherits and cannot lift, then runs the command as its child and
 exits with the command's status (128 + N after signal N, as a shell reports it).
 
-SPEC is JSON: ``read`` (paths granted execute, read and list), ``write`` (paths granted every file
+It runs as a script with the standard library only (``-S``: no site start-up), importing landlockpy
+from the folder SPEC names. SPEC is JSON: ``path`` (where landlockpy is installed), ``read`` (paths
+granted execute, read and list), ``write`` (paths granted every file
 system right), ``devices`` (device files granted read and write), ``network`` (false: TCP bind and
 connect refused from ABI 4, UDP from ABI 8), ``die_with_parent`` (true: when Kesoku dies the
 launcher gets SIGTERM and kills its process group, the command's processes with it). Signals to
@@ -30,6 +32,15 @@ EXIT_NOT_FOUND = 127
 
 
 def _restrict(spec: dict[str, object]) -> None:
+    home = spec.get("path")
+    if isinstance(home, str) and home not in sys.path:
+        sys.path.insert(0, home)
+    # landlockpy finds libc with ctypes.util.find_library, which runs `ldconfig -p` in a child
+    # process on every call (about 15 ms here); CDLL(None) reaches the libc already loaded.
+    import ctypes.util
+
+    find_library = ctypes.util.find_library
+    ctypes.util.find_library = lambda name: None if name == "c" else find_library(name)
     import landlockpy as ll
 
     abi = ll.abi_version()
