@@ -6,6 +6,7 @@ The confinement itself is tried with real processes in tests/test_sandbox_corpus
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -181,3 +182,26 @@ async def test_a_missing_program_is_named_whatever_the_mechanism(
         await tool.run({"command": "no-such-program-kesoku --help"}, ctx)
     with pytest.raises(ToolError, match=r"cannot start './missing.sh'"):
         await tool.run({"command": "./missing.sh"}, ctx)
+
+
+@pytest.mark.parametrize("mode", CONFINED)
+async def test_skills_and_kesoku_stay_readable_inside_a_private_tmp(
+    session: Session, tmp_path: Path, mode: str
+) -> None:
+    # tmp_path lies in /tmp, which the sandbox empties: a skills folder there is bound back, its
+    # .env still hidden, and this interpreter (run_code's) still runs.
+    skills = tmp_path / "skills"
+    (skills / "hello").mkdir(parents=True)
+    (skills / "hello" / "run.sh").write_text("echo hello from the skill\n")
+    (skills / ".env").write_text("TOKEN=CANARY-SKILLS")
+    gates = PathGates(home=tmp_path / "home", trusted_roots=(skills,))
+    sandbox = sandbox_for(mode, tmp_path, gates=gates)
+    assert str(skills) in sandbox.readable()
+    tool = shell_tool(ShellConfig(), sandbox)
+    work = tmp_path / "work"
+    work.mkdir()
+    ctx = ToolContext(session=session, cwd=work, call_id="c")
+    line = f"sh {skills}/hello/run.sh; cat {skills}/.env; {sys.executable} -c 'print(40 + 2)'"
+    result = await tool.run({"command": line}, ctx)
+    assert "hello from the skill" in result and "\n42\n" in result
+    assert "CANARY" not in result

@@ -4,13 +4,14 @@ The sandbox, not the shell policy, decides what a tool's processes may touch (AR
 "Sandbox"). Inside it:
 
 - the whole file system is read-only but for the call's writable folders (the session workspace,
-  ``[agent] project_dir``, run_code's scratch folder), and ``/tmp`` is private;
+  ``[agent] project_dir``, run_code's scratch folder), and ``/tmp`` is private (Kesoku's own
+  installation, the skills folders and the readable roots stay readable if they lie there);
 - secret places are not visible: the credential stores
   (:data:`~kesoku.tools.paths.SECRET_HOME_PATHS`, :data:`~kesoku.tools.paths.SECRET_SYSTEM_PATHS`),
   Kesoku's own files (config, database and its
-  ``-wal``/``-shm``/``-journal``, credentials files), ``.env*`` files in the writable folders, the
-  readable roots, the home folder and the folders of Kesoku's files, and the sessions folder except
-  the session's own workspace;
+  ``-wal``/``-shm``/``-journal``, credentials files), ``.env*`` files in the writable folders and
+  the readable roots (and at the top of the home folder, of the folders of Kesoku's files and of its
+  installation), and the sessions folder except the session's own workspace;
 - there is no network unless ``[sandbox] network = true``;
 - the environment is an allowlist (:data:`BASE_ENV`, ``LC_*``, ``[sandbox] env``): never the
   daemon's keys and tokens;
@@ -358,6 +359,27 @@ class Sandbox:
 
     # -- what is hidden ---------------------------------------------------------------------------
 
+    def _emptied(self) -> list[str]:
+        """The folders replaced by empty ones: the private roots and the sessions folder."""
+        roots = [p for p in self.private_roots if os.path.isdir(p)]
+        if self.sessions_dir is not None and self.sessions_dir.is_dir():
+            roots.append(os.fspath(self.sessions_dir))
+        return roots
+
+    def readable(self) -> list[str]:
+        """Folders a tool must still read when they lie in an emptied root (``/tmp``, say).
+
+        Kesoku's own installation (the interpreter's prefixes, and the folder holding the
+        ``kesoku`` package: site-packages, or the source tree of an editable install), the
+        skills folders and the readable roots; resolved. Secrets inside them are hidden as
+        anywhere else.
+        """
+        here = Path(__file__).resolve().parents[2]  # kesoku/tools/sandbox.py -> its install root
+        found = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))}
+        found |= {os.fspath(here), *map(os.fspath, self.gates.trusted_roots)}
+        found |= set(map(os.fspath, self.gates.readable_roots))
+        return sorted(os.path.realpath(p) for p in found if os.path.isdir(p))
+
     def hidden(self, writable: Sequence[Path]) -> tuple[list[str], list[str]]:
         """The secret folders and files that exist now (resolved), for one command.
 
@@ -373,7 +395,7 @@ class Sandbox:
         env_files: list[str] = []
         for root in (*writable, *gates.readable_roots):
             env_files += _env_files(root, recursive=True)
-        for root in {home, *(f.parent for f in gates.protected_files)}:
+        for root in {home, *(f.parent for f in gates.protected_files), *map(Path, self.readable())}:
             env_files += _env_files(root, recursive=False)
         folders: set[str] = set()
         files: set[str] = set()
@@ -413,26 +435,29 @@ class Sandbox:
 
         Mounts, in order of depth so that a mask lands over the folder that holds it: the root
         read-only; fresh tmpfs over the private roots, the sessions folder and each secret
-        folder; each writable folder bound read-write; ``/dev/null`` over each secret file. A secret
-        path that the mounts already hide is left alone.
+        folder; :meth:`readable` folders inside those bound back read-only; each writable folder
+        bound read-write; ``/dev/null`` over each secret file. A secret path that the mounts
+        already hide is left alone.
         """
         network = self.config.network
         binds = [os.fspath(w) for w in writable if os.path.isdir(w)]
         folders, files = self.hidden(writable)
-        roots = [p for p in self.private_roots if os.path.isdir(p)]
-        if self.sessions_dir is not None and self.sessions_dir.is_dir():
-            roots.append(os.fspath(self.sessions_dir))
+        roots = self._emptied()
+        # Kesoku's own installation and the folders tools read stay visible inside an emptied root.
+        shown = [r for r in self.readable() if not _visible(r, roots, binds)]
+        resolver = "/run/systemd/resolve"  # /etc/resolv.conf may point into /run, emptied above
+        if network and os.path.isdir(resolver):
+            shown.append(resolver)
         # A secret inside a root made empty is gone already; one inside a writable folder is not.
-        secret = [f for f in folders if _visible(f, roots, binds)]
-        masks = [f for f in files if _visible(f, roots, binds)]
+        seen = [*shown, *binds]
+        secret = [f for f in folders if _visible(f, roots, seen)]
+        masks = [f for f in files if _visible(f, roots, seen)]
         mounts: list[tuple[str, int, tuple[str, ...]]] = [
             (p, 0, ("--tmpfs", p)) for p in dict.fromkeys([*roots, *secret])
         ]
-        mounts += [(p, 1, ("--bind", p, p)) for p in dict.fromkeys(binds)]
-        mounts += [(f, 2, ("--ro-bind", "/dev/null", f)) for f in masks]
-        resolver = "/run/systemd/resolve"  # /etc/resolv.conf may point into /run, emptied above
-        if network and os.path.isdir(resolver):
-            mounts.append((resolver, 1, ("--ro-bind", resolver, resolver)))
+        mounts += [(p, 1, ("--ro-bind", p, p)) for p in dict.fromkeys(shown)]
+        mounts += [(p, 2, ("--bind", p, p)) for p in dict.fromkeys(binds)]
+        mounts += [(f, 3, ("--ro-bind", "/dev/null", f)) for f in masks]
         out = self._bwrap_base(network=network, die_with_parent=die_with_parent)
         for _, _, args in sorted(mounts, key=lambda m: (_depth(m[0]), m[1], m[0])):
             out += args
@@ -450,12 +475,15 @@ class Sandbox:
         child. The writable folders and the common devices get write rights too.
         """
         folders, files = self.hidden(writable)
-        excluded = {*folders, *files, *(p for p in self.private_roots if os.path.lexists(p))}
-        if self.sessions_dir is not None:
-            excluded.add(os.fspath(self.sessions_dir))
+        roots = self._emptied()
         write = [os.fspath(w) for w in writable if os.path.isdir(w)]
+        excluded = sorted({*folders, *files, *roots, *write})
+        read = _granted("/", excluded)
+        for extra in self.readable():  # inside an excluded root: granted on its own, secrets apart
+            if not _visible(extra, roots, write):
+                read += _granted(extra, excluded)
         spec = {
-            "read": _granted("/", sorted(excluded | set(write))),
+            "read": read,
             "write": write,
             "devices": [d for d in _DEVICES if os.path.exists(d)],
             "network": self.config.network,
