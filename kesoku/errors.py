@@ -8,6 +8,8 @@
 
 import re
 
+from kesoku.text import valid_text
+
 
 class KesokuError(Exception):
     """Base class of every error Kesoku raises on purpose."""
@@ -44,7 +46,8 @@ class BackendError(KesokuError):
     """A model call failed.
 
     Args:
-        message: What went wrong, in one line (provider, status and the provider's message).
+        message: What went wrong, in one line (provider, status and the provider's message); made
+            valid UTF-8 (:func:`kesoku.text.valid_text`).
         retryable: True for rate limits, overload, 5xx and dropped connections: the base retries them.
         status: The HTTP status when there was one.
         retry_after_s: The provider's ``retry-after`` hint, in seconds.
@@ -61,7 +64,8 @@ class BackendError(KesokuError):
         retry_after_s: float | None = None,
         auth: bool = False,
     ) -> None:
-        super().__init__(message)
+        # A provider's error body is text from outside: it reaches the turn log, a notice, the CLI.
+        super().__init__(valid_text(message))
         self.retryable = retryable and not auth
         self.status = status
         self.retry_after_s = retry_after_s

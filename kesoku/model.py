@@ -6,12 +6,13 @@ these frozen msgspec Structs (DESIGN §4). Metadata is stored as msgspec JSON.
 
 from __future__ import annotations
 
-import re
 import time
 from enum import StrEnum
 from typing import Any
 
 import msgspec
+
+from kesoku.text import valid_data, valid_text
 
 
 class Role(StrEnum):
@@ -274,16 +275,32 @@ def check_message(msg: Message) -> None:
         raise MessageError(f"system messages are sent by {SYSTEM_SENDER!r}, not {msg.sender!r}")
 
 
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+def valid_message(msg: Message) -> Message:
+    """The message with every text field made encodable as UTF-8 (:func:`kesoku.text.valid_text`).
 
-
-def storable_text(text: str) -> str:
-    r"""``text`` with each lone surrogate (a JSON escape such as ``\ud800``) replaced by U+FFFD.
-
-    Chat platforms deliver JSON, which can carry unpaired surrogates; SQLite stores UTF-8 only, so
-    such text would make the post fail.
+    The store applies it to each message it writes, so no lone surrogate from a platform, a tool or
+    a model reaches SQLite, the metadata JSON or a listener. Returns ``msg`` itself when nothing
+    changes (almost always).
     """
-    return _LONE_SURROGATE.sub("\ufffd", text) if _LONE_SURROGATE.search(text) else text
+    meta = msg.metadata
+    fields = {
+        "content": valid_text(msg.content),
+        "sender": valid_text(msg.sender),
+        "external_id": msg.external_id and valid_text(msg.external_id),
+    }
+    changed: dict[str, Any] = {k: v for k, v in fields.items() if v is not getattr(msg, k)}
+    if meta is not EMPTY_METADATA:
+        meta_fields = {
+            "tool_name": meta.tool_name and valid_text(meta.tool_name),
+            "tool_arguments": valid_data(meta.tool_arguments),
+            "call_id": meta.call_id and valid_text(meta.call_id),
+            "signed_by": meta.signed_by and valid_text(meta.signed_by),
+            "extra": valid_data(meta.extra),
+        }
+        meta_changed = {k: v for k, v in meta_fields.items() if v is not getattr(meta, k)}
+        if meta_changed:
+            changed["metadata"] = msgspec.structs.replace(meta, **meta_changed)
+    return msgspec.structs.replace(msg, **changed) if changed else msg
 
 
 def user_text(
@@ -299,8 +316,8 @@ def user_text(
 
     Args:
         session_id: The session.
-        content: What the user wrote (lone surrogates become U+FFFD: see :func:`storable_text`).
-        sender: The platform's user name (likewise).
+        content: What the user wrote.
+        sender: The platform's user name.
         external_id: The platform's message id, for deduplication.
         attachments: Files saved in the session workspace.
         ts: UNIX seconds; now when None.
@@ -308,7 +325,6 @@ def user_text(
     Returns:
         The message, not yet posted.
     """
-    content, sender = storable_text(content), storable_text(sender)
     now = time.time() if ts is None else ts
     meta = Metadata(attachments=attachments) if attachments else EMPTY_METADATA
     return Message(

@@ -10,6 +10,7 @@ import datetime as dt
 from collections.abc import Sequence
 from pathlib import Path
 
+from kesoku.text import valid_text
 from kesoku.tools.base import Tool
 
 NOTES_FILES = ("AGENTS.md", "CLAUDE.md")
@@ -68,7 +69,8 @@ def build_system_prompt(
         now: The local date and time.
 
     Returns:
-        The prompt text.
+        The prompt text, valid UTF-8 (:func:`kesoku.text.valid_text`): a working directory or a skill
+        whose name the OS gave with an undecodable byte would otherwise fail every request.
     """
     parts = [persona.strip(), RULES]
     if tools:
@@ -80,4 +82,4 @@ def build_system_prompt(
     for name, text in notes:
         parts.append(f"<{name}>\n{text}\n</{name}>")
     parts.append(f"Working directory: {cwd}\nDate: {now:%A %Y-%m-%d %H:%M %Z}".rstrip())
-    return "\n\n".join(parts)
+    return valid_text("\n\n".join(parts))

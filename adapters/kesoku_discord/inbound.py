@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import trio
-from kesoku.model import Attachment, Session, storable_text, user_text
+from kesoku.model import Attachment, Session, user_text
+from kesoku.text import valid_text
 from kesoku.tools.attachments import display_name, save_attachment
 from kesoku.tools.paths import os_problem
 
@@ -144,7 +145,7 @@ class Inbound:
 
     async def open_thread(self, message: discord.Message) -> discord.Thread | None:
         """Open a thread from the message, or join the one a peer bot opened first."""
-        name = thread_name(storable_text(message.content))
+        name = thread_name(valid_text(message.content))  # Discord's JSON may hold a lone surrogate
         try:
             # A day without messages archives it (Discord allows 60, 1440, 4320 or 10080 minutes).
             thread: discord.Thread = await aio(message.create_thread, name=name, auto_archive_duration=1440)
@@ -178,8 +179,7 @@ class Inbound:
                 workspace_root=self.rt.gateway.sessions_dir,
                 created_at=message.created_at.timestamp(),
                 llm=override.llm if override is not None else None,
-                # Names from Discord (channels, members) may hold lone surrogates.
-                metadata={"context": storable_text(context)},
+                metadata={"context": context},  # the store makes its names valid UTF-8 (kesoku.text)
             )
         # open_session makes the workspace folder (and returns the session just created).
         return self.rt.gateway.open_session(self.adapter, key)

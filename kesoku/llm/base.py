@@ -39,6 +39,7 @@ from kesoku.llm.ir import (
     ToolSpec,
     own_signatures,
     signed,
+    valid_event,
 )
 from kesoku.model import Message
 from kesoku.transcript import TranscriptError, TurnChecker, shared_prefix, to_turns
@@ -138,7 +139,8 @@ class BaseLLM(ABC):
             request: From :meth:`build_request` or :meth:`request_from_turns`.
 
         Yields:
-            Text and thought deltas, complete tool calls, usage.
+            Text and thought deltas, complete tool calls, usage; their text valid UTF-8
+            (:func:`~kesoku.llm.ir.valid_event`), whatever the provider sent.
 
         Raises:
             BackendError: The call failed and was not retried (not retryable, the retries ran out, or
@@ -167,7 +169,7 @@ class BaseLLM(ABC):
                             raise trio.TooSlowError
                         for event in self._parse(raw):
                             started = True
-                            yield signed(event, self.provider)
+                            yield signed(valid_event(event), self.provider)
                 finally:
                     aclose = getattr(raw_items, "aclose", None)
                     if aclose is not None:

@@ -67,6 +67,7 @@ from kesoku.llm.ir import (
     turn_tokens,
 )
 from kesoku.model import Usage
+from kesoku.text import decode_json
 from kesoku.transcript import CONTINUE_PROMPT, OMITTED_OPENING
 
 if TYPE_CHECKING:
@@ -489,7 +490,7 @@ class _Assembler:
         if name == "ping":
             return []
         try:
-            event = msgspec.json.decode(data)
+            event = decode_json(data)
         except msgspec.DecodeError:
             raise BackendError(f"{self.label}: a malformed stream event {name!r}", retryable=True) from None
         kind = event.get("type")
@@ -536,7 +537,7 @@ class _Assembler:
         if not text:
             return {}
         try:
-            arguments = msgspec.json.decode(text)
+            arguments = decode_json(text)
         except msgspec.DecodeError:
             arguments = None
         if not isinstance(arguments, dict):

@@ -14,6 +14,7 @@ from typing import Any, Literal
 import msgspec
 
 from kesoku.model import Outcome, Usage
+from kesoku.text import valid_data, valid_text
 
 
 class TextBlock(msgspec.Struct, frozen=True, tag="text"):
@@ -224,6 +225,30 @@ def signed(event: LLMEvent, provider: str) -> LLMEvent:
         return msgspec.structs.replace(event, signed_by=provider)
     if isinstance(event, ToolCallEvent) and event.call.signature is not None:
         return ToolCallEvent(msgspec.structs.replace(event.call, signed_by=provider))
+    return event
+
+
+def valid_event(event: LLMEvent) -> LLMEvent:
+    r"""The event with its text, tool name, call id and arguments made encodable as UTF-8.
+
+    A provider's JSON may carry a lone surrogate (an escape such as ``\ud800``, or an escaped pair
+    cut by the stream) which every consumer of the event would fail on: the store, the live events
+    an adapter prints, the turn log. Applied to every event a backend parses (:class:`BaseLLM
+    <kesoku.llm.base.BaseLLM>`), it replaces them with U+FFFD (:mod:`kesoku.text`). Returns
+    ``event`` itself when nothing changes.
+    """
+    if isinstance(event, TextDelta | ThoughtDelta):
+        text = valid_text(event.text)
+        return event if text is event.text else msgspec.structs.replace(event, text=text)
+    if isinstance(event, ToolCallEvent):
+        call = event.call
+        fields = {
+            "id": valid_text(call.id),
+            "name": valid_text(call.name),
+            "arguments": valid_data(call.arguments),
+        }
+        changed = {k: v for k, v in fields.items() if v is not getattr(call, k)}
+        return ToolCallEvent(msgspec.structs.replace(call, **changed)) if changed else event
     return event
 
 

@@ -59,6 +59,7 @@ from kesoku.llm.ir import (
     UsageEvent,
 )
 from kesoku.model import Usage
+from kesoku.text import decode_json
 
 if TYPE_CHECKING:
     from kesoku.config import Config
@@ -447,9 +448,9 @@ def decode_arguments(text: str) -> dict[str, Any]:
     if not text:
         return {}
     try:
-        value = msgspec.json.decode(text)
+        value = decode_json(text)
         if isinstance(value, str):
-            value = msgspec.json.decode(value)
+            value = decode_json(value)
     except msgspec.DecodeError:
         return {"_raw": text}
     if value is None:

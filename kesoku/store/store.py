@@ -4,6 +4,10 @@ The store is synchronous and lives on the trio thread: a single-row commit takes
 a 10,000-message history about 15 ms (../shared/STACK.md, bench/), both well inside the 20 ms a step of
 the event loop may take. It is not thread-safe; give each process (or thread) its own Store. (Its one
 helper thread, the WAL checkpointer of :mod:`kesoku.store.checkpoint`, has a connection of its own.)
+
+What it writes is first made valid UTF-8 (:mod:`kesoku.text`): SQLite and msgspec refuse lone
+surrogates, and a message, a session's title or metadata, or a taint label may come from a chat
+platform, a tool or a model.
 """
 
 from __future__ import annotations
@@ -17,10 +21,21 @@ from typing import Any, NamedTuple
 import apsw
 import msgspec
 
-from kesoku.model import EMPTY_METADATA, Kind, Message, Metadata, Role, Session, Status, TaintSource
+from kesoku.model import (
+    EMPTY_METADATA,
+    Kind,
+    Message,
+    Metadata,
+    Role,
+    Session,
+    Status,
+    TaintSource,
+    valid_message,
+)
 from kesoku.store.checkpoint import WAL_LIMIT_PAGES, Checkpointer
 from kesoku.store.db import BUSY_TIMEOUT_MS, open_connection
 from kesoku.store.filters import MessageFilter
+from kesoku.text import valid_data, valid_text
 
 _ROLES = {r.value: r for r in Role}
 _KINDS = {k.value: k for k in Kind}
@@ -173,6 +188,8 @@ class Store:
         Returns:
             The session (the existing one if (adapter, channel_id) was taken).
         """
+        channel_id, metadata = valid_text(channel_id), valid_data(metadata)
+        title = title and valid_text(title)
         existing = self.find_session(adapter, channel_id)
         if existing is not None:
             return existing
@@ -232,7 +249,7 @@ class Store:
 
     def set_session_title(self, session_id: str, title: str) -> None:
         """Set a session's title."""
-        self._conn.execute("UPDATE sessions SET title = ? WHERE id = ?", (title, session_id))
+        self._conn.execute("UPDATE sessions SET title = ? WHERE id = ?", (valid_text(title), session_id))
 
     def delete_session(self, session_id: str) -> Session | None:
         """Delete a session with its messages and view states (foreign-key cascade).
@@ -255,6 +272,8 @@ class Store:
         ``ts`` of 0 becomes now, ``root_ts`` of 0 becomes ``ts``, and ``root_id`` of 0 becomes the
         message's own id (a message that opens its turn). A message whose (adapter, external_id) is
         already stored is not written again: the stored one is returned with ``new=False``.
+        Text is made valid UTF-8 first (:func:`~kesoku.model.valid_message`: a lone surrogate becomes
+        U+FFFD); the returned messages hold what was written.
 
         Args:
             messages: Messages with ``id == 0``.
@@ -274,6 +293,7 @@ class Store:
         return inserted
 
     def _insert(self, msg: Message, now: float) -> Inserted:
+        msg = valid_message(msg)
         ts = msg.ts or now
         root_ts = msg.root_ts or ts
         try:
@@ -427,7 +447,7 @@ class Store:
         with self._conn:
             self._conn.executemany(
                 "INSERT OR IGNORE INTO taint (session_id, kind, label, created_at) VALUES (?, ?, ?, ?)",
-                [(session_id, s.kind, s.label, now) for s in sources],
+                [(session_id, s.kind, valid_text(s.label), now) for s in sources],
             )
 
     def taint_sources(self, session_id: str) -> list[TaintSource]:

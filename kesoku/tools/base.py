@@ -20,6 +20,7 @@ import trio
 
 from kesoku.llm.ir import ToolSpec
 from kesoku.model import Session, TaintSource
+from kesoku.text import valid_data, valid_text
 
 _FIRST_SENTENCE = re.compile(r"(?<=[.!?])\s")
 """Where a description's first sentence ends (a line break inside it is not an end)."""
@@ -197,6 +198,10 @@ class Tool:
     _spec: ToolSpec = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        # An MCP server's description and schema are JSON from outside: made valid UTF-8 here, once,
+        # since they go into every request, the system prompt and the turn log (kesoku.text).
+        object.__setattr__(self, "description", valid_text(self.description))
+        object.__setattr__(self, "parameters", valid_data(self.parameters))
         object.__setattr__(self, "_spec", ToolSpec(self.name, self.description, self.parameters))
 
     @property

@@ -14,6 +14,7 @@ import trio
 
 from kesoku.errors import ToolError
 from kesoku.model import Outcome
+from kesoku.text import valid_text
 from kesoku.tools.base import Tool, ToolContext
 
 log = logging.getLogger("kesoku.turn")
@@ -34,12 +35,21 @@ async def run_tool(
     Returns:
         ``completed`` with the tool's text; ``timed_out`` after ``timeout_s``; ``failed`` for a
         :class:`~kesoku.errors.ToolError` (its message) or any other exception (a bug, logged with its
-        traceback).
+        traceback). The text is valid UTF-8 (:func:`kesoku.text.valid_text`): a file name the OS
+        decoded with ``surrogateescape``, an MCP server's JSON or an exception's message may hold a
+        lone surrogate, and a subagent's result goes to the model without passing the store.
 
     Raises:
         trio.Cancelled: The call was cancelled from outside (a forced stop, a bound); a tool with a
             nursery inside raises a group holding only Cancelled. The caller types the outcome.
     """
+    content, outcome = await _run(tool, name, arguments, ctx, known)
+    return valid_text(content), outcome
+
+
+async def _run(
+    tool: Tool | None, name: str, arguments: Mapping[str, object], ctx: ToolContext, known: Iterable[str]
+) -> tuple[str, Outcome]:
     try:
         if tool is None:
             raise ToolError(f"there is no tool named {name!r} (tools: {', '.join(sorted(known)) or 'none'})")

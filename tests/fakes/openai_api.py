@@ -352,7 +352,19 @@ class _SSE:
             raise _Cut("connection dropped by the fake")
         if n == len(self.chunks):
             return b"data: [DONE]\n\n"
-        return f"data: {json.dumps(self.chunks[n], ensure_ascii=False)}\n\n".encode()
+        return f"data: {wire_json(self.chunks[n])}\n\n".encode()
+
+
+def wire_json(value: Any) -> str:
+    """JSON as the API sends it: UTF-8 text, but a lone surrogate (which UTF-8 cannot carry) as its
+    ``\\uXXXX`` escape, the only way JSON can hold one (RFC 8259 §7 allows it; §8.2 leaves it to the
+    reader)."""
+    text = json.dumps(value, ensure_ascii=False)
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return json.dumps(value)
+    return text
 
 
 # -- request rules ----------------------------------------------------------------------------------
