@@ -10,7 +10,9 @@ against the wire fakes; the CLI test through ``kesoku chat`` in a subprocess.
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,9 @@ import trio
 import yaml
 from fakes.anthropic_api import AnthropicFake, Text, ToolUse
 from fakes.anthropic_api import Reply as ClaudeReply
+from fakes.gemini_api import GeminiFake
+from fakes.gemini_replies import call, chunk, reply
+from fakes.gemini_replies import text as text_part
 from fakes.openai_api import Call, OpenAIFake, Reply
 from hypothesis import given
 from hypothesis import strategies as st
@@ -28,13 +33,26 @@ from llm_streams import events_of
 from runtime_harness import echo, serve_runtime
 from test_claude import claude
 from test_cli_chat import chat, history, kesoku, setup
+from test_gemini import served
+from test_mcp import call as mcp_call
+from test_mcp import manager, serving
 from test_openai import openai
 
+from kesoku.config import McpStdioServer
 from kesoku.errors import BackendError
-from kesoku.llm.ir import LLMRequest, LLMTurn, TextBlock, TextDelta, ToolCallEvent, valid_event
+from kesoku.llm.ir import (
+    LLMRequest,
+    LLMTurn,
+    TextBlock,
+    TextDelta,
+    ToolCallBlock,
+    ToolCallEvent,
+    ToolSpec,
+    valid_event,
+)
 from kesoku.llm.openai import decode_arguments
 from kesoku.metrics import TurnState
-from kesoku.model import Kind, Message, Metadata, Role, valid_message
+from kesoku.model import Kind, Message, Metadata, Outcome, Role, Session, valid_message
 from kesoku.testing import ScriptedLLM
 from kesoku.text import REPLACEMENT, decode_json, valid_data, valid_text
 from kesoku.tools.base import Tool, ToolContext
@@ -122,8 +140,6 @@ def test_valid_message_cleans_every_text_field_and_keeps_a_clean_message() -> No
 
 
 def test_valid_event_cleans_text_and_tool_calls() -> None:
-    from kesoku.llm.ir import ToolCallBlock
-
     assert valid_event(TextDelta(f"hi{LONE}")) == TextDelta(f"hi{FFFD}")
     event = ToolCallEvent(ToolCallBlock(f"id{LONE}", f"name{LONE}", {f"k{LONE}": LONE}))
     assert valid_event(event) == ToolCallEvent(ToolCallBlock(f"id{FFFD}", f"name{FFFD}", {f"k{FFFD}": FFFD}))
@@ -176,8 +192,6 @@ def test_property_any_arguments_become_storable(arguments: dict[str, Any]) -> No
 
 @given(_ANY_TEXT)
 def test_property_json_escapes_of_any_text_decode_to_valid_text(text: str) -> None:
-    import json
-
     decoded = decode_json(json.dumps({"t": text}))  # ensure_ascii: surrogates as \\uXXXX escapes
     assert decoded == {"t": valid_text(text)}
 
@@ -302,8 +316,6 @@ async def test_a_subagents_tool_result_with_a_lone_surrogate_reaches_its_model_v
 
 
 def request(tools: bool = False) -> LLMRequest:
-    from kesoku.llm.ir import ToolSpec
-
     specs = (ToolSpec("write_file", "Write a file.", {"type": "object", "properties": {}}),) if tools else ()
     return LLMRequest(system="s", turns=(LLMTurn("user", (TextBlock("hi"),)),), tools=specs)
 
@@ -341,6 +353,16 @@ async def test_claude_lone_surrogates_in_text_and_tool_input_are_replaced() -> N
     assert call.arguments == {"path": f"a{FFFD}.txt"}
 
 
+async def test_gemini_lone_surrogates_in_text_and_function_args_are_replaced() -> None:
+    fake = GeminiFake([reply(chunk(text_part(f"answer {LONE}"), call("write_file", {"path": f"a{LONE}.txt"})))])
+    async with served(fake) as llm:
+        events = await events_of(llm, request(tools=True))
+    text_out = "".join(e.text for e in events if isinstance(e, TextDelta))
+    (call_out,) = [e.call for e in events if isinstance(e, ToolCallEvent)]
+    assert text_out == f"answer {FFFD}"
+    assert call_out.arguments == {"path": f"a{FFFD}.txt"}
+
+
 # -- kesoku chat ----------------------------------------------------------------------------------
 
 
@@ -355,3 +377,20 @@ def test_kesoku_chat_prints_an_answer_with_a_lone_surrogate(tmp_path: Path) -> N
     assert answer[1:] == (Role.ASSISTANT, Kind.TEXT, f"café {FFFD} done")
     traced = kesoku(tmp_path, "trace", session, "-o", "-")
     assert traced.returncode == 0 and f"café {FFFD} done" in traced.stdout
+
+
+# -- MCP ------------------------------------------------------------------------------------------
+
+
+async def test_an_mcp_result_with_an_escaped_lone_surrogate_is_read(tmp_path: Path) -> None:
+    # Before: the SDK could not parse the line; the call waited for its answer until it timed out.
+    raw = Path(__file__).parent / "data" / "mcp" / "raw_server.py"
+    server = McpStdioServer(name="raw", command=sys.executable, args=(str(raw),), timeout_s=10.0)
+    session = Session(id="s", adapter="terminal", channel_id="c", created_at=0.0, workspace=str(tmp_path))
+    mgr = manager(server)
+    async with serving(mgr):
+        with trio.fail_after(30):
+            while not mgr.tools():  # noqa: ASYNC110 - the manager's state has no event to wait on
+                await trio.sleep(0.05)
+        text_out, outcome, _ = await mcp_call(mgr, session, "raw__lone")
+    assert (text_out, outcome) == (f"made {FFFD} here", Outcome.COMPLETED)

@@ -89,7 +89,7 @@ def parse_event(data: bytes) -> ChatEvent:
     """Read a Pub/Sub message's data as a Chat interaction event.
 
     Args:
-        data: The message's data: the event's JSON, UTF-8.
+        data: The message's data: the event's JSON, UTF-8 (an invalid byte is read as U+FFFD).
 
     Returns:
         The event.
@@ -98,8 +98,10 @@ def parse_event(data: bytes) -> ChatEvent:
         EventError: Not JSON, not an object, or without a ``type``.
     """
     try:
-        raw = json.loads(data)
-    except (UnicodeDecodeError, ValueError) as exc:
+        # Invalid UTF-8 becomes U+FFFD rather than losing the message (lone surrogates from \u
+        # escapes are made valid where messages are stored: kesoku.text).
+        raw = json.loads(data.decode("utf-8", errors="replace"))
+    except ValueError as exc:
         raise EventError(f"not JSON: {exc}") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("type"), str):
         raise EventError("not a Chat event (no 'type')")

@@ -32,6 +32,7 @@ import trio
 
 from kesoku import __version__
 from kesoku.errors import OperatorError
+from kesoku.text import decode_json
 
 if TYPE_CHECKING:
     from mcp import Client
@@ -118,6 +119,26 @@ def _junk_text(exc: Exception) -> str:
         if found and isinstance(found[0].get("input"), str):
             return str(found[0]["input"])
     return str(exc)
+
+
+def _salvaged(exc: Exception) -> Any:
+    r"""The message of a line the SDK could not parse only for a lone surrogate escape, else None.
+
+    pydantic's JSON parser refuses an escaped lone surrogate (``"\ud800"``: "unexpected end of hex
+    escape") that a server written in another language may well send; the request would then wait
+    for its answer until it timed out. The standard library's json reads it (:func:`decode_json`,
+    the surrogate becomes U+FFFD), and the value is validated as the SDK would have.
+    """
+    line = _junk_text(exc)
+    if "\\u" not in line:
+        return None
+    from mcp.shared.message import SessionMessage
+    from mcp_types import jsonrpc_message_adapter
+
+    try:
+        return SessionMessage(jsonrpc_message_adapter.validate_python(decode_json(line), by_name=False))
+    except ValueError:  # not JSON (msgspec.DecodeError), or not JSON-RPC (pydantic's ValidationError)
+        return None
 
 
 class Connection:
@@ -259,8 +280,11 @@ class Connection:
         async with send:
             async for item in read:
                 if isinstance(item, Exception):
-                    self._junk(item)  # the session would only log it: the request waits for its answer
-                    continue
+                    salvaged = _salvaged(item)
+                    if salvaged is None:
+                        self._junk(item)  # the session would only log it: the request waits for its answer
+                        continue
+                    item = salvaged
                 await send.send(item)
         if self._errlog is not None:
             with trio.move_on_after(STDERR_GRACE_S):  # the crash message may still be in the pipe
