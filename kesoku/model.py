@@ -280,27 +280,41 @@ def valid_message(msg: Message) -> Message:
 
     The store applies it to each message it writes, so no lone surrogate from a platform, a tool or
     a model reaches SQLite, the metadata JSON or a listener. Returns ``msg`` itself when nothing
-    changes (almost always).
+    changes (almost always; about a µs, bench/text_bench.py).
     """
-    meta = msg.metadata
-    fields = {
-        "content": valid_text(msg.content),
-        "sender": valid_text(msg.sender),
-        "external_id": msg.external_id and valid_text(msg.external_id),
-    }
-    changed: dict[str, Any] = {k: v for k, v in fields.items() if v is not getattr(msg, k)}
-    if meta is not EMPTY_METADATA:
-        meta_fields = {
-            "tool_name": meta.tool_name and valid_text(meta.tool_name),
-            "tool_arguments": valid_data(meta.tool_arguments),
-            "call_id": meta.call_id and valid_text(meta.call_id),
-            "signed_by": meta.signed_by and valid_text(meta.signed_by),
-            "extra": valid_data(meta.extra),
-        }
-        meta_changed = {k: v for k, v in meta_fields.items() if v is not getattr(meta, k)}
-        if meta_changed:
-            changed["metadata"] = msgspec.structs.replace(meta, **meta_changed)
-    return msgspec.structs.replace(msg, **changed) if changed else msg
+    content, sender = valid_text(msg.content), valid_text(msg.sender)
+    external_id = msg.external_id and valid_text(msg.external_id)
+    meta = msg.metadata if msg.metadata is EMPTY_METADATA else _valid_metadata(msg.metadata)
+    same = content is msg.content and sender is msg.sender and external_id is msg.external_id
+    if same and meta is msg.metadata:
+        return msg
+    return msgspec.structs.replace(
+        msg, content=content, sender=sender, external_id=external_id, metadata=meta
+    )
+
+
+def _valid_metadata(meta: Metadata) -> Metadata:
+    tool_name = meta.tool_name and valid_text(meta.tool_name)
+    arguments = valid_data(meta.tool_arguments)
+    call_id = meta.call_id and valid_text(meta.call_id)
+    signed_by = meta.signed_by and valid_text(meta.signed_by)
+    extra = valid_data(meta.extra)
+    if (
+        tool_name is meta.tool_name
+        and arguments is meta.tool_arguments
+        and call_id is meta.call_id
+        and signed_by is meta.signed_by
+        and extra is meta.extra
+    ):
+        return meta
+    return msgspec.structs.replace(
+        meta,
+        tool_name=tool_name,
+        tool_arguments=arguments,
+        call_id=call_id,
+        signed_by=signed_by,
+        extra=extra,
+    )
 
 
 def user_text(

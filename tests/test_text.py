@@ -47,6 +47,7 @@ from kesoku.llm.ir import (
     TextDelta,
     ToolCallBlock,
     ToolCallEvent,
+    ToolResultBlock,
     ToolSpec,
     valid_event,
 )
@@ -85,8 +86,12 @@ def encodable(value: object) -> bool:
 
 def test_valid_text_replaces_lone_surrogates_and_joins_pairs() -> None:
     assert valid_text(f"a{LONE}b{ESCAPED_BYTE}") == f"a{FFFD}b{FFFD}"
-    assert valid_text("\udc00 then \ud83d") == f"{FFFD} then {FFFD}"  # a low alone, a high at the end
-    assert valid_text("\ud83d\ude00 ok") == "😀 ok"  # an escaped pair that arrived as two code points
+    assert (
+        valid_text("\udc00 then \ud83d") == f"{FFFD} then {FFFD}"
+    )  # a low alone, a high at the end
+    assert (
+        valid_text("\ud83d\ude00 ok") == "😀 ok"
+    )  # an escaped pair that arrived as two code points
     assert valid_text("\ud83d\ud83d\ude00") == f"{FFFD}😀"
 
 
@@ -97,7 +102,11 @@ def test_valid_text_returns_valid_text_itself() -> None:
 
 def test_valid_data_cleans_keys_and_values_at_any_depth_and_keeps_clean_values() -> None:
     data = {"path": f"x{LONE}", f"k{LONE}": [1, {"deep": (ESCAPED_BYTE, None, 2.5)}], "ok": True}
-    assert valid_data(data) == {"path": f"x{FFFD}", f"k{FFFD}": [1, {"deep": (FFFD, None, 2.5)}], "ok": True}
+    assert valid_data(data) == {
+        "path": f"x{FFFD}",
+        f"k{FFFD}": [1, {"deep": (FFFD, None, 2.5)}],
+        "ok": True,
+    }
     clean = {"a": ["b", {"c": 1}], "d": "é"}
     assert valid_data(clean) is clean
 
@@ -128,7 +137,12 @@ def test_valid_message_cleans_every_text_field_and_keeps_a_clean_message() -> No
         extra={"note": [ESCAPED_BYTE]},
     )
     msg = Message(
-        session_id="s", role=Role.ASSISTANT, kind=Kind.TOOL_CALL, sender="Kesoku", content=LONE, metadata=meta
+        session_id="s",
+        role=Role.ASSISTANT,
+        kind=Kind.TOOL_CALL,
+        sender="Kesoku",
+        content=LONE,
+        metadata=meta,
     )
     cleaned = valid_message(msg)
     assert cleaned.content == FFFD
@@ -142,7 +156,9 @@ def test_valid_message_cleans_every_text_field_and_keeps_a_clean_message() -> No
 def test_valid_event_cleans_text_and_tool_calls() -> None:
     assert valid_event(TextDelta(f"hi{LONE}")) == TextDelta(f"hi{FFFD}")
     event = ToolCallEvent(ToolCallBlock(f"id{LONE}", f"name{LONE}", {f"k{LONE}": LONE}))
-    assert valid_event(event) == ToolCallEvent(ToolCallBlock(f"id{FFFD}", f"name{FFFD}", {f"k{FFFD}": FFFD}))
+    assert valid_event(event) == ToolCallEvent(
+        ToolCallBlock(f"id{FFFD}", f"name{FFFD}", {f"k{FFFD}": FFFD})
+    )
     same = TextDelta("fine")
     assert valid_event(same) is same
 
@@ -154,7 +170,12 @@ def test_backend_errors_and_tool_descriptions_are_made_valid() -> None:
         return ""
 
     # An MCP server's description and schema: JSON from outside.
-    tool = Tool("mcp__x", f"Does {LONE}.", run, {"type": "object", "properties": {"a": {"description": LONE}}})
+    tool = Tool(
+        "mcp__x",
+        f"Does {LONE}.",
+        run,
+        {"type": "object", "properties": {"a": {"description": LONE}}},
+    )
     assert encodable(tool.spec) and tool.spec.description == f"Does {FFFD}."
 
 
@@ -169,7 +190,9 @@ def test_property_valid_text_is_encodable_idempotent_and_keeps_valid_text(text: 
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        assert FFFD in cleaned or any(ord(c) > 0xFFFF for c in cleaned)  # replaced, or a pair joined
+        assert FFFD in cleaned or any(
+            ord(c) > 0xFFFF for c in cleaned
+        )  # replaced, or a pair joined
     else:
         assert cleaned is text
 
@@ -209,13 +232,18 @@ def logs_of(folder: Path) -> list[dict[str, Any]]:
     return [yaml.safe_load(p.read_text()) for p in sorted(folder.glob("llm-turn-*.log.yaml"))]
 
 
-async def test_lone_surrogates_from_the_model_end_as_fffd_and_the_turn_completes(tmp_path: Path) -> None:
+async def test_lone_surrogates_from_the_model_end_as_fffd_and_the_turn_completes(
+    tmp_path: Path,
+) -> None:
     # Before: the tool call's arguments made the store's metadata JSON raise UnicodeEncodeError,
     # which crashed the session worker; the answer's text made the SQLite insert raise.
     writer = TurnLogWriter()
     llm = ScriptedLLM(
         [
-            {"thought": f"think{LONE}", "tool_calls": [{"name": "echo", "arguments": {"text": f"a{LONE}b"}}]},
+            {
+                "thought": f"think{LONE}",
+                "tool_calls": [{"name": "echo", "arguments": {"text": f"a{LONE}b"}}],
+            },
             {"text": ["The answer: ", f"x{ESCAPED_BYTE}y"]},
         ]
     )
@@ -268,7 +296,9 @@ async def test_a_lone_surrogate_in_a_tool_result_ends_as_fffd(tmp_path: Path) ->
 
 async def test_a_file_name_that_is_not_utf8_is_listed_with_fffd(tmp_path: Path) -> None:
     # os.scandir gives b"bad\xff.txt" as "bad\udcff.txt" (surrogateescape): the listing held it.
-    llm = ScriptedLLM([{"tool_calls": [{"name": "list_dir", "arguments": {"path": "."}}]}, {"text": "ok"}])
+    llm = ScriptedLLM(
+        [{"tool_calls": [{"name": "list_dir", "arguments": {"path": "."}}]}, {"text": "ok"}]
+    )
     gates = PathGates(home=tmp_path / "home")
     async with serve_runtime(tmp_path, llm, tools=file_tools(gates)) as h:
         (Path(h.session.workspace) / os.fsdecode(b"bad\xff.txt")).write_bytes(b"x")
@@ -293,7 +323,9 @@ async def test_a_provider_error_with_a_lone_surrogate_is_told_and_logged(tmp_pat
     assert logs_of(folder)[0]["metadata"]["error"].endswith(f"bad request {FFFD}")
 
 
-async def test_a_subagents_tool_result_with_a_lone_surrogate_reaches_its_model_valid(tmp_path: Path) -> None:
+async def test_a_subagents_tool_result_with_a_lone_surrogate_reaches_its_model_valid(
+    tmp_path: Path,
+) -> None:
     # The child's history is in memory: its tool results reach its model without passing the store.
     llm = ScriptedLLM(
         [
@@ -308,7 +340,8 @@ async def test_a_subagents_tool_result_with_a_lone_surrogate_reaches_its_model_v
         metrics = await h.turn_end()
     assert metrics.state is TurnState.DONE
     child_2 = llm.requests[2]
-    assert child_2.turns[-1].blocks[-1].content == f"made {FFFD} by a server"  # type: ignore[union-attr]
+    last = child_2.turns[-1].blocks[-1]
+    assert isinstance(last, ToolResultBlock) and last.content == f"made {FFFD} by a server"
     assert all(encodable(r) for r in llm.requests)
 
 
@@ -316,7 +349,11 @@ async def test_a_subagents_tool_result_with_a_lone_surrogate_reaches_its_model_v
 
 
 def request(tools: bool = False) -> LLMRequest:
-    specs = (ToolSpec("write_file", "Write a file.", {"type": "object", "properties": {}}),) if tools else ()
+    specs = (
+        (ToolSpec("write_file", "Write a file.", {"type": "object", "properties": {}}),)
+        if tools
+        else ()
+    )
     return LLMRequest(system="s", turns=(LLMTurn("user", (TextBlock("hi"),)),), tools=specs)
 
 
@@ -328,7 +365,9 @@ async def test_openai_lone_surrogates_in_text_and_arguments_are_replaced() -> No
             text=f"answer {LONE}",
             calls=[
                 Call("c1", "write_file", {"path": f"a{LONE}.txt", "content": "x"}),
-                Call("c2", "write_file", '{"path": "b\\ud800.txt"}'),  # escaped inside the arguments
+                Call(
+                    "c2", "write_file", '{"path": "b\\ud800.txt"}'
+                ),  # escaped inside the arguments
             ],
         )
     )
@@ -337,13 +376,20 @@ async def test_openai_lone_surrogates_in_text_and_arguments_are_replaced() -> No
     text = "".join(e.text for e in events if isinstance(e, TextDelta))
     calls = [e.call for e in events if isinstance(e, ToolCallEvent)]
     assert text == f"answer {FFFD}"
-    assert [c.arguments for c in calls] == [{"path": f"a{FFFD}.txt", "content": "x"}, {"path": f"b{FFFD}.txt"}]
+    assert [c.arguments for c in calls] == [
+        {"path": f"a{FFFD}.txt", "content": "x"},
+        {"path": f"b{FFFD}.txt"},
+    ]
 
 
 async def test_claude_lone_surrogates_in_text_and_tool_input_are_replaced() -> None:
     # Before: msgspec refused the event ("a malformed stream event"), retried until the call failed.
     fake = AnthropicFake()
-    fake.push(ClaudeReply([Text(f"answer {LONE}"), ToolUse("toolu_1", "write_file", {"path": f"a{LONE}.txt"})]))
+    fake.push(
+        ClaudeReply(
+            [Text(f"answer {LONE}"), ToolUse("toolu_1", "write_file", {"path": f"a{LONE}.txt"})]
+        )
+    )
     async with claude(fake) as llm:
         events = await events_of(llm, request(tools=True))
     assert len(fake.log.requests) == 1
@@ -354,7 +400,9 @@ async def test_claude_lone_surrogates_in_text_and_tool_input_are_replaced() -> N
 
 
 async def test_gemini_lone_surrogates_in_text_and_function_args_are_replaced() -> None:
-    fake = GeminiFake([reply(chunk(text_part(f"answer {LONE}"), call("write_file", {"path": f"a{LONE}.txt"})))])
+    fake = GeminiFake(
+        [reply(chunk(text_part(f"answer {LONE}"), call("write_file", {"path": f"a{LONE}.txt"})))]
+    )
     async with served(fake) as llm:
         events = await events_of(llm, request(tools=True))
     text_out = "".join(e.text for e in events if isinstance(e, TextDelta))
@@ -369,7 +417,9 @@ async def test_gemini_lone_surrogates_in_text_and_function_args_are_replaced() -
 def test_kesoku_chat_prints_an_answer_with_a_lone_surrogate(tmp_path: Path) -> None:
     # Before: storing or printing the answer raised UnicodeEncodeError: exit 1, the answer lost.
     scenario = tmp_path / "lone.yaml"
-    scenario.write_text('steps:\n  - text: "caf\\u00e9 \\ud800 done"\n')  # YAML's escape: a lone surrogate
+    scenario.write_text(
+        'steps:\n  - text: "caf\\u00e9 \\ud800 done"\n'
+    )  # YAML's escape: a lone surrogate
     setup(tmp_path, scenario)
     done = chat(tmp_path, "hi")
     assert (done.returncode, done.stdout) == (0, f"café {FFFD} done\n"), done.stderr
@@ -386,7 +436,9 @@ async def test_an_mcp_result_with_an_escaped_lone_surrogate_is_read(tmp_path: Pa
     # Before: the SDK could not parse the line; the call waited for its answer until it timed out.
     raw = Path(__file__).parent / "data" / "mcp" / "raw_server.py"
     server = McpStdioServer(name="raw", command=sys.executable, args=(str(raw),), timeout_s=10.0)
-    session = Session(id="s", adapter="terminal", channel_id="c", created_at=0.0, workspace=str(tmp_path))
+    session = Session(
+        id="s", adapter="terminal", channel_id="c", created_at=0.0, workspace=str(tmp_path)
+    )
     mgr = manager(server)
     async with serving(mgr):
         with trio.fail_after(30):

@@ -242,13 +242,11 @@ def valid_event(event: LLMEvent) -> LLMEvent:
         return event if text is event.text else msgspec.structs.replace(event, text=text)
     if isinstance(event, ToolCallEvent):
         call = event.call
-        fields = {
-            "id": valid_text(call.id),
-            "name": valid_text(call.name),
-            "arguments": valid_data(call.arguments),
-        }
-        changed = {k: v for k, v in fields.items() if v is not getattr(call, k)}
-        return ToolCallEvent(msgspec.structs.replace(call, **changed)) if changed else event
+        id_, name = valid_text(call.id), valid_text(call.name)
+        arguments = valid_data(call.arguments)
+        if id_ is call.id and name is call.name and arguments is call.arguments:
+            return event
+        return ToolCallEvent(msgspec.structs.replace(call, id=id_, name=name, arguments=arguments))
     return event
 
 

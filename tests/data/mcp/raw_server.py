@@ -1,4 +1,4 @@
-"""An MCP server written without the SDK, as one in another language would be: JSON-RPC lines by hand.
+"""An MCP server written without the SDK, as one in another language would be: JSON-RPC by hand.
 
 Its one tool, ``lone``, answers with text holding ``\\ud800``, a lone surrogate escape: valid JSON
 (RFC 8259 §7) that pydantic's parser, and so the Python SDK, refuses. The SDK's own servers cannot
@@ -10,7 +10,11 @@ from __future__ import annotations
 import json
 import sys
 
-TOOL = {"name": "lone", "description": "Answer with a lone surrogate.", "inputSchema": {"type": "object"}}
+TOOL = {
+    "name": "lone",
+    "description": "Answer with a lone surrogate.",
+    "inputSchema": {"type": "object"},
+}
 
 
 def answer(request: dict[str, object]) -> dict[str, object] | None:
@@ -31,7 +35,11 @@ def answer(request: dict[str, object]) -> dict[str, object] | None:
     elif method == "ping":
         result = {}
     else:
-        return {"jsonrpc": "2.0", "id": request["id"], "error": {"code": -32601, "message": "no such method"}}
+        return {
+            "jsonrpc": "2.0",
+            "id": request["id"],
+            "error": {"code": -32601, "message": "no such method"},
+        }
     return {"jsonrpc": "2.0", "id": request["id"], "result": result}
 
 
