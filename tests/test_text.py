@@ -33,6 +33,7 @@ from llm_streams import events_of
 from runtime_harness import echo, serve_runtime
 from test_claude import claude
 from test_cli_chat import chat, history, kesoku, setup
+from test_discord_adapter import discord_bot
 from test_gemini import served
 from test_mcp import call as mcp_call
 from test_mcp import manager, serving
@@ -446,3 +447,29 @@ async def test_an_mcp_result_with_an_escaped_lone_surrogate_is_read(tmp_path: Pa
                 await trio.sleep(0.05)
         text_out, outcome, _ = await mcp_call(mgr, session, "raw__lone")
     assert (text_out, outcome) == (f"made {FFFD} here", Outcome.COMPLETED)
+
+
+# -- a chat platform ------------------------------------------------------------------------------
+
+
+async def test_a_discord_message_and_member_name_with_lone_surrogates_are_answered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The fake sends JSON with \ud800 escapes: discord.py decodes them to lone surrogates, in the
+    # message and in the member's name that goes into the session's context prompt.
+    async with discord_bot(tmp_path, monkeypatch, user_allowlist=("alice", "4242")) as bot:
+        zoe = bot.fake.add_user(4242, f"zo{LONE}")
+        thread = int(bot.fake.user_says(bot.general, zoe, f"hi {LONE} there")["id"])
+        messages = await bot.reply_in(thread)
+        (session,) = bot.sessions()
+        history = bot.h.history(session)
+        trace = await trio.to_thread.run_sync(render_trace, bot.h.store, session.id)
+    answer = messages[-1]["content"]  # the model reads "<name>: <text>" in a shared channel
+    assert answer == f"you said: zo{FFFD}: hi {FFFD} there"
+    assert [(m.sender, m.content) for m in history] == [
+        (f"zo{FFFD}", f"hi {FFFD} there"),
+        ("Kesoku", answer),
+    ]
+    assert f"zo{FFFD}" in session.metadata["context"]
+    assert f"zo{FFFD}" in bot.llm.requests[-1].system
+    assert f"hi {FFFD} there" in trace
