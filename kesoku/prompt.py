@@ -69,8 +69,9 @@ def build_system_prompt(
         now: The local date and time.
 
     Returns:
-        The prompt text, valid UTF-8 (:func:`kesoku.text.valid_text`): a working directory or a skill
-        whose name the OS gave with an undecodable byte would otherwise fail every request.
+        The prompt text, valid UTF-8 (:func:`kesoku.text.valid_text`): a working directory whose
+        name holds a byte that is not UTF-8 (the OS gives it as a lone surrogate) would otherwise
+        fail every request.
     """
     parts = [persona.strip(), RULES]
     if tools:
