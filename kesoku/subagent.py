@@ -3,7 +3,8 @@
 The child gets the session's backend, the parent's tools minus ``subagent`` (no nesting), a system
 prompt of its own and an in-memory history that starts with the task. It loops like a turn — model
 call, the step's tool calls run concurrently, results, again — until the model answers without tool
-calls or ``subagent.max_steps`` model calls are used. Nothing of the child is written to the session
+calls or ``subagent.max_steps`` model calls are used, or it repeats a call it was told repeats (the
+turn's repeat guard, :mod:`kesoku.repeat`). Nothing of the child is written to the session
 log: only its conclusion comes back, as the ``subagent`` tool result (each of its model calls is still
 logged to ``llm-turn-{idx}.log.yaml`` like any other). Its system prompt and tool results are masked
 (:meth:`~kesoku.runtime.Runtime.mask`) as the gateway masks the session's messages.
@@ -26,7 +27,9 @@ import trio
 
 from kesoku.errors import BackendError, ToolError
 from kesoku.llm.ir import LLMBlock, LLMTurn, ResponseBuilder, TextBlock, ToolCallBlock, ToolResultBlock
+from kesoku.model import Outcome
 from kesoku.prompt import build_system_prompt, read_notes
+from kesoku.repeat import RepeatGuard
 from kesoku.tools.base import Tool, ToolContext
 from kesoku.tools.execute import run_tool
 from kesoku.turnlog import TurnLogEntry
@@ -100,13 +103,14 @@ class Subagent:
         self.max_steps = max_steps
         self.turns: list[LLMTurn] = []
         """The child's history, in memory only."""
+        self.repeats = RepeatGuard(rt.max_identical_calls)
 
     async def run(self, task: str) -> str:
         """Work on ``task`` until a conclusion or the step cap.
 
         Returns:
             The conclusion (the text of the last model answer), or a note saying the step cap was hit
-            with the last text it wrote.
+            (or that it kept repeating a call) with the last text it wrote.
 
         Raises:
             ToolError: A model call failed (after the backend's retries).
@@ -137,9 +141,17 @@ class Subagent:
             blocks.extend(calls)
             self.turns.append(LLMTurn("assistant", tuple(blocks)))
             self.turns.append(LLMTurn("user", tuple(await self._run_calls(calls))))
-        note = (
-            f"[step limit] The subagent used its {self.max_steps} model calls (subagent.max_steps) without concluding."
-        )
+            if self.repeats.stuck is not None:
+                note = (
+                    f"[repeating] The subagent kept calling {self.repeats.stuck} with the same arguments after "
+                    "being told it repeats (agent.max_identical_calls), and was stopped."
+                )
+                break
+        else:
+            note = (
+                f"[step limit] The subagent used its {self.max_steps} model calls (subagent.max_steps) "
+                "without concluding."
+            )
         return f"{note} Its last words: {last_text}" if last_text else note
 
     async def _call(self, request: LLMRequest) -> LLMResponse:
@@ -175,9 +187,14 @@ class Subagent:
         results: list[ToolResultBlock | None] = [None] * len(calls)
 
         async def one(i: int, call: ToolCallBlock) -> None:
+            refusal = self.repeats.refusal(call.name, call.arguments)
+            if refusal is not None:
+                results[i] = ToolResultBlock(call.id, call.name, refusal, Outcome.REPEATED)
+                return
             tool = self.tools.get(call.name)
             child = ToolContext(self.ctx.session, self.ctx.cwd, call.id, self.ctx.guard)
             content, outcome = await run_tool(tool, call.name, call.arguments, child, known=self.tools)
+            self.repeats.record(call.name, call.arguments, content, outcome)
             # Masked here: these results go to the model without passing the gateway.
             results[i] = ToolResultBlock(call.id, call.name, self.rt.mask(content), outcome)
 

@@ -37,6 +37,7 @@ from kesoku.llm.ir import LLMRequest, LLMResponse, LLMTurn, ResponseBuilder, Too
 from kesoku.metrics import TurnMetrics, TurnState
 from kesoku.model import Kind, Message, Metadata, Outcome, Role, Session, Status, Usage, in_turn
 from kesoku.prompt import build_system_prompt, read_notes
+from kesoku.repeat import RepeatGuard
 from kesoku.tools.base import Tool, ToolContext
 from kesoku.tools.execute import run_tool
 from kesoku.transcript import LOST_RESULT, call_id_of
@@ -61,6 +62,7 @@ _ROOT_STATUS = {
     TurnState.INTERRUPTED: Status.INTERRUPTED,
     TurnState.STOPPED: Status.INTERRUPTED,
     TurnState.FAILED: Status.FAILED,
+    TurnState.REPEATING: Status.DONE,
 }
 _SKIPPED = "[skipped] Not run: the turn was interrupted or stopped before this call started."
 
@@ -113,6 +115,7 @@ class Turn:
         self._tools: dict[str, Tool] = {}
         """The tools of the current step, by name."""
         self._overflow_retried = False
+        self._repeats = RepeatGuard(rt.max_identical_calls)
         # Estimated tokens below which auto compaction is not tried again: after an attempt that found
         # nothing old enough, re-planning over the whole history on every step would be in vain.
         self._compaction_retry_at = 0.0
@@ -225,6 +228,12 @@ class Turn:
             if not calls:
                 return TurnState.DONE
             await self._run_batch(posted[len(answer) :])
+            if self._repeats.stuck is not None:
+                await self._post_system(
+                    f"Stopped: the model kept calling {self._repeats.stuck} with the same arguments after "
+                    "being told it repeats (agent.max_identical_calls). Send a message to let it continue."
+                )
+                return TurnState.REPEATING
 
     def _cut_state(self) -> TurnState:
         return TurnState.STOPPED if self.stops else TurnState.INTERRUPTED
@@ -276,6 +285,11 @@ class Turn:
 
     async def _run_batch(self, calls: list[Message]) -> None:
         results: dict[int, Message] = {}
+        for call in calls:  # identical calls that keep returning the same are answered without running
+            refusal = self._repeats.refusal(call.metadata.tool_name or "", call.metadata.tool_arguments or {})
+            if refusal is not None:
+                results[call.id] = self._result(call, refusal, Outcome.REPEATED)
+        calls_to_run = [c for c in calls if c.id not in results]
         # Shielded: an interruption or a first stop never cuts a running tool (DESIGN §6); each call has
         # its own timeout_s, and BATCH_BOUND_S bounds a tool that ignores it. Only a forced stop cancels
         # the inner kill scope: the tools are cancelled and report `killed`.
@@ -284,11 +298,11 @@ class Turn:
                 self._batch_scope = kill_scope
                 if self.stops >= 2:
                     kill_scope.cancel()
-                if not self.cut and len(calls) == 1:  # the usual step: no nursery and task for one call
-                    await self._run_call(calls[0], results)
-                elif not self.cut:
+                if not self.cut and len(calls_to_run) == 1:  # the usual step: no nursery and task for one call
+                    await self._run_call(calls_to_run[0], results)
+                elif not self.cut and calls_to_run:
                     async with trio.open_nursery() as nursery:
-                        for call in calls:
+                        for call in calls_to_run:
                             nursery.start_soon(self._run_call, call, results)
             self._batch_scope = None
             messages = [results.get(c.id) or self._result(c, _SKIPPED, Outcome.SKIPPED) for c in calls]
@@ -309,6 +323,7 @@ class Turn:
         except BaseException:  # only cancellations get here (run_tool types every other failure)
             results[call.id] = self._cancelled_result(call, name)
             raise
+        self._repeats.record(name, arguments, content, outcome)
         results[call.id] = self._result(call, content, outcome)
 
     def _cancelled_result(self, call: Message, name: str) -> Message:
