@@ -33,7 +33,7 @@ from kesoku.errors import BackendError
 from kesoku.events import Compacted, ModelDelta, ToolFinished, ToolStarted
 from kesoku.guard import SessionGuard
 from kesoku.history import SessionHistory
-from kesoku.llm.ir import LLMRequest, LLMResponse, LLMTurn, ResponseBuilder, ToolCallBlock
+from kesoku.llm.ir import LLMRequest, LLMResponse, LLMTurn, ResponseBuilder, StopReason, ToolCallBlock
 from kesoku.metrics import TurnMetrics, TurnState
 from kesoku.model import Kind, Message, Metadata, Outcome, Role, Session, Status, Usage, in_turn
 from kesoku.prompt import build_system_prompt, read_notes
@@ -116,6 +116,8 @@ class Turn:
         """The tools of the current step, by name."""
         self._overflow_retried = False
         self._repeats = RepeatGuard(rt.max_identical_calls)
+        self._output_limit: int | None = None
+        """The larger output limit of this turn's calls after a reply was cut at its own."""
         # Estimated tokens below which auto compaction is not tried again: after an attempt that found
         # nothing old enough, re-planning over the whole history on every step would be in vain.
         self._compaction_retry_at = 0.0
@@ -208,6 +210,8 @@ class Turn:
                 self._compaction_retry_at = 0.0
                 turns = self._turns()
             request = await self.llm.request_from_turns(turns, system=system, tools=specs, checker=self.history.checker)
+            if self._output_limit is not None:
+                request = msgspec.structs.replace(request, max_output_tokens=self._output_limit)
             response, error, cancelled = await self._stream(request)
             if error is not None and error.context_overflow and not self._overflow_retried:
                 self._overflow_retried = True  # compact, then retry once
@@ -222,11 +226,25 @@ class Turn:
             if cancelled:
                 await self._post_partial(response)
                 return self._cut_state()
+            cut = self._cut_reason(request, response) if response.cut else None
+            if cut is not None and not response.tool_calls and not response.text.strip():
+                if self._output_limit is not None and request.max_output_tokens != self._output_limit:
+                    continue  # nothing to keep: ask again with the larger limit
+                await self._post_system(f"⚠ The model's reply was {cut[0]} before it said anything.", response.usage)
+                return TurnState.FAILED
             calls = [self._call_message(c) for c in response.tool_calls]
             answer = self._answer_messages(response, Status.DONE)
             posted = await self._post(_with_step_usage([*answer, *calls], response.usage))
             if not calls:
+                if cut is not None:
+                    await self._post_system(f"⚠ The answer was {cut[0]}.")
                 return TurnState.DONE
+            if cut is not None:  # the calls may be incomplete: none runs, and the model is told why
+                note = f"[truncated] Not run: your reply was {cut[0]}, so this call may be incomplete; {cut[1]}."
+                results = await self._post([self._result(c, note, Outcome.TRUNCATED) for c in posted[len(answer) :]])
+                for result in results:
+                    self.rt.hub.publish(ToolFinished(self.session.id, result))
+                continue
             await self._run_batch(posted[len(answer) :])
             if self._repeats.stuck is not None:
                 await self._post_system(
@@ -234,6 +252,23 @@ class Turn:
                     "being told it repeats (agent.max_identical_calls). Send a message to let it continue."
                 )
                 return TurnState.REPEATING
+
+    def _cut_reason(self, request: LLMRequest, response: LLMResponse) -> tuple[str, str]:
+        """What cut a reply (its output limit, or the provider's verdict), and what the model can do.
+
+        The first reply of a turn cut at its limit raises the limit of the turn's later calls where
+        the backend can (:meth:`~kesoku.llm.base.BaseLLM.larger_output_limit`), once.
+        """
+        if response.stop_reason is StopReason.MALFORMED:
+            what = f"flagged as malformed by the provider ({response.stop_detail})"
+            return what, "make the call again with arguments that match the tool's parameters"
+        tokens = response.usage.output_tokens or request.max_output_tokens or self.llm.output_limit
+        what = f"cut at {tokens} output tokens (its output limit)" if tokens else "cut at its output limit"
+        if self._output_limit is None:
+            self._output_limit = self.llm.larger_output_limit(request)
+            if self._output_limit is not None:
+                return what, f"make it again: your next reply may use up to {self._output_limit} tokens"
+        return what, "make it again, shorter (write a large file in parts)"
 
     def _cut_state(self) -> TurnState:
         return TurnState.STOPPED if self.stops else TurnState.INTERRUPTED
