@@ -149,7 +149,9 @@ class BaseLLM(ABC):
 
         Raises:
             BackendError: The call failed and was not retried (not retryable, the retries ran out, or
-                the stream had already yielded events: a retry would repeat them).
+                the stream had already yielded events: a retry would repeat them). A stream that ended
+                with no content and no stop reason (llama.cpp answers a prompt over its ``n_ctx`` with
+                HTTP 200 and an empty body) is a failure, retried like a dropped stream.
 
         Cancellation:
             Cancelling the consumer closes the provider stream; use ``contextlib.aclosing``.
@@ -160,6 +162,7 @@ class BaseLLM(ABC):
             attempt += 1
             self.calls += 1
             started = False  # content went out: a retry would repeat it
+            stopped = False
             try:
                 raw_items = self._call(native)
                 try:
@@ -173,7 +176,9 @@ class BaseLLM(ABC):
                         if stall.cancelled_caught:
                             raise trio.TooSlowError
                         for event in self._parse(raw):
-                            if not isinstance(event, UsageEvent | StopEvent):  # these are replaced on a retry
+                            if isinstance(event, StopEvent):
+                                stopped = True
+                            elif not isinstance(event, UsageEvent):  # usage alone is replaced on a retry
                                 started = True
                             yield signed(event, self.provider)
                 finally:
@@ -181,7 +186,13 @@ class BaseLLM(ABC):
                     if aclose is not None:
                         with trio.CancelScope(shield=True):  # closing is quick and must release the HTTP stream
                             await aclose()
-                return
+                if started or stopped:
+                    return
+                error = BackendError(
+                    f"{self.provider}: the server answered with nothing: no content and no stop reason "
+                    "(a prompt over the server's context size, such as llama.cpp's n_ctx, does this)",
+                    retryable=True,
+                )
             except trio.TooSlowError:
                 error = BackendError(
                     f"{self.provider}: no data for {self.stall_timeout_s:g} s (stream stalled)", retryable=True
