@@ -26,12 +26,20 @@ import msgspec
 import trio
 
 from kesoku.errors import BackendError, ToolError
-from kesoku.llm.ir import LLMBlock, LLMTurn, ResponseBuilder, TextBlock, ToolCallBlock, ToolResultBlock
+from kesoku.llm.ir import (
+    LLMBlock,
+    LLMTurn,
+    ResponseBuilder,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+)
 from kesoku.model import Outcome
 from kesoku.prompt import build_system_prompt, read_notes
 from kesoku.repeat import RepeatGuard
 from kesoku.tools.base import Tool, ToolContext
 from kesoku.tools.execute import run_tool
+from kesoku.turn import truncated_result
 from kesoku.turnlog import TurnLogEntry
 
 if TYPE_CHECKING:
@@ -140,6 +148,11 @@ class Subagent:
                 blocks.append(TextBlock(response.text))
             blocks.extend(calls)
             self.turns.append(LLMTurn("assistant", tuple(blocks)))
+            if response.cut:  # as in a turn: the calls may be incomplete, and none runs
+                note = truncated_result(response, request.max_output_tokens or self.llm.output_limit)
+                cut = [ToolResultBlock(c.id, c.name, note, Outcome.TRUNCATED) for c in calls]
+                self.turns.append(LLMTurn("user", tuple(cut)))
+                continue
             self.turns.append(LLMTurn("user", tuple(await self._run_calls(calls))))
             if self.repeats.stuck is not None:
                 note = (

@@ -226,21 +226,22 @@ class Turn:
             if cancelled:
                 await self._post_partial(response)
                 return self._cut_state()
-            cut = self._cut_reason(request, response) if response.cut else None
+            grown = self._grow_output_limit(request, response)
+            cut = response.cut_description(request.max_output_tokens or self.llm.output_limit) if response.cut else None
             if cut is not None and not response.tool_calls and not response.text.strip():
-                if self._output_limit is not None and request.max_output_tokens != self._output_limit:
+                if grown is not None:
                     continue  # nothing to keep: ask again with the larger limit
-                await self._post_system(f"⚠ The model's reply was {cut[0]} before it said anything.", response.usage)
+                await self._post_system(f"⚠ The model's reply was {cut} before it said anything.", response.usage)
                 return TurnState.FAILED
             calls = [self._call_message(c) for c in response.tool_calls]
             answer = self._answer_messages(response, Status.DONE)
             posted = await self._post(_with_step_usage([*answer, *calls], response.usage))
             if not calls:
                 if cut is not None:
-                    await self._post_system(f"⚠ The answer was {cut[0]}.")
+                    await self._post_system(f"⚠ The answer was {cut}.")
                 return TurnState.DONE
             if cut is not None:  # the calls may be incomplete: none runs, and the model is told why
-                note = f"[truncated] Not run: your reply was {cut[0]}, so this call may be incomplete; {cut[1]}."
+                note = truncated_result(response, request.max_output_tokens or self.llm.output_limit, grown)
                 results = await self._post([self._result(c, note, Outcome.TRUNCATED) for c in posted[len(answer) :]])
                 for result in results:
                     self.rt.hub.publish(ToolFinished(self.session.id, result))
@@ -253,22 +254,16 @@ class Turn:
                 )
                 return TurnState.REPEATING
 
-    def _cut_reason(self, request: LLMRequest, response: LLMResponse) -> tuple[str, str]:
-        """What cut a reply (its output limit, or the provider's verdict), and what the model can do.
+    def _grow_output_limit(self, request: LLMRequest, response: LLMResponse) -> int | None:
+        """The larger output limit of the turn's later calls, set by its first reply cut at its limit.
 
-        The first reply of a turn cut at its limit raises the limit of the turn's later calls where
-        the backend can (:meth:`~kesoku.llm.base.BaseLLM.larger_output_limit`), once.
+        Once per turn, where the backend can raise it (:meth:`~kesoku.llm.base.BaseLLM.larger_output_limit`);
+        returns the new limit when this reply set it, else None.
         """
-        if response.stop_reason is StopReason.MALFORMED:
-            what = f"flagged as malformed by the provider ({response.stop_detail})"
-            return what, "make the call again with arguments that match the tool's parameters"
-        tokens = response.usage.output_tokens or request.max_output_tokens or self.llm.output_limit
-        what = f"cut at {tokens} output tokens (its output limit)" if tokens else "cut at its output limit"
-        if self._output_limit is None:
-            self._output_limit = self.llm.larger_output_limit(request)
-            if self._output_limit is not None:
-                return what, f"make it again: your next reply may use up to {self._output_limit} tokens"
-        return what, "make it again, shorter (write a large file in parts)"
+        if response.stop_reason is not StopReason.MAX_TOKENS or self._output_limit is not None:
+            return None
+        self._output_limit = self.llm.larger_output_limit(request)
+        return self._output_limit
 
     def _cut_state(self) -> TurnState:
         return TurnState.STOPPED if self.stops else TurnState.INTERRUPTED
@@ -487,6 +482,24 @@ def system_prompt(rt: Runtime, session: Session) -> str:
     if isinstance(context, str) and context.strip():
         prompt = f"{prompt}\n\n{context.strip()}"
     return rt.mask(prompt)
+
+
+def truncated_result(response: LLMResponse, limit: int | None, grown: int | None = None) -> str:
+    """The result of a call that was not run because the reply that made it was cut (or malformed).
+
+    Args:
+        response: The cut reply.
+        limit: The output limit its request had (None: unknown).
+        grown: The larger limit the next call gets, if any.
+    """
+    if response.stop_reason is StopReason.MALFORMED:
+        advice = "make the call again with arguments that match the tool's parameters"
+    elif grown is not None:
+        advice = f"make it again: your next reply may use up to {grown} tokens"
+    else:
+        advice = "make it again, shorter (write a large file in parts)"
+    what = response.cut_description(limit)
+    return f"[truncated] Not run: your reply was {what}, so this call may be incomplete; {advice}."
 
 
 def _with_step_usage(messages: list[Message], usage: Usage) -> list[Message]:

@@ -119,10 +119,9 @@ async def test_openai_finish_reasons_map_to_the_ir() -> None:
 async def test_claude_max_tokens_runs_no_call_and_the_retry_asks_for_more(tmp_path: Path, cut_at: int | None) -> None:
     fake = AnthropicFake()
     usage_ = {"input_tokens": 40, "output_tokens": 16384}
-    blocks = [ToolUse("tu_1", "write_file", WRITE, cut_at=cut_at)]
-    fake.push(
-        ClaudeReply(blocks=blocks, stop_reason="max_tokens", usage=usage_), claude_text("I will write it in parts.")
-    )
+    cut = ClaudeReply(blocks=[ToolUse("tu_1", "write_file", WRITE, cut_at=cut_at)], stop_reason="max_tokens")
+    cut.usage = usage_
+    fake.push(cut, claude_text("I will write it in parts."))
     async with claude(fake) as llm:
         h, history, state = await write_turn(tmp_path, llm)
     assert state is TurnState.DONE
@@ -205,3 +204,18 @@ async def test_the_stop_reason_reaches_the_turn_log_and_the_model_reads_the_resu
     assert_not_run(h, history, "cut at its output limit")
     result = llm.requests[1].turns[-1].blocks[-1]
     assert isinstance(result, ToolResultBlock) and result.outcome is Outcome.TRUNCATED
+
+
+async def test_a_subagent_runs_no_call_of_a_cut_reply(tmp_path: Path) -> None:
+    delegate = {"tool_calls": [{"name": "subagent", "arguments": {"task": "write hello to out.txt"}}]}
+    cut = {"tool_calls": [{"name": "write_file", "arguments": WRITE}], "stop": "max_tokens"}
+    llm = ScriptedLLM([delegate, cut, {"text": "could not write it"}, {"text": "The subagent could not."}])
+    tools = file_tools(PathGates(home=tmp_path / "home"))
+    async with serve_runtime(tmp_path, llm, tools=tools, subagent_max_steps=5) as h:
+        await h.say("delegate it")
+        await h.turn_end()
+        workspace = Path(h.session.workspace)
+    assert not (workspace / "out.txt").exists()
+    result = llm.requests[2].turns[-1].blocks[-1]  # what the child read after its cut reply
+    assert isinstance(result, ToolResultBlock) and result.outcome is Outcome.TRUNCATED
+    assert result.content.startswith("[truncated] Not run: your reply was cut at its output limit")

@@ -214,6 +214,17 @@ class LLMResponse(msgspec.Struct, frozen=True, kw_only=True):
         """True when the reply ended at its output limit or was flagged malformed (its calls are not run)."""
         return self.stop_reason in CUT_REPLIES
 
+    def cut_description(self, limit: int | None) -> str:
+        """What cut the reply, for the model and the user: ``cut at 4096 output tokens (its output limit)``.
+
+        Args:
+            limit: The output limit the request had, when the usage gives no output tokens.
+        """
+        if self.stop_reason is StopReason.MALFORMED:
+            return f"flagged as malformed by the provider ({self.stop_detail})"
+        tokens = self.usage.output_tokens or limit
+        return f"cut at {tokens} output tokens (its output limit)" if tokens else "cut at its output limit"
+
 
 class ResponseBuilder:
     """Accumulates a stream's events; :meth:`build` gives the response so far (also after a cut)."""
