@@ -14,7 +14,7 @@ Used by the turn loop (kesoku.turn) and by subagents (kesoku.subagent), so both 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import msgspec
 
@@ -27,7 +27,7 @@ EXCERPT_CHARS = 200
 
 
 class _Seen:
-    __slots__ = ("digest", "excerpt", "outcome", "refused", "runs")
+    __slots__ = ("digest", "excerpt", "outcome", "refused", "runs", "told")
 
     def __init__(self) -> None:
         self.runs = 0  # runs in a row that returned the same text and outcome
@@ -35,6 +35,7 @@ class _Seen:
         self.outcome = Outcome.COMPLETED
         self.excerpt = ""
         self.refused = False
+        self.told = False  # the model has read a refusal of this call
 
 
 class RepeatGuard:
@@ -54,17 +55,24 @@ class RepeatGuard:
         self.stuck: str | None = None
         self._seen: dict[bytes, _Seen] = {}
 
-    def refusal(self, name: str, arguments: Mapping[str, object]) -> str | None:
-        """The result text of a call that must not run, or None when it may run.
+    def refusals(self, calls: Sequence[tuple[str, Mapping[str, object]]]) -> list[str | None]:
+        """For one step's calls (name, arguments): the result text of each call that must not run, else None.
 
-        A refusal is remembered: the same call refused a second time sets :attr:`stuck`.
+        A refusal is remembered: the same call made again in a later step sets :attr:`stuck` (two
+        identical calls in one step are both refused, but the model had not been told yet).
         """
+        out = [self._refusal(name, arguments) for name, arguments in calls]
+        for seen in self._seen.values():
+            seen.told = seen.told or seen.refused
+        return out
+
+    def _refusal(self, name: str, arguments: Mapping[str, object]) -> str | None:
         if self.max_identical <= 0:
             return None
         seen = self._seen.get(call_key(name, arguments))
         if seen is None or seen.runs < self.max_identical:
             return None
-        if seen.refused:
+        if seen.told:
             self.stuck = name
         seen.refused = True
         failed = "failed" if seen.outcome is not Outcome.COMPLETED else "returned"
@@ -83,7 +91,7 @@ class RepeatGuard:
         if seen.runs and digest == seen.digest:
             seen.runs += 1
         else:  # a new result: the call is worth running again
-            seen.runs, seen.digest, seen.outcome, seen.refused = 1, digest, outcome, False
+            seen.runs, seen.digest, seen.outcome, seen.refused, seen.told = 1, digest, outcome, False, False
             seen.excerpt = _excerpt(content)
 
 

@@ -198,10 +198,10 @@ class Subagent:
 
     async def _run_calls(self, calls: Sequence[ToolCallBlock]) -> list[ToolResultBlock]:
         results: list[ToolResultBlock | None] = [None] * len(calls)
+        refusals = self.repeats.refusals([(c.name, c.arguments) for c in calls])
 
         async def one(i: int, call: ToolCallBlock) -> None:
-            refusal = self.repeats.refusal(call.name, call.arguments)
-            if refusal is not None:
+            if (refusal := refusals[i]) is not None:
                 results[i] = ToolResultBlock(call.id, call.name, refusal, Outcome.REPEATED)
                 return
             tool = self.tools.get(call.name)

@@ -315,8 +315,9 @@ class Turn:
 
     async def _run_batch(self, calls: list[Message]) -> None:
         results: dict[int, Message] = {}
-        for call in calls:  # identical calls that keep returning the same are answered without running
-            refusal = self._repeats.refusal(call.metadata.tool_name or "", call.metadata.tool_arguments or {})
+        # Identical calls that keep returning the same are answered without running.
+        step = [(c.metadata.tool_name or "", c.metadata.tool_arguments or {}) for c in calls]
+        for call, refusal in zip(calls, self._repeats.refusals(step), strict=True):
             if refusal is not None:
                 results[call.id] = self._result(call, refusal, Outcome.REPEATED)
         calls_to_run = [c for c in calls if c.id not in results]

@@ -131,4 +131,14 @@ def test_call_key_is_canonical_and_survives_bad_text() -> None:
     guard = RepeatGuard(1)
     bad = {"path": "\ud800"}  # a lone surrogate JSON cannot encode
     guard.record("read", bad, "same", Outcome.COMPLETED)
-    assert guard.refusal("read", bad) is not None
+    assert guard.refusals([("read", bad)]) != [None]
+
+
+def test_two_identical_calls_in_one_step_are_refused_without_ending_the_turn() -> None:
+    guard = RepeatGuard(1)
+    guard.record("probe", {"a": 1}, "same", Outcome.COMPLETED)
+    first, second = guard.refusals([("probe", {"a": 1}), ("probe", {"a": 1})])
+    assert first is not None and second is not None
+    assert guard.stuck is None  # the model has not read the refusal yet
+    assert guard.refusals([("probe", {"a": 1})]) != [None]
+    assert guard.stuck == "probe"
