@@ -63,6 +63,9 @@ class AgentConfig(_Section, frozen=True, kw_only=True):
         "and answer briefly and truthfully."
     )
     max_steps_per_turn: Annotated[int, _doc("Model calls allowed in one turn before it stops.", gt=0)] = 50
+    max_identical_calls: Annotated[
+        int, _doc("Runs of one identical tool call returning the same in a turn; then refused. 0: off.", ge=0)
+    ] = 2
     fallback: Annotated[tuple[Backend, ...], _doc("Backends tried in order if the chosen one fails.")] = ()
     project_dir: Annotated[
         str | None, _doc("Working folder; its AGENTS.md/CLAUDE.md join the system prompt. Unset: the session's.")

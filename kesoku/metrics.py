@@ -20,6 +20,8 @@ class TurnState(StrEnum):
     """It reached ``agent.max_steps_per_turn`` model calls."""
     FAILED = "failed"
     """The model call or the runtime failed; the user was told why."""
+    REPEATING = "repeating"
+    """The model made a call again after it was told the call repeats (kesoku.repeat)."""
 
 
 _BADGES = {
@@ -28,6 +30,7 @@ _BADGES = {
     TurnState.STOPPED: "🛑",
     TurnState.STEP_LIMIT: "🛑",
     TurnState.FAILED: "⚠",
+    TurnState.REPEATING: "🛑",
 }
 _SUFFIXES = {
     TurnState.DONE: "",
@@ -35,6 +38,7 @@ _SUFFIXES = {
     TurnState.STOPPED: " (Stopped)",
     TurnState.STEP_LIMIT: " (Step limit)",
     TurnState.FAILED: " (Failed)",
+    TurnState.REPEATING: " (Repeating)",
 }
 
 

@@ -59,6 +59,10 @@ class Outcome(StrEnum):
     """Its process group was killed by a forced stop."""
     LOST = "lost"
     """The daemon died while it ran; its effect is unknown."""
+    REPEATED = "repeated"
+    """Not run: the same call already ran in the turn and returned the same each time (kesoku.repeat)."""
+    TRUNCATED = "truncated"
+    """Not run: the reply that made it was cut at its output limit or flagged malformed by the provider."""
 
 
 ASSISTANT_SENDER = "Kesoku"

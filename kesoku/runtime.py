@@ -19,6 +19,7 @@ from kesoku.config import AgentConfig, Config
 from kesoku.dispatcher import Dispatcher
 from kesoku.events import EventHub
 from kesoku.questions import QUESTION_TIMEOUT_S, Questions
+from kesoku.repeat import MAX_IDENTICAL_CALLS
 from kesoku.tools.paths import PathGates
 from kesoku.turn import session_cwd
 from kesoku.turnlog_writer import TurnLogWriter
@@ -70,6 +71,8 @@ class Runtime:
         tools: The tools offered to the model.
         persona: The opening of the system prompt.
         max_steps_per_turn: Model calls allowed in one turn.
+        max_identical_calls: Runs of one identical tool call that returns the same, in a turn or a
+            subagent, before the next is refused (:mod:`kesoku.repeat`); 0: no limit.
         worker_idle_s: Idle time after which a session worker is reaped.
         project_dir: The working directory (and AGENTS.md source) instead of each session workspace.
         skills: Returns ``(name, description)`` of the available skills, read at each turn.
@@ -93,6 +96,7 @@ class Runtime:
         tools: Sequence[Tool] = (),
         persona: str = DEFAULT_PERSONA,
         max_steps_per_turn: int = MAX_STEPS_PER_TURN,
+        max_identical_calls: int = MAX_IDENTICAL_CALLS,
         worker_idle_s: float = WORKER_IDLE_S,
         project_dir: Path | None = None,
         skills: Callable[[], Sequence[tuple[str, str]]] = tuple,
@@ -123,6 +127,7 @@ class Runtime:
         self._shadowed: set[str] = set()
         self.persona = persona
         self.max_steps_per_turn = max_steps_per_turn
+        self.max_identical_calls = max_identical_calls
         self.worker_idle_s = worker_idle_s
         self.project_dir = project_dir
         self.skills = skills
@@ -187,6 +192,7 @@ class Runtime:
             tools=tools,
             persona=agent.persona,
             max_steps_per_turn=agent.max_steps_per_turn,
+            max_identical_calls=agent.max_identical_calls,
             worker_idle_s=agent.worker_idle_s,
             project_dir=Path(agent.project_dir) if agent.project_dir else None,
             skills=skills,

@@ -3,7 +3,8 @@
 The child gets the session's backend, the parent's tools minus ``subagent`` (no nesting), a system
 prompt of its own and an in-memory history that starts with the task. It loops like a turn — model
 call, the step's tool calls run concurrently, results, again — until the model answers without tool
-calls or ``subagent.max_steps`` model calls are used. Nothing of the child is written to the session
+calls or ``subagent.max_steps`` model calls are used, or it repeats a call it was told repeats (the
+turn's repeat guard, :mod:`kesoku.repeat`). Nothing of the child is written to the session
 log: only its conclusion comes back, as the ``subagent`` tool result (each of its model calls is still
 logged to ``llm-turn-{idx}.log.yaml`` like any other). Its system prompt and tool results are masked
 (:meth:`~kesoku.runtime.Runtime.mask`) as the gateway masks the session's messages.
@@ -25,10 +26,20 @@ import msgspec
 import trio
 
 from kesoku.errors import BackendError, ToolError
-from kesoku.llm.ir import LLMBlock, LLMTurn, ResponseBuilder, TextBlock, ToolCallBlock, ToolResultBlock
+from kesoku.llm.ir import (
+    LLMBlock,
+    LLMTurn,
+    ResponseBuilder,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+)
+from kesoku.model import Outcome
 from kesoku.prompt import build_system_prompt, read_notes
+from kesoku.repeat import RepeatGuard
 from kesoku.tools.base import Tool, ToolContext
 from kesoku.tools.execute import run_tool
+from kesoku.turn import truncated_result
 from kesoku.turnlog import TurnLogEntry
 
 if TYPE_CHECKING:
@@ -100,13 +111,14 @@ class Subagent:
         self.max_steps = max_steps
         self.turns: list[LLMTurn] = []
         """The child's history, in memory only."""
+        self.repeats = RepeatGuard(rt.max_identical_calls)
 
     async def run(self, task: str) -> str:
         """Work on ``task`` until a conclusion or the step cap.
 
         Returns:
             The conclusion (the text of the last model answer), or a note saying the step cap was hit
-            with the last text it wrote.
+            (or that it kept repeating a call) with the last text it wrote.
 
         Raises:
             ToolError: A model call failed (after the backend's retries).
@@ -136,10 +148,23 @@ class Subagent:
                 blocks.append(TextBlock(response.text))
             blocks.extend(calls)
             self.turns.append(LLMTurn("assistant", tuple(blocks)))
+            if response.cut:  # as in a turn: the calls may be incomplete, and none runs
+                note = truncated_result(response, request.max_output_tokens or self.llm.output_limit)
+                cut = [ToolResultBlock(c.id, c.name, note, Outcome.TRUNCATED) for c in calls]
+                self.turns.append(LLMTurn("user", tuple(cut)))
+                continue
             self.turns.append(LLMTurn("user", tuple(await self._run_calls(calls))))
-        note = (
-            f"[step limit] The subagent used its {self.max_steps} model calls (subagent.max_steps) without concluding."
-        )
+            if self.repeats.stuck is not None:
+                note = (
+                    f"[repeating] The subagent kept calling {self.repeats.stuck} with the same arguments after "
+                    "being told it repeats (agent.max_identical_calls), and was stopped."
+                )
+                break
+        else:
+            note = (
+                f"[step limit] The subagent used its {self.max_steps} model calls (subagent.max_steps) "
+                "without concluding."
+            )
         return f"{note} Its last words: {last_text}" if last_text else note
 
     async def _call(self, request: LLMRequest) -> LLMResponse:
@@ -173,11 +198,16 @@ class Subagent:
 
     async def _run_calls(self, calls: Sequence[ToolCallBlock]) -> list[ToolResultBlock]:
         results: list[ToolResultBlock | None] = [None] * len(calls)
+        refusals = self.repeats.refusals([(c.name, c.arguments) for c in calls])
 
         async def one(i: int, call: ToolCallBlock) -> None:
+            if (refusal := refusals[i]) is not None:
+                results[i] = ToolResultBlock(call.id, call.name, refusal, Outcome.REPEATED)
+                return
             tool = self.tools.get(call.name)
             child = ToolContext(self.ctx.session, self.ctx.cwd, call.id, self.ctx.guard)
             content, outcome = await run_tool(tool, call.name, call.arguments, child, known=self.tools)
+            self.repeats.record(call.name, call.arguments, content, outcome)
             # Masked here: these results go to the model without passing the gateway.
             results[i] = ToolResultBlock(call.id, call.name, self.rt.mask(content), outcome)
 

@@ -33,10 +33,11 @@ from kesoku.errors import BackendError
 from kesoku.events import Compacted, ModelDelta, ToolFinished, ToolStarted
 from kesoku.guard import SessionGuard
 from kesoku.history import SessionHistory
-from kesoku.llm.ir import LLMRequest, LLMResponse, LLMTurn, ResponseBuilder, ToolCallBlock
+from kesoku.llm.ir import LLMRequest, LLMResponse, LLMTurn, ResponseBuilder, StopReason, ToolCallBlock
 from kesoku.metrics import TurnMetrics, TurnState
 from kesoku.model import Kind, Message, Metadata, Outcome, Role, Session, Status, Usage, in_turn
 from kesoku.prompt import build_system_prompt, read_notes
+from kesoku.repeat import RepeatGuard
 from kesoku.tools.base import Tool, ToolContext
 from kesoku.tools.execute import run_tool
 from kesoku.transcript import LOST_RESULT, call_id_of
@@ -61,6 +62,7 @@ _ROOT_STATUS = {
     TurnState.INTERRUPTED: Status.INTERRUPTED,
     TurnState.STOPPED: Status.INTERRUPTED,
     TurnState.FAILED: Status.FAILED,
+    TurnState.REPEATING: Status.DONE,
 }
 _SKIPPED = "[skipped] Not run: the turn was interrupted or stopped before this call started."
 
@@ -113,6 +115,9 @@ class Turn:
         self._tools: dict[str, Tool] = {}
         """The tools of the current step, by name."""
         self._overflow_retried = False
+        self._repeats = RepeatGuard(rt.max_identical_calls)
+        self._output_limit: int | None = None
+        """The larger output limit of this turn's calls after a reply was cut at its own."""
         # Estimated tokens below which auto compaction is not tried again: after an attempt that found
         # nothing old enough, re-planning over the whole history on every step would be in vain.
         self._compaction_retry_at = 0.0
@@ -205,6 +210,8 @@ class Turn:
                 self._compaction_retry_at = 0.0
                 turns = self._turns()
             request = await self.llm.request_from_turns(turns, system=system, tools=specs, checker=self.history.checker)
+            if self._output_limit is not None:
+                request = msgspec.structs.replace(request, max_output_tokens=self._output_limit)
             response, error, cancelled = await self._stream(request)
             if error is not None and error.context_overflow and not self._overflow_retried:
                 self._overflow_retried = True  # compact, then retry once
@@ -219,12 +226,44 @@ class Turn:
             if cancelled:
                 await self._post_partial(response)
                 return self._cut_state()
+            grown = self._grow_output_limit(request, response)
+            cut = response.cut_description(request.max_output_tokens or self.llm.output_limit) if response.cut else None
+            if cut is not None and not response.tool_calls and not response.text.strip():
+                if grown is not None:
+                    continue  # nothing to keep: ask again with the larger limit
+                await self._post_system(f"⚠ The model's reply was {cut} before it said anything.", response.usage)
+                return TurnState.FAILED
             calls = [self._call_message(c) for c in response.tool_calls]
             answer = self._answer_messages(response, Status.DONE)
             posted = await self._post(_with_step_usage([*answer, *calls], response.usage))
             if not calls:
+                if cut is not None:
+                    await self._post_system(f"⚠ The answer was {cut}.")
                 return TurnState.DONE
+            if cut is not None:  # the calls may be incomplete: none runs, and the model is told why
+                note = truncated_result(response, request.max_output_tokens or self.llm.output_limit, grown)
+                results = await self._post([self._result(c, note, Outcome.TRUNCATED) for c in posted[len(answer) :]])
+                for result in results:
+                    self.rt.hub.publish(ToolFinished(self.session.id, result))
+                continue
             await self._run_batch(posted[len(answer) :])
+            if self._repeats.stuck is not None:
+                await self._post_system(
+                    f"Stopped: the model kept calling {self._repeats.stuck} with the same arguments after "
+                    "being told it repeats (agent.max_identical_calls). Send a message to let it continue."
+                )
+                return TurnState.REPEATING
+
+    def _grow_output_limit(self, request: LLMRequest, response: LLMResponse) -> int | None:
+        """The larger output limit of the turn's later calls, set by its first reply cut at its limit.
+
+        Once per turn, where the backend can raise it (:meth:`~kesoku.llm.base.BaseLLM.larger_output_limit`);
+        returns the new limit when this reply set it, else None.
+        """
+        if response.stop_reason is not StopReason.MAX_TOKENS or self._output_limit is not None:
+            return None
+        self._output_limit = self.llm.larger_output_limit(request)
+        return self._output_limit
 
     def _cut_state(self) -> TurnState:
         return TurnState.STOPPED if self.stops else TurnState.INTERRUPTED
@@ -276,6 +315,12 @@ class Turn:
 
     async def _run_batch(self, calls: list[Message]) -> None:
         results: dict[int, Message] = {}
+        # Identical calls that keep returning the same are answered without running.
+        step = [(c.metadata.tool_name or "", c.metadata.tool_arguments or {}) for c in calls]
+        for call, refusal in zip(calls, self._repeats.refusals(step), strict=True):
+            if refusal is not None:
+                results[call.id] = self._result(call, refusal, Outcome.REPEATED)
+        calls_to_run = [c for c in calls if c.id not in results]
         # Shielded: an interruption or a first stop never cuts a running tool (DESIGN §6); each call has
         # its own timeout_s, and BATCH_BOUND_S bounds a tool that ignores it. Only a forced stop cancels
         # the inner kill scope: the tools are cancelled and report `killed`.
@@ -284,11 +329,11 @@ class Turn:
                 self._batch_scope = kill_scope
                 if self.stops >= 2:
                     kill_scope.cancel()
-                if not self.cut and len(calls) == 1:  # the usual step: no nursery and task for one call
-                    await self._run_call(calls[0], results)
-                elif not self.cut:
+                if not self.cut and len(calls_to_run) == 1:  # the usual step: no nursery and task for one call
+                    await self._run_call(calls_to_run[0], results)
+                elif not self.cut and calls_to_run:
                     async with trio.open_nursery() as nursery:
-                        for call in calls:
+                        for call in calls_to_run:
                             nursery.start_soon(self._run_call, call, results)
             self._batch_scope = None
             messages = [results.get(c.id) or self._result(c, _SKIPPED, Outcome.SKIPPED) for c in calls]
@@ -309,6 +354,7 @@ class Turn:
         except BaseException:  # only cancellations get here (run_tool types every other failure)
             results[call.id] = self._cancelled_result(call, name)
             raise
+        self._repeats.record(name, arguments, content, outcome)
         results[call.id] = self._result(call, content, outcome)
 
     def _cancelled_result(self, call: Message, name: str) -> Message:
@@ -437,6 +483,24 @@ def system_prompt(rt: Runtime, session: Session) -> str:
     if isinstance(context, str) and context.strip():
         prompt = f"{prompt}\n\n{context.strip()}"
     return rt.mask(prompt)
+
+
+def truncated_result(response: LLMResponse, limit: int | None, grown: int | None = None) -> str:
+    """The result of a call that was not run because the reply that made it was cut (or malformed).
+
+    Args:
+        response: The cut reply.
+        limit: The output limit its request had (None: unknown).
+        grown: The larger limit the next call gets, if any.
+    """
+    if response.stop_reason is StopReason.MALFORMED:
+        advice = "make the call again with arguments that match the tool's parameters"
+    elif grown is not None:
+        advice = f"make it again: your next reply may use up to {grown} tokens"
+    else:
+        advice = "make it again, shorter (write a large file in parts)"
+    what = response.cut_description(limit)
+    return f"[truncated] Not run: your reply was {what}, so this call may be incomplete; {advice}."
 
 
 def _with_step_usage(messages: list[Message], usage: Usage) -> list[Message]:

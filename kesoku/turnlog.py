@@ -421,6 +421,10 @@ def _response_doc(response: LLMResponse | None) -> dict[str, Any] | None:
         doc.pop("thought_signature")
     if not response.thought_blocks:
         doc.pop("thought_blocks")  # `thoughts` holds their text; the blocks matter when signed
+    if response.stop_reason is None:  # older logs and unfinished streams have none
+        doc.pop("stop_reason")
+    if not response.stop_detail:
+        doc.pop("stop_detail")
     _unsigned_left_out(doc["tool_calls"])
     return doc
 

@@ -238,8 +238,9 @@ async def test_mid_turn_compaction_keeps_the_turns_own_tool_pairs(tmp_path: Path
 
 async def test_a_long_turn_with_nothing_old_tries_compaction_again_only_as_it_grows(tmp_path: Path) -> None:
     steps = 40  # each echo result adds about 500 tokens: the turn alone outgrows the threshold
-    call = {"tool_calls": [{"name": "echo", "arguments": {"text": "w" * 2000}}]}
-    llm = ScriptedLLM([*[call] * steps, {"text": "done"}])
+    # Each call differs (identical ones would be refused by the repeat guard).
+    calls = [{"tool_calls": [{"name": "echo", "arguments": {"text": f"{i} " + "w" * 2000}}]} for i in range(steps)]
+    llm = ScriptedLLM([*calls, {"text": "done"}])
     async with serve_runtime(tmp_path, llm, tools=[echo()], compaction=policy()) as h:
         await h.say("echo on and on")
         tries: list[int] = []  # the model calls made before each compaction attempt

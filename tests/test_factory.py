@@ -11,7 +11,7 @@ from kesoku.config import AgentConfig, ClaudeConfig, Config, GeminiConfig, OpenA
 from kesoku.errors import BackendError, ConfigError, OperatorError
 from kesoku.llm.factory import create_llm, default_backend
 from kesoku.llm.fallback import FallbackLLM
-from kesoku.llm.ir import LLMRequest, LLMTurn, TextBlock, TextDelta
+from kesoku.llm.ir import LLMRequest, LLMTurn, StopEvent, StopReason, TextBlock, TextDelta
 from kesoku.testing import ScriptedLLM
 
 REQUEST = LLMRequest(system="s", turns=(LLMTurn("user", (TextBlock("hi"),)),))
@@ -55,7 +55,7 @@ async def test_fallback_tries_the_next_backend_after_one_gives_up() -> None:
     first = ScriptedLLM([{"error": {"message": "overloaded", "status": 529}}])
     second = ScriptedLLM([{"text": "from the second"}])
     chain = FallbackLLM([first, second])
-    assert await collect(chain) == [TextDelta("from the second")]
+    assert await collect(chain) == [TextDelta("from the second"), StopEvent(StopReason.END, "end")]
     assert chain.used == "scripted"
     assert (first.calls, second.calls) == (1, 1)
 

@@ -30,6 +30,7 @@ from kesoku.llm.ir import (
     LLMRequest,
     LLMTurn,
     ResponseBuilder,
+    StopEvent,
     TextBlock,
     TextDelta,
     ThoughtBlock,
@@ -99,8 +100,9 @@ async def served(fake: GeminiFake, **kwargs: Any) -> AsyncIterator[GeminiLLM]:
             await llm.aclose()
 
 
-async def collect(llm: GeminiLLM, req: LLMRequest) -> list[LLMEvent]:
-    return [event async for event in llm.stream(req)]
+async def collect(llm: GeminiLLM, req: LLMRequest, *, stops: bool = False) -> list[LLMEvent]:
+    """The events of a call; its stop reason only with ``stops`` (content tests compare whole lists)."""
+    return [event async for event in llm.stream(req) if stops or not isinstance(event, StopEvent)]
 
 
 async def fails(llm: GeminiLLM, req: LLMRequest) -> tuple[list[LLMEvent], BackendError]:
@@ -108,7 +110,8 @@ async def fails(llm: GeminiLLM, req: LLMRequest) -> tuple[list[LLMEvent], Backen
 
     async def run() -> None:
         async for event in llm.stream(req):
-            events.append(event)
+            if not isinstance(event, StopEvent):
+                events.append(event)
 
     with pytest.raises(BackendError) as caught:
         await run()

@@ -12,6 +12,7 @@ import threading
 from contextlib import aclosing
 from pathlib import Path
 
+import msgspec
 import pytest
 import trio
 
@@ -26,6 +27,8 @@ from kesoku.llm.ir import (
     LLMEvent,
     LLMRequest,
     LLMTurn,
+    StopEvent,
+    StopReason,
     TextBlock,
     TextDelta,
     ThoughtBlock,
@@ -92,8 +95,9 @@ async def test_plain_answer_streams_text_deltas_then_usage(llm: LocalLLM) -> Non
     deltas = [e for e in events if isinstance(e, TextDelta)]
     assert len(deltas) >= 3
     assert "Jupiter" in text_of(events)
-    assert isinstance(events[-1], UsageEvent)
-    usage = events[-1].usage
+    assert events[-1] == StopEvent(StopReason.END, "stop")  # the model ended it: not cut at max_tokens
+    assert isinstance(events[-2], UsageEvent)
+    usage = events[-2].usage
     assert usage.input_tokens > 10  # the chat template, the short system prompt and the question
     # Each delta is one token here (no multi-byte characters), and the end-of-text token is not counted.
     assert usage.output_tokens == len(deltas)
@@ -222,6 +226,26 @@ def test_replies_map_to_answers_or_calls_and_cut_replies_are_handled(llm: LocalL
         llm._reply_event(_Reply('{"tool": "bash", "arguments": {"command": "ls', "length"))
     assert _salvage_answer('{"answer": "caf\\u00e9 \\u00') == "café "
     assert _salvage_answer('{"answer": "a\\') == "a"
+
+
+def test_a_reply_cut_inside_a_tool_call_is_a_cut_reply_the_turn_may_ask_again(llm: LocalLLM) -> None:
+    # Before, this was a failed call; now it is a cut reply with nothing to run, asked again with more room.
+    cut = list(llm._parse(_Reply('{"tool": "bash", "arguments": {"command": "ls', "length")))
+    assert cut == [StopEvent(StopReason.MAX_TOKENS, "length")]
+    kept = list(llm._parse(_Reply('{"answer": "This is a note. This', "length")))
+    assert kept == [TextDelta("This is a note. This"), StopEvent(StopReason.MAX_TOKENS, "length")]
+    with pytest.raises(BackendError, match="not JSON"):  # not cut: still an error
+        llm._parse(_Reply("nonsense", "stop"))
+    assert llm.larger_output_limit(ask("hi")) == 2 * llm.max_tokens
+    native = llm._build_native_input(msgspec.structs.replace(ask("hi"), max_output_tokens=1024))
+    assert native.max_tokens == 1024
+
+
+async def test_a_plain_answer_cut_at_max_tokens_says_so(llm: LocalLLM) -> None:
+    short = LocalLLM(llm.model_path, max_tokens=3)
+    short._llama, short._abort, short.load_s = llm._llama, llm._abort, llm.load_s  # share the loaded model
+    events = await collect(short, ask("Tell a long story about a cat."))
+    assert events[-1] == StopEvent(StopReason.MAX_TOKENS, "length")
 
 
 def test_missing_model_file_is_an_operator_error(tmp_path: Path) -> None:

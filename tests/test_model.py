@@ -127,4 +127,13 @@ def test_metadata_from_a_newer_writer_still_decodes() -> None:
 
 
 def test_every_outcome_of_the_design_exists() -> None:
-    assert {o.value for o in Outcome} == {"completed", "failed", "timed_out", "skipped", "killed", "lost"}
+    assert {o.value for o in Outcome} == {
+        "completed",
+        "failed",
+        "timed_out",
+        "skipped",
+        "killed",
+        "lost",
+        "repeated",
+        "truncated",
+    }

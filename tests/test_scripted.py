@@ -14,6 +14,7 @@ from kesoku.llm.ir import (
     LLMEvent,
     LLMRequest,
     LLMTurn,
+    StopEvent,
     TextBlock,
     TextDelta,
     ThoughtDelta,
@@ -26,9 +27,10 @@ from kesoku.testing import ScriptedLLM, Step
 REQUEST = LLMRequest(system="s", turns=(LLMTurn("user", (TextBlock("hi"),)),))
 
 
-async def collect(llm: ScriptedLLM) -> list[LLMEvent]:
+async def collect(llm: ScriptedLLM, *, stops: bool = False) -> list[LLMEvent]:
+    """The events of a call; the step's stop reason only with ``stops``."""
     async with aclosing(llm.stream(REQUEST)) as events:
-        return [e async for e in events]
+        return [e async for e in events if stops or not isinstance(e, StopEvent)]
 
 
 async def test_a_step_streams_thought_text_calls_usage_in_order() -> None:

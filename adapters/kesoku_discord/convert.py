@@ -256,6 +256,8 @@ _OUTCOME_NOTES = {
     Outcome.SKIPPED: "skipped",
     Outcome.KILLED: "killed",
     Outcome.LOST: "lost (the daemon stopped while it ran)",
+    Outcome.REPEATED: "not run: a repeat",
+    Outcome.TRUNCATED: "not run: the reply was cut",
 }
 
 

@@ -142,6 +142,8 @@ OUTCOME_MARKS = {
     "skipped": "⏭️",
     "killed": "💀",
     "lost": "❓",
+    "repeated": "🔁",
+    "truncated": "✂️",
 }
 """How a tool call's line ends once its result is in (``kesoku.model.Outcome`` values)."""
 

@@ -39,6 +39,7 @@ _EXIT_CODES = {
     TurnState.DONE: EXIT_OK,
     TurnState.FAILED: EXIT_FAILED,
     TurnState.STEP_LIMIT: EXIT_FAILED,
+    TurnState.REPEATING: EXIT_FAILED,
     TurnState.INTERRUPTED: EXIT_FAILED,
     TurnState.STOPPED: EXIT_STOPPED,
 }

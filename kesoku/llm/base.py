@@ -36,7 +36,9 @@ from kesoku.llm.ir import (
     LLMResponse,
     LLMTurn,
     ResponseBuilder,
+    StopEvent,
     ToolSpec,
+    UsageEvent,
     own_signatures,
     signed,
     valid_event,
@@ -69,9 +71,14 @@ class BaseLLM(ABC):
     Attributes:
         provider: The backend name (``gemini``, ``claude``, ``openai``, ``local``, ``scripted``).
         calls: Model calls attempted (retries included).
+        output_limit: The ``max_tokens`` the backend sends when a request names none; None: it sends
+            none, so the server's own limit applies and Kesoku cannot raise it.
+        max_output_limit: The largest ``max_tokens`` :meth:`larger_output_limit` may ask for.
     """
 
     provider: ClassVar[str] = "base"
+    output_limit: int | None = None
+    max_output_limit: int | None = None
 
     def __init__(
         self,
@@ -144,7 +151,9 @@ class BaseLLM(ABC):
 
         Raises:
             BackendError: The call failed and was not retried (not retryable, the retries ran out, or
-                the stream had already yielded events: a retry would repeat them).
+                the stream had already yielded events: a retry would repeat them). A stream that ended
+                with no content and no stop reason (llama.cpp answers a prompt over its ``n_ctx`` with
+                HTTP 200 and an empty body) is a failure, retried like a dropped stream.
 
         Cancellation:
             Cancelling the consumer closes the provider stream; use ``contextlib.aclosing``.
@@ -154,7 +163,8 @@ class BaseLLM(ABC):
         while True:
             attempt += 1
             self.calls += 1
-            started = False
+            started = False  # content went out: a retry would repeat it
+            stopped = False
             try:
                 raw_items = self._call(native)
                 try:
@@ -168,14 +178,23 @@ class BaseLLM(ABC):
                         if stall.cancelled_caught:
                             raise trio.TooSlowError
                         for event in self._parse(raw):
-                            started = True
+                            if isinstance(event, StopEvent):
+                                stopped = True
+                            elif not isinstance(event, UsageEvent):  # usage alone is replaced on a retry
+                                started = True
                             yield signed(valid_event(event), self.provider)
                 finally:
                     aclose = getattr(raw_items, "aclose", None)
                     if aclose is not None:
                         with trio.CancelScope(shield=True):  # closing is quick and must release the HTTP stream
                             await aclose()
-                return
+                if started or stopped:
+                    return
+                error = BackendError(
+                    f"{self.provider}: the server answered with nothing: no content and no stop reason "
+                    "(a prompt over the server's context size, such as llama.cpp's n_ctx, does this)",
+                    retryable=True,
+                )
             except trio.TooSlowError:
                 error = BackendError(
                     f"{self.provider}: no data for {self.stall_timeout_s:g} s (stream stalled)", retryable=True
@@ -187,6 +206,18 @@ class BaseLLM(ABC):
             if started or not error.retryable or attempt > self.max_retries:
                 raise error
             await trio.sleep(self._backoff_s(attempt, error))
+
+    def larger_output_limit(self, request: LLMRequest) -> int | None:
+        """The ``max_tokens`` for the retry of a reply that ``request`` got cut at its output limit.
+
+        Twice the limit in force, up to :attr:`max_output_limit`; None where the provider does not let
+        Kesoku raise it (the backend sends no limit) or it is already at the largest.
+        """
+        current = request.max_output_tokens or self.output_limit
+        if current is None or self.max_output_limit is None:
+            return None
+        larger = min(current * 2, self.max_output_limit)
+        return larger if larger > current else None
 
     def _own_signatures(self, request: LLMRequest) -> LLMRequest:
         """:func:`~kesoku.llm.ir.without_foreign_signatures`, reusing the last request's turns by identity.

@@ -54,6 +54,8 @@ from kesoku.llm.ir import (
     LLMEvent,
     LLMRequest,
     LLMTurn,
+    StopEvent,
+    StopReason,
     TextBlock,
     TextDelta,
     ThoughtBlock,
@@ -73,6 +75,8 @@ from kesoku.transcript import CONTINUE_PROMPT, OMITTED_OPENING
 if TYPE_CHECKING:
     from kesoku.config import Config, ThinkingLevel
 
+MAX_RETRY_OUTPUT_TOKENS = 32_000
+"""The largest ``max_tokens`` of the retry after a reply cut at its limit (every Claude 4 model takes it)."""
 THINKING_BUDGET_TOKENS: dict[str, int] = {"low": 4096, "medium": 10_000, "high": 24_000}
 """budget_tokens per thinking level for models with the budget form; ``minimal`` turns thinking off."""
 ADAPTIVE_EFFORT: dict[str, str] = {"minimal": "low", "low": "low", "medium": "medium", "high": "high"}
@@ -142,6 +146,10 @@ class ClaudeLLM(BaseLLM):
         self.access_token = access_token
         self.thinking_level: ThinkingLevel = thinking_level
         self.max_output_tokens = max_output_tokens
+        self.output_limit = max_output_tokens
+        # Claude Opus 4 and 4.1 allow 32,000 output tokens, the other Claude 4 models 64,000 (Models
+        # overview, "Model comparison"): a retry after a cut reply asks for at most the smaller.
+        self.max_output_limit = max(max_output_tokens, MAX_RETRY_OUTPUT_TOKENS)
         self.context_caching_threshold = context_caching_threshold
         self.timeout_s = timeout_s
         self._label = "claude (vertex)" if vertex else "claude"
@@ -222,12 +230,13 @@ class ClaudeLLM(BaseLLM):
         messages = _messages(request.turns)
         system: list[dict[str, Any]] = [{"type": "text", "text": request.system}] if request.system.strip() else []
         tools = [_tool(spec) for spec in request.tools]
-        native: dict[str, Any] = {"model": self.model, "max_tokens": self.max_output_tokens, "messages": messages}
+        max_tokens = request.max_output_tokens or self.max_output_tokens
+        native: dict[str, Any] = {"model": self.model, "max_tokens": max_tokens, "messages": messages}
         if system:
             native["system"] = system
         if tools:
             native["tools"] = tools
-        native.update(self._thinking(messages))
+        native.update(self._thinking(messages, max_tokens))
         if _estimate_request_tokens(request) > self.context_caching_threshold:
             # Prompt caching: a breakpoint caches the prefix up to it; tools, system, then messages.
             for blocks in (system, tools, messages[-1]["content"]):
@@ -235,7 +244,7 @@ class ClaudeLLM(BaseLLM):
                     blocks[-1]["cache_control"] = {"type": "ephemeral"}
         return native
 
-    def _thinking(self, messages: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    def _thinking(self, messages: Sequence[dict[str, Any]], max_tokens: int) -> dict[str, Any]:
         """The ``thinking`` (and ``output_config``) arguments for this request."""
         params: dict[str, Any] = {}
         if uses_adaptive_thinking(self.model):
@@ -245,7 +254,7 @@ class ClaudeLLM(BaseLLM):
             budget = THINKING_BUDGET_TOKENS.get(self.thinking_level)
             if budget is None:
                 return params
-            budget = min(budget, self.max_output_tokens - MIN_ANSWER_TOKENS)
+            budget = min(budget, max_tokens - MIN_ANSWER_TOKENS)
             if budget < MIN_THINKING_BUDGET_TOKENS:
                 return params
             thinking = {"type": "enabled", "budget_tokens": budget}
@@ -478,6 +487,7 @@ class _Assembler:
         self.label = label
         self.tools: dict[int, tuple[str, str, list[str]]] = {}
         self.usage: dict[str, Any] = {}
+        self.broken: list[str] = []  # tools whose input is not a JSON object (cut, if max_tokens follows)
 
     def feed(self, name: str, data: str) -> list[LLMEvent]:
         """Translate one event.
@@ -524,7 +534,14 @@ class _Assembler:
             self.usage.update(event["message"].get("usage") or {})
         elif kind == "message_delta":
             self.usage.update({k: v for k, v in (event.get("usage") or {}).items() if v is not None})
-            return [UsageEvent(self._usage())]
+            reason = (event.get("delta") or {}).get("stop_reason")
+            stop = stop_reason_of(reason) if isinstance(reason, str) else None
+            if self.broken and stop is not StopReason.MAX_TOKENS:
+                raise BackendError(f"{self.label}: the arguments of tool call {self.broken[0]!r} are not a JSON object")
+            events: list[LLMEvent] = [UsageEvent(self._usage())]
+            if stop is not None:
+                events.append(StopEvent(stop, str(reason)))
+            return events
         elif kind == "error":
             error = event.get("error") or {}
             etype, message = error.get("type", "error"), _one_line(str(error.get("message", "")))
@@ -533,6 +550,12 @@ class _Assembler:
         return []
 
     def _arguments(self, tool: str, fragments: list[str]) -> dict[str, Any]:
+        """The call's input; ``{"_raw": text}`` when it is not a JSON object (see :attr:`broken`).
+
+        A reply cut at ``max_tokens`` inside a tool_use block ends it with what was streamed; the
+        ``message_delta`` that follows says ``max_tokens``, and the turn runs none of its calls. Any
+        other stop reason after such input is an error there.
+        """
         text = "".join(fragments).strip()
         if not text:
             return {}
@@ -541,9 +564,8 @@ class _Assembler:
         except msgspec.DecodeError:
             arguments = None
         if not isinstance(arguments, dict):
-            raise BackendError(
-                f"{self.label}: the arguments of tool call {tool!r} are not a JSON object (cut off by max_tokens?)"
-            )
+            self.broken.append(tool)
+            return {"_raw": text}
         return arguments
 
     def _usage(self) -> Usage:
@@ -558,6 +580,20 @@ class _Assembler:
             cached_tokens=cache_read,
             thinking_tokens=details.get("thinking_tokens") or 0,
         )
+
+
+def stop_reason_of(stop_reason: str) -> StopReason:
+    """The IR's stop reason for a Messages API ``stop_reason``.
+
+    ``end_turn``, ``tool_use``, ``stop_sequence``, ``pause_turn``: the model finished; ``max_tokens``
+    and ``model_context_window_exceeded``: cut at the output limit; ``refusal``: other (Messages API,
+    "Handling stop reasons", https://docs.claude.com/en/api/handling-stop-reasons).
+    """
+    if stop_reason in ("max_tokens", "model_context_window_exceeded"):
+        return StopReason.MAX_TOKENS
+    if stop_reason in ("end_turn", "tool_use", "stop_sequence", "pause_turn"):
+        return StopReason.END
+    return StopReason.OTHER
 
 
 # -- errors -----------------------------------------------------------------------------------------

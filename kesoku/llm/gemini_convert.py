@@ -41,6 +41,8 @@ from kesoku.llm.ir import (
     ImageBlock,
     LLMEvent,
     LLMTurn,
+    StopEvent,
+    StopReason,
     TextBlock,
     TextDelta,
     ThoughtBlock,
@@ -230,7 +232,8 @@ def events_of(chunk: types.GenerateContentResponse, new_id: Callable[[], str]) -
     Returns:
         Thought parts as ThoughtDelta, text as TextDelta (a signature on a text part follows as a
         ThoughtDelta with empty text, so it is stored), function calls as ToolCallEvent with the
-        part's signature, and the usage when the chunk has it.
+        part's signature, the usage when the chunk has it, and the stop reason when the
+        candidate has a finish reason (see :func:`stop_reason_of`).
     """
     events: list[LLMEvent] = []
     candidate = chunk.candidates[0] if chunk.candidates else None
@@ -253,7 +256,28 @@ def events_of(chunk: types.GenerateContentResponse, new_id: Callable[[], str]) -
                 events.append(ThoughtDelta("", signature=signature))
     if chunk.usage_metadata is not None:
         events.append(UsageEvent(to_usage(chunk.usage_metadata)))
+    reason = candidate.finish_reason if candidate is not None else None
+    if reason is not None and reason != types.FinishReason.FINISH_REASON_UNSPECIFIED:
+        name = reason.value if isinstance(reason, types.FinishReason) else str(reason)
+        events.append(StopEvent(stop_reason_of(name), name))
     return events
+
+
+def stop_reason_of(finish_reason: str) -> StopReason:
+    """The IR's stop reason for a Gemini ``FinishReason`` name.
+
+    ``STOP``: finished; ``MAX_TOKENS``: cut at ``maxOutputTokens`` (the model's own limit: Kesoku
+    sends none); ``MALFORMED_FUNCTION_CALL`` (and ``UNEXPECTED_TOOL_CALL``): the function call is not
+    valid; any other (SAFETY, RECITATION, ...): other (Gemini API reference, "FinishReason",
+    https://ai.google.dev/api/generate-content#FinishReason).
+    """
+    if finish_reason == "STOP":
+        return StopReason.END
+    if finish_reason == "MAX_TOKENS":
+        return StopReason.MAX_TOKENS
+    if finish_reason in ("MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL"):
+        return StopReason.MALFORMED
+    return StopReason.OTHER
 
 
 def has_answer(chunk: types.GenerateContentResponse) -> bool:

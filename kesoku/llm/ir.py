@@ -2,13 +2,14 @@
 
 A request is a system prompt, a list of :class:`LLMTurn` (user and assistant, strictly alternating) and
 the tool specs. Backends map it to their wire format (``_build_native_input``) and their stream back to
-:data:`LLMEvent` values (``_parse``). See ../shared/seeds/004 ("Intermediate Representation").
+:data:`LLMEvent` values (``_parse``). See ARCHITECTURE.md.
 """
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
+from enum import StrEnum
 from typing import Any, Literal
 
 import msgspec
@@ -112,11 +113,16 @@ class ToolSpec(msgspec.Struct, frozen=True):
 
 
 class LLMRequest(msgspec.Struct, frozen=True):
-    """Everything one model call is given: exactly what the turn log records as sent."""
+    """Everything one model call is given: exactly what the turn log records as sent.
+
+    ``max_output_tokens`` raises the backend's own output limit for this call (the retry after a reply
+    cut at its limit, :meth:`~kesoku.llm.base.BaseLLM.larger_output_limit`); None: the backend's.
+    """
 
     system: str
     turns: tuple[LLMTurn, ...]
     tools: tuple[ToolSpec, ...] = ()
+    max_output_tokens: int | None = None
 
 
 # -- streaming events -------------------------------------------------------------------------------
@@ -148,7 +154,35 @@ class UsageEvent(msgspec.Struct, frozen=True, tag="usage"):
     usage: Usage
 
 
-LLMEvent = TextDelta | ThoughtDelta | ToolCallEvent | UsageEvent
+class StopReason(StrEnum):
+    """Why the provider ended a reply, in the IR's terms."""
+
+    END = "end"
+    """The model finished: its answer, or its tool calls (OpenAI ``stop``/``tool_calls``, Claude
+    ``end_turn``/``tool_use``/``stop_sequence``, Gemini ``STOP``)."""
+    MAX_TOKENS = "max_tokens"
+    """Cut at the output limit: OpenAI, Ollama and llama.cpp ``finish_reason: "length"``, Claude
+    ``max_tokens`` (and ``model_context_window_exceeded``), Gemini ``MAX_TOKENS``. Its tool calls may
+    be incomplete and are not run."""
+    MALFORMED = "malformed"
+    """The provider flagged the reply's function call as malformed (Gemini
+    ``MALFORMED_FUNCTION_CALL``); its tool calls are not run."""
+    OTHER = "other"
+    """Ended for another reason the provider names (a content filter, a refusal, safety)."""
+
+
+CUT_REPLIES = frozenset({StopReason.MAX_TOKENS, StopReason.MALFORMED})
+"""Stop reasons after which a reply's tool calls are not run."""
+
+
+class StopEvent(msgspec.Struct, frozen=True, tag="stop"):
+    """Why the reply ended; ``detail`` is the provider's own value (``length``, ``MAX_TOKENS``)."""
+
+    reason: StopReason
+    detail: str = ""
+
+
+LLMEvent = TextDelta | ThoughtDelta | ToolCallEvent | UsageEvent | StopEvent
 
 
 class LLMResponse(msgspec.Struct, frozen=True, kw_only=True):
@@ -163,6 +197,8 @@ class LLMResponse(msgspec.Struct, frozen=True, kw_only=True):
             own signature (Anthropic docs, "Extended thinking": thinking blocks are returned unmodified).
         tool_calls: The tool calls, in the order the model made them.
         usage: Token counts.
+        stop_reason: Why the reply ended; None when the provider did not say (a cut stream).
+        stop_detail: The provider's own stop reason, for messages (``length``, ``max_tokens``).
     """
 
     text: str = ""
@@ -171,6 +207,24 @@ class LLMResponse(msgspec.Struct, frozen=True, kw_only=True):
     thought_blocks: tuple[ThoughtBlock, ...] = ()
     tool_calls: tuple[ToolCallBlock, ...] = ()
     usage: Usage = msgspec.field(default_factory=Usage)
+    stop_reason: StopReason | None = None
+    stop_detail: str = ""
+
+    @property
+    def cut(self) -> bool:
+        """True when the reply ended at its output limit or was flagged malformed (its calls are not run)."""
+        return self.stop_reason in CUT_REPLIES
+
+    def cut_description(self, limit: int | None) -> str:
+        """What cut the reply, for the model and the user: ``cut at 4096 output tokens (its output limit)``.
+
+        Args:
+            limit: The output limit the request had, when the usage gives no output tokens.
+        """
+        if self.stop_reason is StopReason.MALFORMED:
+            return f"flagged as malformed by the provider ({self.stop_detail})"
+        tokens = self.usage.output_tokens or limit
+        return f"cut at {tokens} output tokens (its output limit)" if tokens else "cut at its output limit"
 
 
 class ResponseBuilder:
@@ -184,6 +238,7 @@ class ResponseBuilder:
         self._block_text: list[str] = []  # the open thought block's text
         self._calls: list[ToolCallBlock] = []
         self._usage = Usage()
+        self._stop: StopEvent | None = None
         self.events = 0
         """How many events were added."""
 
@@ -201,6 +256,8 @@ class ResponseBuilder:
                 self._block_text = []
         elif isinstance(event, ToolCallEvent):
             self._calls.append(event.call)
+        elif isinstance(event, StopEvent):
+            self._stop = event
         else:
             self._usage = event.usage
 
@@ -216,6 +273,8 @@ class ResponseBuilder:
             thought_blocks=tuple(blocks),
             tool_calls=tuple(self._calls),
             usage=self._usage,
+            stop_reason=None if self._stop is None else self._stop.reason,
+            stop_detail="" if self._stop is None else self._stop.detail,
         )
 
 

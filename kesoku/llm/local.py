@@ -62,6 +62,8 @@ from kesoku.llm.ir import (
     LLMEvent,
     LLMRequest,
     LLMTurn,
+    StopEvent,
+    StopReason,
     TextBlock,
     TextDelta,
     ToolCallBlock,
@@ -108,6 +110,7 @@ class _Native(msgspec.Struct, frozen=True):
 
     messages: list[dict[str, str]]
     tools: tuple[ToolSpec, ...]
+    max_tokens: int
 
 
 class _Reply(msgspec.Struct, frozen=True):
@@ -123,8 +126,9 @@ class _Failure(msgspec.Struct, frozen=True):
     error: BaseException
 
 
-_Item = str | _Reply | Usage | _Failure
-"""What the worker thread sends: answer text (plain mode), a tools-mode reply, usage, a failure."""
+_Item = str | _Reply | Usage | StopEvent | _Failure
+"""What the worker thread sends: answer text and its stop reason (plain mode), a tools-mode reply, usage,
+a failure."""
 
 
 class LocalLLM(BaseLLM):
@@ -178,6 +182,8 @@ class LocalLLM(BaseLLM):
         self.n_ctx = n_ctx
         self.n_threads = n_threads
         self.max_tokens = max_tokens
+        self.output_limit = max_tokens
+        self.max_output_limit = max(max_tokens, n_ctx // 2)  # a retry after a cut reply leaves room for the prompt
         self.system_prompt = system_prompt
         self.load_s: float | None = None
         self.last_thread: threading.Thread | None = None
@@ -258,7 +264,7 @@ class LocalLLM(BaseLLM):
             system = "\n".join((system, "Tools: " + ", ".join(map(_tool_line, request.tools)), TOOLS_FORMAT))
         messages = [{"role": "system", "content": system}]
         messages += (m for m in map(_message, request.turns) if m["content"])
-        return _Native(messages, request.tools)
+        return _Native(messages, request.tools, request.max_output_tokens or self.max_tokens)
 
     def _call(self, native: _Native) -> AsyncIterator[_Item]:
         return self._generate(native)
@@ -268,8 +274,17 @@ class LocalLLM(BaseLLM):
             return (TextDelta(raw),)
         if isinstance(raw, Usage):
             return (UsageEvent(raw),)
+        if isinstance(raw, StopEvent):
+            return (raw,)
         if isinstance(raw, _Reply):
-            return (self._reply_event(raw),)
+            stop = _stop_event(raw.finish_reason)
+            try:
+                event = self._reply_event(raw)
+            except BackendError:
+                if stop is None or stop.reason is not StopReason.MAX_TOKENS:
+                    raise
+                return (stop,)  # cut inside a tool call: nothing to run; the turn may ask again, larger
+            return (event,) if stop is None else (event, stop)
         raise raw.error  # _generate raises failures itself; kept so every item type is handled
 
     def _map_error(self, exc: Exception) -> BackendError:
@@ -341,7 +356,7 @@ class LocalLLM(BaseLLM):
         chunks = llama.create_chat_completion(
             messages=native.messages,
             stream=True,
-            max_tokens=self.max_tokens,
+            max_tokens=native.max_tokens,
             temperature=TEMPERATURE,
             repeat_penalty=REPEAT_PENALTY,
             grammar=_grammar(native.tools) if native.tools else None,
@@ -372,7 +387,11 @@ class LocalLLM(BaseLLM):
         prompt_tokens = prompt_tokens or 0
         # Every completion token but the last is evaluated; the last is too unless the length limit cut it.
         completion_tokens = llama.n_tokens - prompt_tokens + (finish_reason == "length")
-        job.send(Usage(input_tokens=prompt_tokens, output_tokens=max(completion_tokens, 0)))
+        if not job.send(Usage(input_tokens=prompt_tokens, output_tokens=max(completion_tokens, 0))):
+            return
+        stop = _stop_event(finish_reason)
+        if stop is not None and not native.tools:  # in tools mode it goes with the reply
+            job.send(stop)
 
     def _reply_event(self, reply: _Reply) -> LLMEvent:
         """Map a tools-mode reply to an answer or a tool call.
@@ -399,6 +418,14 @@ class LocalLLM(BaseLLM):
                 self._call_counter += 1
                 return ToolCallEvent(ToolCallBlock(f"local_{self._call_counter}", data["tool"], data["arguments"]))
         raise BackendError(f"local: the reply is neither an answer nor a tool call: {reply.text[:200]!r}")
+
+
+def _stop_event(finish_reason: str | None) -> StopEvent | None:
+    """llama-cpp-python's ``finish_reason`` (``stop``, or ``length`` at ``max_tokens``) in the IR."""
+    if finish_reason is None:
+        return None
+    reason = StopReason.MAX_TOKENS if finish_reason == "length" else StopReason.END
+    return StopEvent(reason, finish_reason)
 
 
 class _Job:

@@ -48,6 +48,8 @@ from kesoku.llm.ir import (
     LLMEvent,
     LLMRequest,
     LLMTurn,
+    StopEvent,
+    StopReason,
     TextBlock,
     TextDelta,
     ThoughtBlock,
@@ -397,8 +399,9 @@ class _Assembler:
                     events.append(TextDelta(content))
                 for fragment in _field(delta, "tool_calls") or ():
                     self._add(fragment)
-            if getattr(choice, "finish_reason", None):
+            if finish := getattr(choice, "finish_reason", None):
                 events.extend(self.finish())
+                events.append(StopEvent(stop_reason_of(str(finish)), str(finish)))
         usage = getattr(chunk, "usage", None)
         if usage is not None:
             events.append(UsageEvent(_usage(usage)))
@@ -437,6 +440,21 @@ class _Assembler:
             call.fragments.append(arguments)
         elif isinstance(arguments, dict):
             call.arguments = arguments
+
+
+def stop_reason_of(finish_reason: str) -> StopReason:
+    """The IR's stop reason for a ``finish_reason``.
+
+    Chat Completions: ``stop``, ``length`` (the output limit: ``max_tokens``, or the context),
+    ``tool_calls``, ``content_filter``, ``function_call`` (https://platform.openai.com/docs/api-reference/
+    chat/object); Ollama and the llama.cpp server send ``length`` when ``num_predict`` / ``n_predict`` or
+    the context ends the reply.
+    """
+    if finish_reason == "length":
+        return StopReason.MAX_TOKENS
+    if finish_reason in ("stop", "tool_calls", "function_call", "eos"):
+        return StopReason.END
+    return StopReason.OTHER
 
 
 def decode_arguments(text: str) -> dict[str, Any]:
@@ -549,4 +567,11 @@ def _warm_sdk(client: openai_sdk.AsyncOpenAI) -> None:
         import anyio._backends._trio  # noqa: F401
 
 
-__all__ = ["OpenAILLM", "build_messages", "decode_arguments", "is_deepseek", "stream_error_is_retryable"]
+__all__ = [
+    "OpenAILLM",
+    "build_messages",
+    "decode_arguments",
+    "is_deepseek",
+    "stop_reason_of",
+    "stream_error_is_retryable",
+]

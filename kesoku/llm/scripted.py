@@ -17,6 +17,7 @@ The scenario file (YAML)::
         tool_calls:
           - {name: shell, arguments: {command: date}, id: call_1}   # id optional: generated, unique
         usage: {input_tokens: 120, output_tokens: 30}
+        stop: max_tokens                         # optional: end, max_tokens, malformed, other, none
         delay_s: 0.2                             # sleep before each event of the step
       - error: {message: "overloaded", status: 529, retryable: true, retry_after_s: 1}
       - events:                                  # explicit order (instead of the keys above)
@@ -29,7 +30,9 @@ The scenario file (YAML)::
 
 Without ``events`` a step streams, in this order: the thought, the text chunks, the tool calls, the
 usage, then the error if any (an error after other events is a mid-stream failure: the base never
-retries it, since a retry would repeat what was already streamed). Unknown keys are errors, reported
+retries it, since a retry would repeat what was already streamed). A step that raises no error ends
+with its ``stop`` reason (``end`` unless given; ``none`` sends none, like a server that answered with
+an empty body). Unknown keys are errors, reported
 as one line naming the file and key path: ``scenario.yaml: steps[2].tool_calls[0].name: expected str``.
 """
 
@@ -39,7 +42,7 @@ import os
 import re
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
 import trio
@@ -48,7 +51,17 @@ import yaml
 from kesoku.config_errors import unknown_key
 from kesoku.errors import BackendError, ConfigError
 from kesoku.llm.base import MAX_RETRIES, STALL_TIMEOUT_S, BaseLLM
-from kesoku.llm.ir import LLMEvent, LLMRequest, TextDelta, ThoughtDelta, ToolCallBlock, ToolCallEvent, UsageEvent
+from kesoku.llm.ir import (
+    LLMEvent,
+    LLMRequest,
+    StopEvent,
+    StopReason,
+    TextDelta,
+    ThoughtDelta,
+    ToolCallBlock,
+    ToolCallEvent,
+    UsageEvent,
+)
 from kesoku.model import Usage
 
 NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
@@ -143,6 +156,8 @@ class Step(_Strict, frozen=True, kw_only=True):
         error: The call fails after the events above (at once when there are none).
         events: An explicit order instead of the keys above (not combined with them).
         delay_s: A pause before each event of the step.
+        stop: The stop reason sent after the events (:class:`~kesoku.llm.ir.StopReason` values), or
+            ``none`` for none.
     """
 
     text: str | tuple[str, ...] = ()
@@ -153,6 +168,7 @@ class Step(_Strict, frozen=True, kw_only=True):
     error: StepError | None = None
     events: tuple[StepEvent, ...] | None = None
     delay_s: NonNegativeSeconds = 0.0
+    stop: Literal["end", "max_tokens", "malformed", "other", "none"] = "end"
 
     def __post_init__(self) -> None:
         if self.events is not None:
@@ -201,6 +217,8 @@ class ScriptedLLM(BaseLLM):
         record_requests: Keep every request in :attr:`requests`.
         max_retries: As for :class:`BaseLLM`.
         stall_timeout_s: As for :class:`BaseLLM`.
+        output_limit: As :attr:`BaseLLM.output_limit` (what a real backend would send as max_tokens).
+        max_output_limit: As :attr:`BaseLLM.max_output_limit`.
 
     Attributes:
         requests: The requests received, one per model call attempt.
@@ -223,8 +241,12 @@ class ScriptedLLM(BaseLLM):
         record_requests: bool = True,
         max_retries: int = MAX_RETRIES,
         stall_timeout_s: float = STALL_TIMEOUT_S,
+        output_limit: int | None = None,
+        max_output_limit: int | None = None,
     ) -> None:
         super().__init__(model, max_retries=max_retries, stall_timeout_s=stall_timeout_s)
+        self.output_limit = output_limit
+        self.max_output_limit = max_output_limit
         if steps is not None and responder is not None:
             raise ValueError("give steps or a responder, not both")
         self.source = "script"
@@ -293,6 +315,8 @@ class ScriptedLLM(BaseLLM):
                 yield ToolCallEvent(self._tool_call(event.tool_call))
             elif event.usage is not None:
                 yield UsageEvent(event.usage.to_usage())
+        if step.stop != "none":
+            yield StopEvent(StopReason(step.stop), step.stop)
 
     def _tool_call(self, call: StepToolCall) -> ToolCallBlock:
         if call.id is not None:

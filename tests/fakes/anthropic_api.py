@@ -59,12 +59,17 @@ class Redacted:
 
 @dataclass
 class ToolUse:
-    """A tool_use block; its input is streamed as ``input_json_delta`` pieces of ``piece_chars``."""
+    """A tool_use block; its input is streamed as ``input_json_delta`` pieces of ``piece_chars``.
+
+    ``cut_at``: only the JSON's first that many characters are sent (a reply cut at ``max_tokens``
+    inside the block, which the API then closes with ``content_block_stop``).
+    """
 
     id: str
     name: str
     input: dict[str, Any]
     piece_chars: int = 8
+    cut_at: int | None = None
 
 
 Block = Text | Thinking | Redacted | ToolUse
@@ -302,7 +307,7 @@ def _events(reply: Reply, model: str) -> list[tuple[str, dict[str, Any]]]:
         events.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
 
     def json_pieces(b: ToolUse) -> list[str]:
-        text = json.dumps(b.input, separators=(",", ":"))
+        text = json.dumps(b.input, separators=(",", ":"))[: b.cut_at]
         return ["", *(text[i : i + b.piece_chars] for i in range(0, len(text), b.piece_chars))]
 
     tools = [(i, b) for i, b in enumerate(reply.blocks) if isinstance(b, ToolUse)]

@@ -87,6 +87,13 @@ class Reply:
 
 
 @dataclass
+class EmptyReply:
+    """HTTP 200 with an empty body: what the llama.cpp server answers to a prompt over its ``n_ctx``."""
+
+    content_type: str = "text/event-stream"
+
+
+@dataclass
 class ErrorReply:
     """An HTTP error with OpenAI's body shape."""
 
@@ -115,7 +122,7 @@ def text_reply(text: str, **usage: int) -> Reply:
     return Reply(text, usage={"prompt_tokens": 10, "completion_tokens": 5, **usage})
 
 
-Handler = Callable[[dict[str, Any]], Reply | ErrorReply]
+Handler = Callable[[dict[str, Any]], Reply | ErrorReply | EmptyReply]
 
 
 @dataclass
@@ -143,14 +150,14 @@ class OpenAIFake:
     def __init__(self, *, api_key: str | None = "sk-test", deepseek_thinking: bool = False) -> None:
         self.api_key = api_key
         self.deepseek_thinking = deepseek_thinking
-        self.replies: deque[Reply | ErrorReply] = deque()
+        self.replies: deque[Reply | ErrorReply | EmptyReply] = deque()
         self.handler: Handler | None = None
         self.log = RequestLog()
         self.rejections: list[str] = []
         """The 400 messages sent, in order."""
         self.app = Starlette(routes=[Route("/v1/chat/completions", self._completions, methods=["POST"])])
 
-    def push(self, *replies: Reply | ErrorReply) -> None:
+    def push(self, *replies: Reply | ErrorReply | EmptyReply) -> None:
         """Queue responses, one per request."""
         self.replies.extend(replies)
 
@@ -185,6 +192,8 @@ class OpenAIFake:
             return _error(500, "fake: no scripted reply left", "server_error")
         if isinstance(reply, ErrorReply):
             return _error(reply.status, reply.message, reply.type, code=reply.code, headers=reply.headers)
+        if isinstance(reply, EmptyReply):
+            return Response(b"", status_code=200, media_type=reply.content_type)
         body = rec.body
         if not body.get("stream"):
             return JSONResponse(_completion_json(reply, body["model"]))

@@ -1,0 +1,109 @@
+"""The repeat guard: one turn's identical tool calls that keep returning the same thing are not run again.
+
+Small models loop: asked a simple question, a 135M model made 28 identical ``list_skills()`` calls
+until its context overflowed, and 50 identical failing ``grep`` calls until the step cap. A call is
+identified by its tool name and its arguments as canonical JSON (keys sorted). Once one call has run
+``max_identical`` times in a turn and every run returned the same text with the same outcome, the next
+identical call is not run: its result says so and repeats, briefly, what the earlier runs returned.
+A call whose result changed (a poll, a file read again after an edit) runs again. When the model makes
+a refused call once more, it is stuck: the turn (or the subagent) ends as ``repeating``.
+
+Used by the turn loop (kesoku.turn) and by subagents (kesoku.subagent), so both refuse the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+
+import msgspec
+
+from kesoku.model import Outcome
+
+MAX_IDENTICAL_CALLS = 2
+"""``agent.max_identical_calls``: runs of one identical call, returning the same each time, in a turn."""
+EXCERPT_CHARS = 200
+"""How much of the earlier result a refusal quotes."""
+
+
+class _Seen:
+    __slots__ = ("digest", "excerpt", "outcome", "refused", "runs", "told")
+
+    def __init__(self) -> None:
+        self.runs = 0  # runs in a row that returned the same text and outcome
+        self.digest = b""
+        self.outcome = Outcome.COMPLETED
+        self.excerpt = ""
+        self.refused = False
+        self.told = False  # the model has read a refusal of this call
+
+
+class RepeatGuard:
+    """One turn's record of the tool calls it ran.
+
+    Args:
+        max_identical: Runs allowed of one identical call that returns the same each time; the next
+            identical call is refused. 0 turns the guard off.
+
+    Attributes:
+        stuck: The name of a call the model made again after it was refused (the turn should end),
+            else None.
+    """
+
+    def __init__(self, max_identical: int = MAX_IDENTICAL_CALLS) -> None:
+        self.max_identical = max_identical
+        self.stuck: str | None = None
+        self._seen: dict[bytes, _Seen] = {}
+
+    def refusals(self, calls: Sequence[tuple[str, Mapping[str, object]]]) -> list[str | None]:
+        """For one step's calls (name, arguments): the result text of each call that must not run, else None.
+
+        A refusal is remembered: the same call made again in a later step sets :attr:`stuck` (two
+        identical calls in one step are both refused, but the model had not been told yet).
+        """
+        out = [self._refusal(name, arguments) for name, arguments in calls]
+        for seen in self._seen.values():
+            seen.told = seen.told or seen.refused
+        return out
+
+    def _refusal(self, name: str, arguments: Mapping[str, object]) -> str | None:
+        if self.max_identical <= 0:
+            return None
+        seen = self._seen.get(call_key(name, arguments))
+        if seen is None or seen.runs < self.max_identical:
+            return None
+        if seen.told:
+            self.stuck = name
+        seen.refused = True
+        failed = "failed" if seen.outcome is not Outcome.COMPLETED else "returned"
+        return (
+            f"[repeated] Not run: this call ({name} with the same arguments) already ran {seen.runs} times "
+            f"in this turn and {failed} the same each time: {seen.excerpt} — running it again would give the "
+            "same result. Use what it returned, try something different, or answer."
+        )
+
+    def record(self, name: str, arguments: Mapping[str, object], content: str, outcome: Outcome) -> None:
+        """Note a call that ran and what it returned."""
+        if self.max_identical <= 0:
+            return
+        seen = self._seen.setdefault(call_key(name, arguments), _Seen())
+        digest = hashlib.blake2b(f"{outcome}\0{content}".encode(errors="replace"), digest_size=16).digest()
+        if seen.runs and digest == seen.digest:
+            seen.runs += 1
+        else:  # a new result: the call is worth running again
+            seen.runs, seen.digest, seen.outcome, seen.refused, seen.told = 1, digest, outcome, False, False
+            seen.excerpt = _excerpt(content)
+
+
+def call_key(name: str, arguments: Mapping[str, object]) -> bytes:
+    """A call's identity: its tool name and its arguments as canonical JSON (keys sorted)."""
+    try:
+        canonical = msgspec.json.encode(arguments, order="sorted")
+    except (TypeError, ValueError, OverflowError):  # arguments JSON cannot hold: fall back to repr
+        canonical = repr(sorted(arguments.items(), key=lambda kv: str(kv[0]))).encode(errors="replace")
+    return name.encode(errors="replace") + b"\0" + canonical
+
+
+def _excerpt(content: str) -> str:
+    flat = " ".join(content.split())
+    return flat if len(flat) <= EXCERPT_CHARS else flat[: EXCERPT_CHARS - 1] + "…"
