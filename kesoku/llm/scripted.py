@@ -189,6 +189,10 @@ Responder = Callable[[LLMRequest], Step | Mapping[str, Any]]
 """Decides a step from the request: ``lambda request: Step(text="done")``."""
 
 
+SCRIPTED_WINDOW = 128_000
+"""The context window a scripted model reports unless told otherwise."""
+
+
 class ScriptedLLM(BaseLLM):
     """A backend that replays steps (or asks a responder) instead of calling a model.
 
@@ -201,6 +205,8 @@ class ScriptedLLM(BaseLLM):
         record_requests: Keep every request in :attr:`requests`.
         max_retries: As for :class:`BaseLLM`.
         stall_timeout_s: As for :class:`BaseLLM`.
+        context_window: The window this "server" reports, in tokens (None: it reports none, like
+            a server Kesoku cannot ask). Large by default, so a script is never compacted unasked.
 
     Attributes:
         requests: The requests received, one per model call attempt.
@@ -223,8 +229,10 @@ class ScriptedLLM(BaseLLM):
         record_requests: bool = True,
         max_retries: int = MAX_RETRIES,
         stall_timeout_s: float = STALL_TIMEOUT_S,
+        context_window: int | None = SCRIPTED_WINDOW,
     ) -> None:
         super().__init__(model, max_retries=max_retries, stall_timeout_s=stall_timeout_s)
+        self._window = context_window
         if steps is not None and responder is not None:
             raise ValueError("give steps or a responder, not both")
         self.source = "script"
@@ -250,6 +258,10 @@ class ScriptedLLM(BaseLLM):
         llm = cls(script.steps, model=script.model or "scripted", loop=script.loop, record_requests=record_requests)
         llm.source = os.fspath(path)
         return llm
+
+    async def _discover_window(self) -> int | None:
+        await trio.lowlevel.checkpoint()
+        return self._window
 
     def _build_native_input(self, request: LLMRequest) -> LLMRequest:
         return request
