@@ -9,11 +9,13 @@ Kesoku's estimator). The tools are the real shell tool in the sandbox.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
+import trio
 from fakes.openai_api import Call, OpenAIFake, Reply, ServerKind, prompt_size
 from runtime_harness import serve_runtime
 from sandboxing import sandbox_for
@@ -22,11 +24,13 @@ from test_compaction import SMALL_WINDOW, policy, seed, views
 from kesoku.compaction import CompactionPolicy
 from kesoku.compaction.tokens import DEFAULT_WINDOW, estimate_request
 from kesoku.config import SandboxConfig, ShellConfig
+from kesoku.llm.ir import LLMRequest, ToolResultBlock
 from kesoku.llm.openai import OpenAILLM
 from kesoku.llm.windows import parse_window, server_root
 from kesoku.metrics import TurnState
 from kesoku.model import Kind, Role
 from kesoku.testing import ScriptedLLM
+from kesoku.tools.base import Tool, ToolContext
 from kesoku.tools.execute import WRAPPER_BYTES
 from kesoku.tools.sandbox import Sandbox
 from kesoku.tools.shell import shell_tool
@@ -225,3 +229,30 @@ def test_server_answers_that_are_not_windows_are_none() -> None:
         assert parse_window(kind, data, MODEL) is None, (kind, data)
     assert parse_window("vllm", {"data": [{"id": "other", "max_model_len": 4096}]}, MODEL) == 4096
     assert parse_window("ollama", msgspec.json.decode(b'{"parameters": "num_ctx 2048"}'), MODEL) == 2048
+
+
+async def test_a_thirty_step_turn_cuts_its_oldest_results_again(tmp_path: Path) -> None:
+    def step(request: LLMRequest) -> dict[str, Any]:
+        done = sum(isinstance(b, ToolResultBlock) for t in request.turns for b in t.blocks)
+        if done < 30:
+            return {"tool_calls": [{"name": "dump", "arguments": {"n": done}}]}
+        return {"text": f"read {done} outputs"}
+
+    async def dump(arguments: Mapping[str, Any], ctx: ToolContext) -> str:
+        await trio.lowlevel.checkpoint()
+        return "\n".join(f"{i:06d} output of step {arguments['n']}" for i in range(4000))
+
+    llm = ScriptedLLM(responder=step, context_window=7000)
+    tool = Tool("dump", "Dump some output.", dump)
+    async with serve_runtime(tmp_path, llm, tools=[tool], compaction=CompactionPolicy()) as h:
+        await h.say("dump thirty times")
+        metrics = await h.turn_end()
+        answer = h.history()[-1].content
+    assert metrics.state is TurnState.DONE and answer == "read 30 outputs"
+    assert max(map(estimate_request, llm.requests)) <= 7000
+    results = [b for t in llm.requests[-1].turns for b in t.blocks if isinstance(b, ToolResultBlock)]
+    assert len(results) == 30
+    first, last = results[0].content, results[-1].content
+    assert "characters cut here" in first and len(first) < 400  # the second, deeper cut
+    assert first.startswith("000000 output of step 0") and first.endswith("003999 output of step 0")
+    assert "characters cut here" not in last

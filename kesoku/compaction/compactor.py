@@ -59,6 +59,8 @@ LONG_RESULT_CHARS = 2000
 EXCERPT_HEAD_CHARS, EXCERPT_TAIL_CHARS = 600, 400
 SHORTEN_MIN_CHARS = EXCERPT_HEAD_CHARS + EXCERPT_TAIL_CHARS + 200
 """An active-turn result this long or shorter is left whole: shortening it would save little."""
+SHORTEN_TIERS = ((EXCERPT_HEAD_CHARS, EXCERPT_TAIL_CHARS), (160, 90))
+"""(start, end) characters an active-turn result keeps: the first cut, then the second of a long turn."""
 FIELD_CHARS = 160
 """Longest intent or conclusion in an archive line."""
 SUMMARY_COOLDOWN_S = 300.0
@@ -355,15 +357,22 @@ class _Plan:
         candidates = [
             (i > last_step, m)
             for i, m in enumerate(self.messages[start:], start)
-            if m.kind is Kind.TOOL_RESULT and m.id not in shortened and len(m.content) > SHORTEN_MIN_CHARS
+            if m.kind is Kind.TOOL_RESULT and len(m.content) > SHORTEN_MIN_CHARS
         ]
         candidates.sort(key=lambda c: c[0])  # stable: older steps first, each in history order
-        for newest, msg in candidates:
-            if after <= (limit if newest else goal):
+        # A long turn shortens its results again, further, once every one of them had its first cut.
+        for head, tail in SHORTEN_TIERS:
+            for newest, msg in candidates:
+                if after <= (limit if newest else goal):
+                    break
+                text = _shortened(msg.content, head, tail)
+                if len(text) >= len(shortened.get(msg.id, msg.content)):
+                    continue
+                shortened[msg.id] = text
+                view = msgspec.structs.replace(view, shortened=dict(shortened), stages=tuple(sorted({*view.stages, 5})))
+                after = self.measure(view)
+            if after <= goal:
                 break
-            shortened[msg.id] = _shortened(msg.content)
-            view = msgspec.structs.replace(view, shortened=dict(shortened), stages=tuple(sorted({*view.stages, 5})))
-            after = self.measure(view)
         return view, after
 
     def archive(self, cut_group: int, view: ViewState) -> ViewState:
@@ -450,9 +459,9 @@ def _unchanged(current: ViewState | None, reason: str) -> ViewState:
     return msgspec.structs.replace(current or ViewState(), stages=(), reason=reason)
 
 
-def _shortened(text: str) -> str:
+def _shortened(text: str, head_chars: int, tail_chars: int) -> str:
     """A result's start and end around a note saying how much was cut (:data:`~kesoku.compaction.view.SHORTENED`)."""
-    head, tail = text[:EXCERPT_HEAD_CHARS], text[-EXCERPT_TAIL_CHARS:]
+    head, tail = text[:head_chars], text[-tail_chars:]
     return SHORTENED.format(head=head, tail=tail, cut=len(text) - len(head) - len(tail), chars=len(text))
 
 
