@@ -210,7 +210,8 @@ class Compactor:
             force: Compact even under the threshold (``/compact``, a context-overflow error).
 
         Returns:
-            The new view, or None when there was nothing old enough to compact.
+            The new view, or None when nothing could be made smaller (no turn old enough, no
+            archive to leave out, no result of the active turn long enough to shorten).
 
         Cancellation:
             Nothing is stored until the end; a cancelled compaction leaves the current view in force.
