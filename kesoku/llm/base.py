@@ -99,10 +99,11 @@ class BaseLLM(ABC):
             Tokens, or None when the server does not say (or cannot be asked). Failures are cached
             too: a server that did not answer is not asked again by every turn.
         """
-        async with self._window_lock:
-            if not self._window_asked:
-                self.reported_window = await self._discover_window()
-                self._window_asked = True
+        if not self._window_asked:  # once known, no checkpoint: a turn's start keeps its interleaving
+            async with self._window_lock:
+                if not self._window_asked:
+                    self.reported_window = await self._discover_window()
+                    self._window_asked = True
         return self.reported_window
 
     async def _discover_window(self) -> int | None:

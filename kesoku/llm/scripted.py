@@ -232,7 +232,8 @@ class ScriptedLLM(BaseLLM):
         context_window: int | None = SCRIPTED_WINDOW,
     ) -> None:
         super().__init__(model, max_retries=max_retries, stall_timeout_s=stall_timeout_s)
-        self._window = context_window
+        # Known from the start, as a configured window is: asking costs no checkpoint.
+        self.reported_window, self._window_asked = context_window, True
         if steps is not None and responder is not None:
             raise ValueError("give steps or a responder, not both")
         self.source = "script"
@@ -258,10 +259,6 @@ class ScriptedLLM(BaseLLM):
         llm = cls(script.steps, model=script.model or "scripted", loop=script.loop, record_requests=record_requests)
         llm.source = os.fspath(path)
         return llm
-
-    async def _discover_window(self) -> int | None:
-        await trio.lowlevel.checkpoint()
-        return self._window
 
     def _build_native_input(self, request: LLMRequest) -> LLMRequest:
         return request
