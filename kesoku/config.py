@@ -260,6 +260,9 @@ class CompactionConfig(_Section, frozen=True, kw_only=True):
     thresholds: Annotated[
         dict[str, Annotated[float, msgspec.Meta(gt=0, le=1)]], _doc("Per-model threshold (overrides).")
     ] = {}
+    tool_result_share: Annotated[
+        float, _doc("Most of the context window one tool result may fill (tools' own caps still apply).", gt=0, le=1)
+    ] = 0.2
 
 
 class ModelPrice(_Section, frozen=True, kw_only=True):

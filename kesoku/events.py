@@ -65,7 +65,13 @@ class QuestionAsked(msgspec.Struct, frozen=True, tag="question_asked"):
     question: Message
 
 
-_STAGES = {1: "evicted old tool results", 2: "archived old turns", 3: "summarized", 4: "left the oldest out"}
+_STAGES = {
+    1: "evicted old tool results",
+    2: "archived old turns",
+    3: "summarized",
+    4: "left the oldest out",
+    5: "shortened this turn's tool results",
+}
 
 
 class Compacted(msgspec.Struct, frozen=True, tag="compacted"):

@@ -129,4 +129,6 @@ class SessionHistory:
     def _shown(self, start: int, end: int) -> list[Message]:
         view = self.view
         part = self.messages[start:end]
-        return part if view is None or view.evict_before is None else [view.shown(m) for m in part]
+        if view is None or (view.evict_before is None and not view.shortened):
+            return part
+        return [view.shown(m) for m in part]

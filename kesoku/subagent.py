@@ -20,6 +20,7 @@ import datetime as dt
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import aclosing
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -205,7 +206,7 @@ class Subagent:
                 results[i] = ToolResultBlock(call.id, call.name, refusal, Outcome.REPEATED)
                 return
             tool = self.tools.get(call.name)
-            child = ToolContext(self.ctx.session, self.ctx.cwd, call.id, self.ctx.guard)
+            child = replace(self.ctx, call_id=call.id, deadline=None)
             content, outcome = await run_tool(tool, call.name, call.arguments, child, known=self.tools)
             self.repeats.record(call.name, call.arguments, content, outcome)
             # Masked here: these results go to the model without passing the gateway.

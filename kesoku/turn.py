@@ -190,6 +190,7 @@ class Turn:
 
     async def _loop(self) -> TurnState:
         await self._heal()
+        await self.rt.compaction.learn_window(self.llm)  # a model no table knows: ask its server, once
         system = self._system_prompt()
         while True:
             if self.cut:
@@ -209,6 +210,10 @@ class Turn:
             if self._over_limit(turns, fixed) and await self._compact("auto", fixed):
                 self._compaction_retry_at = 0.0
                 turns = self._turns()
+            refusal = self._refusal(turns, fixed)
+            if refusal is not None:  # sending it would only earn a refusal, or a silently cut prompt
+                await self._post_system(refusal)
+                return TurnState.FAILED
             request = await self.llm.request_from_turns(turns, system=system, tools=specs, checker=self.history.checker)
             if self._output_limit is not None:
                 request = msgspec.structs.replace(request, max_output_tokens=self._output_limit)
@@ -348,7 +353,8 @@ class Turn:
         self.tool_calls += 1
         self.rt.hub.publish(ToolStarted(self.session.id, call))
         arguments: Mapping[str, object] = call.metadata.tool_arguments or {}
-        ctx = ToolContext(self.session, self.rt.cwd(self.session), call_id_of(call), self.guard)
+        cap = self.rt.compaction.result_cap(self.llm, self.compactor.calibration.ratio)
+        ctx = ToolContext(self.session, self.rt.cwd(self.session), call_id_of(call), self.guard, max_output_bytes=cap)
         try:
             content, outcome = await run_tool(self._tools.get(name), name, arguments, ctx, known=self._tools)
         except BaseException:  # only cancellations get here (run_tool types every other failure)
@@ -433,12 +439,25 @@ class Turn:
         if not policy.enabled:
             return False
         estimate = self.compactor.estimate(turns, fixed)
-        limit = policy.limit(self.llm.provider, self.llm.model)
-        if estimate <= limit or estimate < self._compaction_retry_at:
+        limit = policy.limit(self.llm)
+        if estimate <= limit or (estimate < self._compaction_retry_at and estimate <= policy.window(self.llm)):
             return False
         # Should this attempt find nothing old enough, the next is worth it only once the turn has grown.
         self._compaction_retry_at = estimate + limit * COMPACTION_RETRY_GROWTH
         return True
+
+    def _refusal(self, turns: list[LLMTurn], fixed: float) -> str | None:
+        """The one-line notice for a request the estimate puts over the window, or None when it fits."""
+        estimate = self.compactor.estimate(turns, fixed)
+        window = self.rt.compaction.window(self.llm)
+        if estimate <= window:
+            return None
+        why = "compaction could not make it smaller" if self.rt.compaction.enabled else "compaction is off"
+        return (
+            f"⚠ Not sent: the request would be about {estimate:,} tokens, over the model's context window of "
+            f"{window:,} ({why}). Start a new session, or if the model's window is larger, set it under "
+            "[compaction.context_windows]."
+        )
 
     async def _compact(self, reason: str, fixed: float, *, force: bool = False) -> bool:
         """Compact the session's view before the next request; True when a new view is in force."""

@@ -17,6 +17,7 @@ from fakes.anthropic_api import AnthropicFake, ErrorReply, Reply, Text
 from runtime_harness import Harness, echo, serve_runtime
 
 from kesoku.compaction import CompactionPolicy, ViewState
+from kesoku.compaction.compactor import SHORTEN_MIN_CHARS
 from kesoku.compaction.tokens import estimate_request
 from kesoku.events import Compacted, ToolStarted, TurnEnded
 from kesoku.llm.claude import ClaudeLLM
@@ -237,9 +238,12 @@ async def test_mid_turn_compaction_keeps_the_turns_own_tool_pairs(tmp_path: Path
 
 
 async def test_a_long_turn_with_nothing_old_tries_compaction_again_only_as_it_grows(tmp_path: Path) -> None:
-    steps = 40  # each echo result adds about 500 tokens: the turn alone outgrows the threshold
+    # Each step adds about 600 tokens, in results too short to shorten (SHORTEN_MIN_CHARS): the turn
+    # alone outgrows the threshold, and compaction finds nothing to do, until it nears the window.
     # Each call differs (identical ones would be refused by the repeat guard).
-    calls = [{"tool_calls": [{"name": "echo", "arguments": {"text": f"{i} " + "w" * 2000}}]} for i in range(steps)]
+    steps = 32
+    texts = [f"{i:02d} " + "w" * (SHORTEN_MIN_CHARS - 3) for i in range(steps)]
+    calls = [{"tool_calls": [{"name": "echo", "arguments": {"text": text}}]} for text in texts]
     llm = ScriptedLLM([*calls, {"text": "done"}])
     async with serve_runtime(tmp_path, llm, tools=[echo()], compaction=policy()) as h:
         await h.say("echo on and on")
@@ -259,6 +263,7 @@ async def test_a_long_turn_with_nothing_old_tries_compaction_again_only_as_it_gr
     grown = [tokens(llm.requests[b]) - tokens(llm.requests[a]) for a, b in itertools.pairwise(tries)]
     assert all(g >= COMPACTION_RETRY_GROWTH * limit * 0.9 for g in grown)
     assert llm.requests[-1].turns[-1].blocks  # the turn ran to its end
+    assert max(map(tokens, llm.requests)) <= WINDOW
 
 
 async def test_claude_over_the_wire_refuses_a_long_prompt_and_the_compacted_retry_goes_through(

@@ -6,7 +6,12 @@
    ``Turn N: intent=…; action=…; conclusion=…; files=…``.
 3. **Summarize**: the model merges the archives into a summary by topic. A failure falls back to the
    stage-2 lines (then stage 4) and cools down before the next try.
-4. **Truncate**: leave the oldest archives out, with a note saying how many turns are gone.
+4. **Truncate**: leave the oldest archives out, with a note saying how many turns are gone. A model
+   summary is kept while the request fits the limit with it; it goes only after stage 5.
+5. **Shorten** the active turn's tool results (their start, their end and a note saying how much was
+   cut), older steps first, the newest step's only when the request is still over the limit: a turn
+   that alone outgrows the window (a few big shell outputs on a small local model) has nothing old
+   to give.
 
 "Old" means before a cut at a turn boundary that keeps the newest turns up to :data:`KEEP_FRACTION` of
 the window, and always the active turn: the latest user request and every unfinished tool pair stay
@@ -24,8 +29,16 @@ from typing import TYPE_CHECKING
 import msgspec
 import trio
 
-from kesoku.compaction.tokens import Calibration, TurnSizes, estimate_turns, window_of
-from kesoku.compaction.view import Archive, Key, ViewState, key, view_turns
+from kesoku.compaction.tokens import (
+    CHARS_PER_TOKEN,
+    DEFAULT_WINDOW,
+    Calibration,
+    TurnSizes,
+    estimate_turns,
+    known_window,
+    window_of,
+)
+from kesoku.compaction.view import SHORTENED, Archive, Key, ViewState, key, view_turns
 from kesoku.errors import BackendError
 from kesoku.llm.base import BaseLLM
 from kesoku.llm.ir import LLMTurn, TextBlock
@@ -44,6 +57,10 @@ KEEP_FRACTION = 0.35
 LONG_RESULT_CHARS = 2000
 """A result longer than this keeps an excerpt when evicted; a shorter one becomes a stub."""
 EXCERPT_HEAD_CHARS, EXCERPT_TAIL_CHARS = 600, 400
+SHORTEN_MIN_CHARS = EXCERPT_HEAD_CHARS + EXCERPT_TAIL_CHARS + 200
+"""An active-turn result this long or shorter is left whole: shortening it would save little."""
+SHORTEN_TIERS = ((EXCERPT_HEAD_CHARS, EXCERPT_TAIL_CHARS), (160, 90))
+"""(start, end) characters an active-turn result keeps: the first cut, then the second of a long turn."""
 FIELD_CHARS = 160
 """Longest intent or conclusion in an archive line."""
 SUMMARY_COOLDOWN_S = 300.0
@@ -68,6 +85,8 @@ class CompactionPolicy:
         thresholds: Per-model overrides of ``threshold``.
         windows: Per-model context windows overriding the built-in table.
         local_window: The local model's window (``local.n_ctx``).
+        tool_result_share: The most of the window one tool result may fill (a fraction); each
+            tool's own ``max_output_bytes`` still bounds it.
     """
 
     enabled: bool = True
@@ -75,6 +94,7 @@ class CompactionPolicy:
     thresholds: tuple[tuple[str, float], ...] = ()
     windows: tuple[tuple[str, int], ...] = ()
     local_window: int = 8192
+    tool_result_share: float = 0.2
 
     @classmethod
     def from_config(cls, config: Config) -> CompactionPolicy:
@@ -86,15 +106,56 @@ class CompactionPolicy:
             thresholds=tuple(section.thresholds.items()),
             windows=tuple(section.context_windows.items()),
             local_window=config.local.n_ctx,
+            tool_result_share=section.tool_result_share,
         )
 
-    def window(self, provider: str, model: str) -> int:
-        """The context window of a model, in tokens (see :func:`kesoku.compaction.tokens.window_of`)."""
-        return window_of(dict(self.windows), provider, model, self.local_window)
+    def window(self, llm: BaseLLM) -> int:
+        """The context window of a backend's model, in tokens (see :func:`kesoku.compaction.tokens.window_of`).
 
-    def limit(self, provider: str, model: str) -> int:
-        """Tokens above which a request of this model is compacted."""
-        return int(self.window(provider, model) * dict(self.thresholds).get(model, self.threshold))
+        A window the server reported counts only once :meth:`learn_window` asked for it.
+        """
+        return window_of(dict(self.windows), llm.provider, llm.model, self.local_window, llm.reported_window)
+
+    def limit(self, llm: BaseLLM) -> int:
+        """Tokens above which a request of this backend's model is compacted."""
+        return int(self.window(llm) * dict(self.thresholds).get(llm.model, self.threshold))
+
+    def result_cap(self, llm: BaseLLM, ratio: float = 1.0) -> int:
+        """The most bytes of one tool result for this model: ``tool_result_share`` of its window.
+
+        Args:
+            llm: The session's backend.
+            ratio: The session's calibration (provider tokens per estimated token): a denser
+                tokenizer gets fewer bytes.
+        """
+        return max(1, int(self.window(llm) * self.tool_result_share * CHARS_PER_TOKEN / ratio))
+
+    async def learn_window(self, llm: BaseLLM) -> int:
+        """The window of a model the config and the table do not know, asked of its server once.
+
+        When the server does not say, :data:`~kesoku.compaction.tokens.DEFAULT_WINDOW` is used and one
+        warning per model names the config key that sets it.
+
+        Returns:
+            The window in tokens (as :meth:`window` gives it from now on).
+        """
+        if known_window(dict(self.windows), llm.provider, llm.model, self.local_window) is None:
+            reported = await llm.context_window()
+            if reported is None and (llm.provider, llm.model) not in _WARNED:
+                _WARNED.add((llm.provider, llm.model))
+                log.warning(
+                    "%s model %r: context window unknown (the server did not say); assuming %d tokens. "
+                    "Set it under [compaction.context_windows], e.g. %s = 32768",
+                    llm.provider,
+                    llm.model,
+                    DEFAULT_WINDOW,
+                    msgspec.json.encode(llm.model).decode(),
+                )
+        return self.window(llm)
+
+
+_WARNED: set[tuple[str, str]] = set()
+"""Models whose unknown window was warned about (once per process)."""
 
 
 class Compactor:
@@ -149,26 +210,33 @@ class Compactor:
             force: Compact even under the threshold (``/compact``, a context-overflow error).
 
         Returns:
-            The new view, or None when there was nothing old enough to compact.
+            The new view, or None when nothing could be made smaller (no turn old enough, no
+            archive to leave out, no result of the active turn long enough to shorten).
 
         Cancellation:
             Nothing is stored until the end; a cancelled compaction leaves the current view in force.
         """
-        limit = self.policy.limit(llm.provider, llm.model)
-        window = self.policy.window(llm.provider, llm.model)
+        window = await self.policy.learn_window(llm)  # /compact may come before any turn asked
+        limit = self.policy.limit(llm)
         # Measuring a view builds its whole transcript: CPU work for a worker thread, not the event loop.
         plan = _Plan(self, messages, active_ts, fixed_tokens, target=int(limit * TARGET_FRACTION))
         planned, before, after = await trio.to_thread.run_sync(plan.stages_1_2, current, window, reason, force)
-        if planned is None:
-            return None
-        view: ViewState = planned
-        if after > plan.target and trio.current_time() >= self.cooldown_until:  # Stage 3: a model summary.
-            summary = await self._summarize(llm, view)
+        # Nothing old enough to evict or archive: the view in force, and what only the active turn can give.
+        view: ViewState = planned if planned is not None else _unchanged(current, reason)
+        if planned is not None and after > plan.target and trio.current_time() >= self.cooldown_until:
+            summary = await self._summarize(llm, view)  # Stage 3: a model summary.
             if summary is not None:
                 view = msgspec.structs.replace(view, archives=(summary,), stages=(*view.stages, 3))
                 after = await trio.to_thread.run_sync(plan.measure, view)
         if after > plan.target:
-            view, after = await trio.to_thread.run_sync(plan.stage_4, view, after)
+            view, after = await trio.to_thread.run_sync(plan.stage_4, view, after, True)
+        goal = min(plan.target, before // 2) if force and planned is None else plan.target
+        if after > goal:
+            view, after = await trio.to_thread.run_sync(plan.shorten, view, after, goal, limit)
+        if after > limit:  # the summary (or last archive) goes only when the request cannot fit with it
+            view, after = await trio.to_thread.run_sync(plan.stage_4, view, after, False)
+        if not view.stages:
+            return None
         view = msgspec.structs.replace(view, tokens_before=before, tokens_after=after)
         # One insert: the view exists whole or not at all.
         self.store.add_view_state(messages[0].session_id, view.encode())
@@ -255,10 +323,16 @@ class _Plan:
             after = self.measure(view)
         return view, before, after
 
-    def stage_4(self, view: ViewState, after: int) -> tuple[ViewState, int]:
-        """Leave the oldest archives out until the request fits (or nothing is left to leave out)."""
+    def stage_4(self, view: ViewState, after: int, keep_summary: bool) -> tuple[ViewState, int]:
+        """Leave the oldest archives out until the request is under the target (or none is left).
+
+        With ``keep_summary`` a model summary stays: it is the one stand-in for every archived turn,
+        and the active turn can still give (:meth:`shorten`) before it has to go.
+        """
         while after > self.target and view.archives:
             dropped = view.archives[0]
+            if keep_summary and dropped.kind == "summary":
+                break
             view = msgspec.structs.replace(
                 view,
                 archives=view.archives[1:],
@@ -266,6 +340,40 @@ class _Plan:
                 stages=tuple(sorted({*view.stages, 4})),
             )
             after = self.measure(view)
+        return view, after
+
+    def shorten(self, view: ViewState, after: int, goal: int, limit: int) -> tuple[ViewState, int]:
+        """Stage 5: shorten the active turn's tool results to their start and end, oldest first.
+
+        A turn that alone outgrows the window has nothing old to give. Its older results go first,
+        until the request is under ``goal``; the newest step's results (what the model is about to
+        read) only while it is still over ``limit``.
+
+        Returns:
+            ``(view, tokens after)``; the view unchanged when no result is long enough to shorten.
+        """
+        start = self.groups[self.active][0] if self.active < len(self.groups) else len(self.messages)
+        last_step = max((i for i, m in enumerate(self.messages) if m.kind is not Kind.TOOL_RESULT), default=-1)
+        shortened = dict(view.shortened)
+        candidates = [
+            (i > last_step, m)
+            for i, m in enumerate(self.messages[start:], start)
+            if m.kind is Kind.TOOL_RESULT and len(m.content) > SHORTEN_MIN_CHARS
+        ]
+        candidates.sort(key=lambda c: c[0])  # stable: older steps first, each in history order
+        # A long turn shortens its results again, further, once every one of them had its first cut.
+        for head, tail in SHORTEN_TIERS:
+            for newest, msg in candidates:
+                if after <= (limit if newest else goal):
+                    break
+                text = _shortened(msg.content, head, tail)
+                if len(text) >= len(shortened.get(msg.id, msg.content)):
+                    continue
+                shortened[msg.id] = text
+                view = msgspec.structs.replace(view, shortened=dict(shortened), stages=tuple(sorted({*view.stages, 5})))
+                after = self.measure(view)
+            if after <= goal:
+                break
         return view, after
 
     def archive(self, cut_group: int, view: ViewState) -> ViewState:
@@ -345,6 +453,17 @@ def _excerpts(messages: Sequence[Message], end: int) -> dict[int, str]:
             text = msg.content
             out[msg.id] = f"{text[:EXCERPT_HEAD_CHARS]}\n[…]\n{text[-EXCERPT_TAIL_CHARS:]}"
     return out
+
+
+def _unchanged(current: ViewState | None, reason: str) -> ViewState:
+    """The view in force as the start of a compaction that found nothing old to cut."""
+    return msgspec.structs.replace(current or ViewState(), stages=(), reason=reason)
+
+
+def _shortened(text: str, head_chars: int, tail_chars: int) -> str:
+    """A result's start and end around a note saying how much was cut (:data:`~kesoku.compaction.view.SHORTENED`)."""
+    head, tail = text[:head_chars], text[-tail_chars:]
+    return SHORTENED.format(head=head, tail=tail, cut=len(text) - len(head) - len(tail), chars=len(text))
 
 
 def _clip(text: str) -> str:

@@ -25,8 +25,12 @@ IMAGE_TOKENS = 1600
 """What one image costs, about: Claude bills ~1,600 tokens for a 1,092 px square, Gemini 258 per tile."""
 DOCUMENT_TOKENS = 3000
 """What one attached document costs before its size is known (a few PDF pages)."""
-DEFAULT_WINDOW = 128_000
-"""Context window of a model the table does not know."""
+DEFAULT_WINDOW = 8192
+"""Context window assumed for a model neither the table, the config nor its server knows: small on
+purpose (llama.cpp's and many Ollama setups' size), since a guess too large means requests the server
+cuts or refuses, and one too small only means earlier compaction."""
+CHARS_PER_TOKEN = 4
+"""The estimate's rule of thumb (:func:`kesoku.llm.ir.turn_tokens`), used to turn tokens into bytes."""
 
 # Prefix of the model id → context window in tokens (the providers' model pages, 2026).
 _WINDOWS: tuple[tuple[str, int], ...] = (
@@ -40,8 +44,8 @@ _WINDOWS: tuple[tuple[str, int], ...] = (
 )
 
 
-def window_of(windows: Mapping[str, int], provider: str, model: str, local_window: int) -> int:
-    """The context window of a model, in tokens.
+def known_window(windows: Mapping[str, int], provider: str, model: str, local_window: int) -> int | None:
+    """The context window of a model as Kesoku knows it without asking its server, in tokens.
 
     Args:
         windows: Per-model overrides (``compaction.context_windows``).
@@ -50,13 +54,34 @@ def window_of(windows: Mapping[str, int], provider: str, model: str, local_windo
         local_window: ``local.n_ctx``.
 
     Returns:
-        Tokens; :data:`DEFAULT_WINDOW` for a model the table does not know.
+        Tokens, or None for a model neither the overrides nor the table know.
     """
     if model in windows:
         return windows[model]
     if provider == "local":
         return local_window
-    return next((size for prefix, size in _WINDOWS if model.startswith(prefix)), DEFAULT_WINDOW)
+    return next((size for prefix, size in _WINDOWS if model.startswith(prefix)), None)
+
+
+def window_of(
+    windows: Mapping[str, int], provider: str, model: str, local_window: int, reported: int | None = None
+) -> int:
+    """The context window of a model, in tokens: :func:`known_window`, else what its server reported.
+
+    Args:
+        windows: Per-model overrides (``compaction.context_windows``).
+        provider: The backend; ``local`` uses ``local_window``.
+        model: The model id.
+        local_window: ``local.n_ctx``.
+        reported: The window the model's server reported (:meth:`kesoku.llm.base.BaseLLM.context_window`).
+
+    Returns:
+        Tokens; :data:`DEFAULT_WINDOW` for a model nobody knows.
+    """
+    known = known_window(windows, provider, model, local_window)
+    if known is not None:
+        return known
+    return reported if reported is not None else DEFAULT_WINDOW
 
 
 def estimate_turns(turns: Sequence[LLMTurn]) -> float:

@@ -7,6 +7,8 @@ newest one wins) saying, in history order ``(root_ts, ts, id)``:
   a model-written summary) stand in for them, at the head of the first user turn;
 - ``evict_before``: tool results before this key are sent as a one-line stub, or, for a long result,
   as the excerpt kept in ``retained``;
+- ``shortened``: tool results of a turn that alone outgrew the window, sent as their start and end
+  with a note saying how much was cut (they are after ``evict_before``, usually in the active turn);
 - which files the archived turns read and modified.
 
 Cuts always fall on turn boundaries (where ``root_ts`` changes), so a tool call and its result are
@@ -30,6 +32,8 @@ Key = tuple[float, float, int]
 
 EVICTED = "[evicted to save context; run the tool again if you need this output]"
 RETAINED = "[evicted to save context: {chars} characters; the start and end are kept]\n{excerpt}"
+SHORTENED = "{head}\n[… {cut:,} of {chars:,} characters cut here to fit the context window …]\n{tail}"
+
 HEAD_INTRO = (
     "[Compacted context: earlier turns of this session, condensed. Their messages are no longer shown; "
     "treat this as your memory of them.]"
@@ -64,11 +68,13 @@ class ViewState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         archive_before: Messages before this key are replaced by ``archives``.
         evict_before: Tool results before this key are stubs or ``retained`` excerpts.
         retained: Excerpts of long evicted results, by result message id.
+        shortened: The shown text of results shortened in place (stage 5), by result message id.
         archives: Oldest first.
         dropped_turns: Archived turns left out entirely to fit the window (stage 4).
         files_read: Paths the archived turns read (read_file, list_dir, glob, grep).
         files_modified: Paths they wrote (write_file, edit_file).
-        stages: The stages that ran (1 evict, 2 archive, 3 summary, 4 truncate).
+        stages: The stages that ran (1 evict, 2 archive, 3 summary, 4 truncate, 5 shorten the
+            active turn's tool results).
         reason: ``auto``, ``/compact`` or ``context overflow``.
         tokens_before: Estimated request tokens before.
         tokens_after: Estimated request tokens after.
@@ -77,6 +83,7 @@ class ViewState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     archive_before: Key | None = None
     evict_before: Key | None = None
     retained: dict[int, str] = {}
+    shortened: dict[int, str] = {}
     archives: tuple[Archive, ...] = ()
     dropped_turns: int = 0
     files_read: tuple[str, ...] = ()
@@ -117,9 +124,12 @@ class ViewState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         return "\n\n".join(parts)
 
     def shown(self, msg: Message) -> Message:
-        """The message as the model sees it: an evicted tool result becomes its stub or excerpt."""
-        if msg.kind is not Kind.TOOL_RESULT or self.evict_before is None or key(msg) >= self.evict_before:
+        """The message as the model sees it: an evicted result as its stub or excerpt, a shortened one as its ends."""
+        if msg.kind is not Kind.TOOL_RESULT:
             return msg
+        if self.evict_before is None or key(msg) >= self.evict_before:
+            short = self.shortened.get(msg.id)
+            return msg if short is None else msgspec.structs.replace(msg, content=short)
         excerpt = self.retained.get(msg.id)
         text = EVICTED if excerpt is None else RETAINED.format(chars=len(msg.content), excerpt=excerpt)
         return msgspec.structs.replace(msg, content=text)

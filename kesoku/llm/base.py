@@ -93,8 +93,31 @@ class BaseLLM(ABC):
         self.stall_timeout_s = stall_timeout_s
         self.backoff_cap_s = backoff_cap_s
         self.calls = 0
+        self.reported_window: int | None = None
+        """The context window the server reported (:meth:`context_window`), once asked."""
+        self._window_asked = False
+        self._window_lock = trio.Lock()
         self._signature_turns: list[LLMTurn] = []  # the last request's turns, and the same without
         self._signature_cleaned: list[LLMTurn] = []  # foreign signatures (see _own_signatures)
+
+    async def context_window(self) -> int | None:
+        """The model's context window as its server reports it, in tokens; asked once per backend.
+
+        Returns:
+            Tokens, or None when the server does not say (or cannot be asked). Failures are cached
+            too: a server that did not answer is not asked again by every turn.
+        """
+        if not self._window_asked:  # once known, no checkpoint: a turn's start keeps its interleaving
+            async with self._window_lock:
+                if not self._window_asked:
+                    self.reported_window = await self._discover_window()
+                    self._window_asked = True
+        return self.reported_window
+
+    async def _discover_window(self) -> int | None:
+        """Ask the server for the model's window; backends that can override it (never raises)."""
+        await trio.lowlevel.checkpoint()
+        return None
 
     # -- the template ----------------------------------------------------------------------------
 

@@ -69,6 +69,10 @@ class FallbackLLM(BaseLLM):
         for llm in self.chain:
             await llm.aclose()
 
+    async def _discover_window(self) -> int | None:
+        """The first backend's window: the one a session asked for."""
+        return await self.chain[0].context_window()
+
     # The chain's members build and parse their own requests.
     def _build_native_input(self, request: LLMRequest) -> Any:
         raise NotImplementedError

@@ -60,6 +60,7 @@ from kesoku.llm.ir import (
     ToolSpec,
     UsageEvent,
 )
+from kesoku.llm.windows import ask_window
 from kesoku.model import Usage
 from kesoku.text import decode_json
 
@@ -212,6 +213,16 @@ class OpenAILLM(BaseLLM):
 
     def _parse(self, raw: tuple[LLMEvent, ...]) -> Iterable[LLMEvent]:
         return raw
+
+    async def _discover_window(self) -> int | None:
+        """Ask a self-hosted server (llama.cpp, Ollama, vLLM) for the window (:mod:`kesoku.llm.windows`).
+
+        OpenAI's own API reports no window; its models are in the built-in table.
+        """
+        if self.base_url.rstrip("/") == DEFAULT_BASE_URL:
+            await trio.lowlevel.checkpoint()
+            return None
+        return await ask_window(await self.client(), self.base_url, self.model)
 
     def _map_error(self, exc: Exception) -> BackendError:
         """Classify an SDK error (Error codes: https://platform.openai.com/docs/guides/error-codes).

@@ -205,6 +205,10 @@ Responder = Callable[[LLMRequest], Step | Mapping[str, Any]]
 """Decides a step from the request: ``lambda request: Step(text="done")``."""
 
 
+SCRIPTED_WINDOW = 128_000
+"""The context window a scripted model reports unless told otherwise."""
+
+
 class ScriptedLLM(BaseLLM):
     """A backend that replays steps (or asks a responder) instead of calling a model.
 
@@ -219,6 +223,8 @@ class ScriptedLLM(BaseLLM):
         stall_timeout_s: As for :class:`BaseLLM`.
         output_limit: As :attr:`BaseLLM.output_limit` (what a real backend would send as max_tokens).
         max_output_limit: As :attr:`BaseLLM.max_output_limit`.
+        context_window: The window this "server" reports, in tokens (None: it reports none, like
+            a server Kesoku cannot ask). Large by default, so a script is never compacted unasked.
 
     Attributes:
         requests: The requests received, one per model call attempt.
@@ -243,10 +249,13 @@ class ScriptedLLM(BaseLLM):
         stall_timeout_s: float = STALL_TIMEOUT_S,
         output_limit: int | None = None,
         max_output_limit: int | None = None,
+        context_window: int | None = SCRIPTED_WINDOW,
     ) -> None:
         super().__init__(model, max_retries=max_retries, stall_timeout_s=stall_timeout_s)
         self.output_limit = output_limit
         self.max_output_limit = max_output_limit
+        # Known from the start, as a configured window is: asking costs no checkpoint.
+        self.reported_window, self._window_asked = context_window, True
         if steps is not None and responder is not None:
             raise ValueError("give steps or a responder, not both")
         self.source = "script"

@@ -139,6 +139,8 @@ class ToolContext:
             denies every question when the tool runs outside a session).
         deadline: The scope holding the call's ``timeout_s`` (set by the runtime), moved on by the time
             :meth:`confirm` waits for the user.
+        max_output_bytes: The most bytes of text the result may hold for the session's model (a
+            share of its context window); None: only the tool's own cap.
     """
 
     session: Session
@@ -146,6 +148,11 @@ class ToolContext:
     call_id: str
     guard: Guard = field(default_factory=StaticGuard)
     deadline: trio.CancelScope | None = None
+    max_output_bytes: int | None = None
+
+    def output_cap(self, own_bytes: int) -> int:
+        """The cap of this call's output: the tool's own ``own_bytes`` or the model's share, the smaller."""
+        return own_bytes if self.max_output_bytes is None else min(own_bytes, self.max_output_bytes)
 
     async def confirm(self, question: str) -> Approval:
         """Ask the user (through :attr:`guard`); the wait does not count against the tool's ``timeout_s``.

@@ -16,8 +16,12 @@ from kesoku.errors import ToolError
 from kesoku.model import Outcome
 from kesoku.text import valid_text
 from kesoku.tools.base import Tool, ToolContext
+from kesoku.tools.output import cap_output
 
 log = logging.getLogger("kesoku.turn")
+
+WRAPPER_BYTES = 512
+"""What a tool may add around output it capped itself (the shell's ``$ command`` and exit code line)."""
 
 
 async def run_tool(
@@ -33,11 +37,12 @@ async def run_tool(
         known: The names of the tools that exist (for the error about an unknown one).
 
     Returns:
-        ``completed`` with the tool's text; ``timed_out`` after ``timeout_s``; ``failed`` for a
-        :class:`~kesoku.errors.ToolError` (its message) or any other exception (a bug, logged with its
-        traceback). The text is valid UTF-8 (:func:`kesoku.text.valid_text`): a file name the OS
-        decoded with ``surrogateescape``, an MCP server's JSON or an exception's message may hold a
-        lone surrogate, and a subagent's result goes to the model without passing the store.
+        ``completed`` with the tool's text (capped at ``ctx.max_output_bytes``); ``timed_out`` after
+        ``timeout_s``; ``failed`` for a :class:`~kesoku.errors.ToolError` (its message) or any other
+        exception (a bug, logged with its traceback). The text is valid UTF-8
+        (:func:`kesoku.text.valid_text`): a file name the OS decoded with ``surrogateescape``, an MCP
+        server's JSON or an exception's message may hold a lone surrogate, and a subagent's result
+        goes to the model without passing the store.
 
     Raises:
         trio.Cancelled: The call was cancelled from outside (a forced stop, a bound); a tool with a
@@ -57,6 +62,10 @@ async def _run(
             content = await tool.run(arguments, dataclasses.replace(ctx, deadline=deadline))
         if deadline.cancelled_caught:
             return f"[timed_out] {name} ran longer than {tool.timeout_s:g} s and was cancelled.", Outcome.TIMED_OUT
+        if ctx.max_output_bytes is not None:
+            # The built-in tools cap their output with ctx.output_cap (the shell adds its command line and
+            # exit code around it, hence the slack); this bounds any other tool (MCP, skills).
+            content = cap_output(content, ctx.max_output_bytes + WRAPPER_BYTES)
         return content, Outcome.COMPLETED
     except ToolError as exc:
         return f"[failed] {exc}", Outcome.FAILED

@@ -91,9 +91,10 @@ def file_tools(gates: PathGates, *, max_output_bytes: int = DEFAULT_MAX_OUTPUT_B
         writes = name in ("write_file", "edit_file")
 
         async def run(arguments: Mapping[str, Any], ctx: ToolContext) -> str:
-            call_env = env
+            call_env = replace(env, max_output_bytes=ctx.output_cap(env.max_output_bytes))
             if writes:
-                call_env = replace(env, approved=await approve_write(name, _str(arguments, "path"), ctx, env.gates))
+                approved = await approve_write(name, _str(arguments, "path"), ctx, env.gates)
+                call_env = replace(call_env, approved=approved)
             try:
                 return await trio.to_thread.run_sync(
                     fn, call_env, arguments, ctx, abandon_on_cancel=not writes

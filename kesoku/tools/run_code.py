@@ -80,7 +80,7 @@ def run_code_tool(config: RunCodeConfig, sandbox: Sandbox, *, ask_always: bool) 
                     launch.argv,
                     cwd=folder,
                     timeout_s=config.timeout_s,
-                    max_output_bytes=config.max_output_bytes,
+                    max_output_bytes=ctx.output_cap(config.max_output_bytes),
                     env=launch.env,
                     shown="python main.py",
                 )

@@ -95,7 +95,7 @@ def shell_tool(config: ShellConfig, sandbox: Sandbox) -> Tool:
                 launch.argv,
                 cwd=ctx.cwd,
                 timeout_s=timeout_s,
-                max_output_bytes=config.max_output_bytes,
+                max_output_bytes=ctx.output_cap(config.max_output_bytes),
                 env=launch.env,
                 shown=line,
             )

@@ -6,6 +6,12 @@ chat-streaming): an opening chunk with ``role``, then content, reasoning and too
 with ``finish_reason``, ``"usage": null`` on each chunk when ``stream_options.include_usage`` is set and
 then a last chunk with empty ``choices`` and the usage, and ``data: [DONE]``.
 
+Self-hosted servers answer the questions Kesoku asks for a model's context window, each in its own
+dialect (``server=``): llama.cpp ``GET /props`` (``default_generation_settings.n_ctx``), Ollama
+``POST /api/show`` (``num_ctx`` in ``parameters``, ``model_info["<arch>.context_length"]``), vLLM
+``GET /v1/models`` (``data[].max_model_len``); OpenAI's ``GET /v1/models`` has no window. A route of
+another dialect answers 404, as the real servers do.
+
 Each request is recorded, then checked against the API's request rules; a broken rule is answered
 like the real API: HTTP 400 ``{"error": {"message", "type": "invalid_request_error", "param",
 "code"}}``. Responses are scripted per test: a queue of :class:`Reply` / :class:`ErrorReply`, or a
@@ -47,6 +53,7 @@ class Call:
         return json.dumps(self.arguments, separators=(",", ":"), ensure_ascii=False)
 
 
+ServerKind = Literal["openai", "llama.cpp", "ollama", "vllm"]
 Style = Literal["split", "interleaved", "whole", "repeated_id", "index_zero"]
 
 
@@ -145,17 +152,48 @@ class OpenAIFake:
         api_key: The key accepted (``Authorization: Bearer``); None: any key.
         deepseek_thinking: Apply DeepSeek's thinking-mode rule: an assistant message with tool calls
             must carry ``reasoning_content``.
+        server: Which server's window dialect it answers (see the module docstring).
+        window: The window it reports; None: none (Ollama without ``num_ctx``).
+        model_window: Ollama only: ``<arch>.context_length`` in ``model_info``.
+        model_id: The model ``GET /v1/models`` lists.
     """
 
-    def __init__(self, *, api_key: str | None = "sk-test", deepseek_thinking: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        api_key: str | None = "sk-test",
+        deepseek_thinking: bool = False,
+        server: ServerKind = "openai",
+        window: int | None = None,
+        model_window: int | None = None,
+        model_id: str = "served-model",
+    ) -> None:
         self.api_key = api_key
         self.deepseek_thinking = deepseek_thinking
+        self.server = server
+        self.window = window
+        """The window the server runs with (llama.cpp ``n_ctx``, Ollama ``num_ctx``, vLLM ``max_model_len``)."""
+        self.model_window = model_window
+        """Ollama: the model's trained ``context_length`` in ``model_info``."""
+        self.model_id = model_id
+        """The model ``GET /v1/models`` lists."""
+        self.prompt_sizes: list[int] = []
+        """Each completion request's size by :func:`prompt_size`, in order."""
+        self.probes: list[str] = []
+        """The window questions asked (``GET /props`` …), in order."""
         self.replies: deque[Reply | ErrorReply | EmptyReply] = deque()
         self.handler: Handler | None = None
         self.log = RequestLog()
         self.rejections: list[str] = []
         """The 400 messages sent, in order."""
-        self.app = Starlette(routes=[Route("/v1/chat/completions", self._completions, methods=["POST"])])
+        self.app = Starlette(
+            routes=[
+                Route("/v1/chat/completions", self._completions, methods=["POST"]),
+                Route("/props", self._props, methods=["GET"]),
+                Route("/api/show", self._show, methods=["POST"]),
+                Route("/v1/models", self._models, methods=["GET"]),
+            ]
+        )
 
     def push(self, *replies: Reply | ErrorReply | EmptyReply) -> None:
         """Queue responses, one per request."""
@@ -171,6 +209,40 @@ class OpenAIFake:
         async with serve_app(self.app) as url:
             yield f"{url}/v1"
 
+    async def _props(self, request: Request) -> Response:
+        self.probes.append("GET /props")
+        if self.server != "llama.cpp":
+            return JSONResponse({"detail": "Not Found"}, status_code=404)
+        settings = {"n_ctx": self.window, "temperature": 0.8, "n_predict": -1}
+        return JSONResponse({"default_generation_settings": settings, "total_slots": 1, "build_info": "b1-fake"})
+
+    async def _show(self, request: Request) -> Response:
+        self.probes.append("POST /api/show")
+        if self.server != "ollama":
+            return JSONResponse({"detail": "Not Found"}, status_code=404)
+        body = await request.json()
+        model = body.get("model") if isinstance(body, dict) else None
+        if not isinstance(model, str):
+            return JSONResponse({"error": "model is required"}, status_code=400)
+        answer: dict[str, Any] = {
+            "modelfile": f"FROM {model}",
+            "details": {"format": "gguf", "family": "qwen3", "parameter_size": "8.2B"},
+            "model_info": {"general.architecture": "qwen3", "qwen3.embedding_length": 4096},
+            "capabilities": ["completion", "tools"],
+        }
+        if self.window is not None:
+            answer["parameters"] = f"temperature 0.6\nnum_ctx {self.window}\ntop_k 20"
+        if self.model_window is not None:
+            answer["model_info"]["qwen3.context_length"] = self.model_window
+        return JSONResponse(answer)
+
+    async def _models(self, request: Request) -> Response:
+        self.probes.append("GET /v1/models")
+        card: dict[str, Any] = {"id": self.model_id, "object": "model", "created": 0, "owned_by": self.server}
+        if self.server == "vllm" and self.window is not None:
+            card["max_model_len"] = self.window
+        return JSONResponse({"object": "list", "data": [card]})
+
     async def _completions(self, request: Request) -> Response:
         rec = await self.log.record(request)
         if self.api_key is not None and rec.headers.get("authorization") != f"Bearer {self.api_key}":
@@ -184,6 +256,23 @@ class OpenAIFake:
         if problem is not None:
             self.rejections.append(problem.message)
             return _error(400, problem.message, param=problem.param, code=problem.code)
+        prompt_tokens = prompt_size(rec.body)
+        self.prompt_sizes.append(prompt_tokens)
+        if self.server == "llama.cpp" and self.window is not None and prompt_tokens > self.window:
+            # llama.cpp server: tools/server/server.cpp, ERROR_TYPE_EXCEED_CONTEXT_SIZE.
+            self.rejections.append("exceeds the available context size")
+            return JSONResponse(
+                {
+                    "error": {
+                        "code": 400,
+                        "message": "the request exceeds the available context size, try increasing it",
+                        "type": "exceed_context_size_error",
+                        "n_prompt_tokens": prompt_tokens,
+                        "n_ctx": self.window,
+                    }
+                },
+                status_code=400,
+            )
         if self.handler is not None:
             reply = self.handler(rec.body)
         elif self.replies:
@@ -199,6 +288,22 @@ class OpenAIFake:
             return JSONResponse(_completion_json(reply, body["model"]))
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         return StreamingResponse(_SSE(reply, body["model"], include_usage), media_type="text/event-stream")
+
+
+def prompt_size(body: Any) -> int:
+    """The fake's own token count of a request: the characters of every message's content and of the
+    tool schemas, four to a token (deliberately not Kesoku's estimator)."""
+    chars = 0
+    for msg in body.get("messages") or ():
+        content = msg.get("content")
+        if isinstance(content, str):
+            chars += len(content)
+        elif isinstance(content, list):
+            chars += sum(len(part.get("text") or "") for part in content if isinstance(part, dict))
+        for call in msg.get("tool_calls") or ():
+            chars += len(json.dumps(call.get("function") or {}))
+    chars += len(json.dumps(body.get("tools") or []))
+    return chars // 4
 
 
 def _error(
