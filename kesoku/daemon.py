@@ -322,6 +322,7 @@ def run(config_path: Path | None) -> int:
     from kesoku.store import Store
 
     configure_logging()
+    raise_open_file_limit()
     path = config_path if config_path is not None else default_config_path()
     config = load_config(path)
     set_config(config)
@@ -339,6 +340,33 @@ def run(config_path: Path | None) -> int:
             return 130
     finally:
         store.close()
+
+
+def raise_open_file_limit() -> int | None:
+    """Raise the soft open-file limit (``RLIMIT_NOFILE``) to the hard one; one log line when it moves.
+
+    Many live sessions, each turn's HTTP connection, tool pipes and the store's files all need
+    descriptors, and the common soft limit (1024) is far below the hard one (often 524288; systemd
+    sets both from the unit's ``LimitNOFILE``). Raising the soft limit up to the hard one needs no
+    privilege (getrlimit(2)).
+
+    Returns:
+        The soft limit now in force; None where the limit cannot be read.
+    """
+    try:
+        import resource
+    except ImportError:  # not a POSIX system
+        return None
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft == resource.RLIM_INFINITY or soft >= hard:
+        return soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError) as exc:
+        log.warning("open-file limit stays at %d (could not raise it to %d: %s)", soft, hard, exc)
+        return soft
+    log.info("open-file limit raised from %d to %d (the hard limit)", soft, hard)
+    return hard
 
 
 def log_sandbox(sandbox: Sandbox | None, config: Config) -> None:
