@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from kesoku.errors import StoreError
 from kesoku.events import TurnEnded
 from kesoku.metrics import TurnMetrics, TurnState
 from kesoku.model import Kind, Role, Status, in_turn
@@ -181,7 +182,10 @@ class Dispatcher:
             if not starved:
                 self.crashes += 1
                 log.exception("session worker %s crashed", sid)
-                await self._report_crash(worker.current_roots, exc)
+                try:
+                    await self._report_crash(worker.current_roots, exc)
+                except StoreError as failure:  # a database locked too long: the log says it
+                    log.error("session %s: the failure could not be stored: %s", sid, failure)
         finally:
             worker.history.close()
             if self.workers.get(sid) is worker:

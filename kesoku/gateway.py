@@ -25,6 +25,7 @@ listener, so a post cannot slip between a listener's catch-up query and its swit
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import time
@@ -37,11 +38,20 @@ from typing import Any, Self
 
 import trio
 
-from kesoku.errors import OperatorError
+from kesoku.errors import OperatorError, StoreBusyError, StoreError
 from kesoku.model import Message, Session, check_message
 from kesoku.redact import Redactor
 from kesoku.session_lock import SessionLocks
 from kesoku.store import MessageFilter, Store
+from kesoku.store.store import Inserted
+
+log = logging.getLogger(__name__)
+
+BUSY_RETRY_S = 1.0
+"""While another connection holds the database's write lock past the busy timeout, how often a post
+tries again."""
+BUSY_GIVE_UP_S = 30.0
+"""How long a post keeps trying a locked database before it fails with one line."""
 
 LISTENER_BUFFER = 1024
 """Messages a listener may hold in memory before it falls back to reading the store."""
@@ -181,7 +191,7 @@ class Gateway:
             messages = [self.redactor.mask_message(message) for message in messages]
         for message in messages:
             check_message(message)
-        results = self.store.insert_messages(messages)
+        results = await self._insert(messages)
         for inserted in results:
             if inserted.new:
                 self._deliver(inserted.message, inserted.adapter)
@@ -191,6 +201,36 @@ class Gateway:
             await trio.lowlevel.cancel_shielded_checkpoint()
             self._yielded_at = time.perf_counter()
         return [inserted.message for inserted in results]
+
+    async def _insert(self, messages: Sequence[Message]) -> list[Inserted]:
+        """Store messages; while another connection holds the write lock past the busy timeout, wait.
+
+        The wait is visible: one warning naming the database and the lock's holder when known, then
+        a try every :data:`BUSY_RETRY_S`; after :data:`BUSY_GIVE_UP_S` a one-line
+        :class:`~kesoku.errors.StoreError`. A busy write wrote nothing, so a cancelled wait leaves
+        nothing half done.
+
+        Raises:
+            StoreError: The database stayed locked for :data:`BUSY_GIVE_UP_S`.
+        """
+        waited_s = 0.0
+        while True:
+            try:
+                return self.store.insert_messages(messages)
+            except StoreBusyError:
+                # The store already waited busy_timeout_ms inside the call (the loop was blocked);
+                # from here on the wait sleeps, so other sessions and the terminal go on.
+                holder = self.store.write_lock_holder()
+                by = f"held by pid {holder}?" if holder is not None else "held by another connection"
+                if waited_s >= BUSY_GIVE_UP_S:
+                    raise StoreError(
+                        f"{self.store.path}: the database stayed locked for {waited_s:g} s ({by}); "
+                        "the message was not stored"
+                    ) from None
+                if not waited_s:
+                    log.warning("database busy (%s), waiting… (%s)", by, self.store.path)
+                await trio.sleep(BUSY_RETRY_S)
+                waited_s += BUSY_RETRY_S
 
     def _deliver(self, message: Message, adapter: str) -> None:
         if message.id != self._last_id + 1:

@@ -17,9 +17,10 @@ from typing import Any, NamedTuple
 import apsw
 import msgspec
 
+from kesoku.errors import StoreBusyError
 from kesoku.model import EMPTY_METADATA, Kind, Message, Metadata, Role, Session, Status, TaintSource
 from kesoku.store.checkpoint import WAL_LIMIT_PAGES, Checkpointer
-from kesoku.store.db import BUSY_TIMEOUT_MS, open_connection
+from kesoku.store.db import BUSY_TIMEOUT_MS, open_connection, write_lock_holder
 from kesoku.store.filters import MessageFilter
 
 _ROLES = {r.value: r for r in Role}
@@ -264,14 +265,23 @@ class Store:
 
         Raises:
             UnknownSessionError: A message names a session that does not exist; nothing is written.
+            StoreBusyError: Another connection held the write lock past the busy timeout; nothing
+                is written.
         """
         now = time.time()
-        if len(messages) == 1:
-            # One statement is atomic by itself: no transaction to open and close around it.
-            return [self._insert(messages[0], now)]
-        with self._conn:  # one transaction (a savepoint) for the batch: all or nothing
-            inserted = [self._insert(msg, now) for msg in messages]
+        try:
+            if len(messages) == 1:
+                # One statement is atomic by itself: no transaction to open and close around it.
+                return [self._insert(messages[0], now)]
+            with self._conn:  # one transaction (a savepoint) for the batch: all or nothing
+                inserted = [self._insert(msg, now) for msg in messages]
+        except apsw.BusyError as exc:
+            raise StoreBusyError(f"{self.path}: {exc}") from None
         return inserted
+
+    def write_lock_holder(self) -> int | None:
+        """The pid of the process holding the database's write lock, if known (see :func:`write_lock_holder`)."""
+        return None if self.path == ":memory:" else write_lock_holder(self.path)
 
     def _insert(self, msg: Message, now: float) -> Inserted:
         ts = msg.ts or now
