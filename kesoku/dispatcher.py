@@ -179,13 +179,13 @@ class Dispatcher:
         except Exception as exc:
             worker.turn = None
             starved = self._out_of_files(sid, exc)
-            if not starved:
+            if isinstance(exc, StoreError):  # a database locked too long: the operator's, one line
+                log.error("session %s: %s", sid, exc)
+                await self._report_crash(worker.current_roots, exc)
+            elif not starved:
                 self.crashes += 1
                 log.exception("session worker %s crashed", sid)
-                try:
-                    await self._report_crash(worker.current_roots, exc)
-                except StoreError as failure:  # a database locked too long: the log says it
-                    log.error("session %s: the failure could not be stored: %s", sid, failure)
+                await self._report_crash(worker.current_roots, exc)
         finally:
             worker.history.close()
             if self.workers.get(sid) is worker:
@@ -221,10 +221,16 @@ class Dispatcher:
         if not roots:
             return
         store = self.rt.gateway.store
-        store.set_status((r.id for r in roots), Status.FAILED)
         root = roots[-1]
-        text = f"⚠ Kesoku hit an internal error and gave up on this turn ({type(exc).__name__}: {exc})."
-        await self.rt.gateway.post(in_turn(root, Role.SYSTEM, Kind.TEXT, text))
+        if isinstance(exc, StoreError):
+            text = f"⚠ Kesoku could not store this turn and gave up on it: {exc}."
+        else:
+            text = f"⚠ Kesoku hit an internal error and gave up on this turn ({type(exc).__name__}: {exc})."
+        try:
+            store.set_status((r.id for r in roots), Status.FAILED)
+            await self.rt.gateway.post(in_turn(root, Role.SYSTEM, Kind.TEXT, text))
+        except StoreError as failure:  # the database is still locked: the log line is all there is
+            log.error("session %s: the failed turn could not be recorded: %s", root.session_id, failure)
         metrics = TurnMetrics(
             session_id=root.session_id,
             root_id=root.id,

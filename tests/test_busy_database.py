@@ -86,3 +86,50 @@ async def test_a_database_locked_for_too_long_fails_with_one_line_naming_it_and_
     )
     assert store.history(session.id) == []
     store.close()
+
+
+async def test_an_answer_that_cannot_be_stored_ends_a_one_shot_chat_with_one_line_and_exit_1(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The lock is taken while the model answers: the answer cannot be stored, and the chat says so."""
+    from kesoku_terminal.oneshot import run_oneshot
+
+    from kesoku.llm.ir import LLMRequest
+    from kesoku.runtime import Runtime
+    from kesoku.testing import ScriptedLLM, Step
+
+    monkeypatch.setattr(gateway_module, "BUSY_RETRY_S", 0.1)
+    monkeypatch.setattr(gateway_module, "BUSY_GIVE_UP_S", 0.3)
+    db = tmp_path / "kesoku.db"
+    store = Store(db, busy_timeout_ms=10)
+    gateway = Gateway(store, tmp_path / "sessions")
+    session = gateway.open_session("terminal", "tty")
+    lockers: list[subprocess.Popen[str]] = []
+
+    def respond(request: LLMRequest) -> Step:
+        lockers.append(hold_write_lock(db))  # another process starts a long write transaction
+        return Step(text="an answer nobody will have")
+
+    rt = Runtime(gateway, ScriptedLLM(responder=respond))
+    try:
+        code = await run_oneshot(rt, session, "hello")
+    finally:
+        for locker in lockers:
+            await trio.to_thread.run_sync(release, locker)
+    out, err = capsys.readouterr()
+    assert out == ""  # stdout is no terminal: the answer is written once stored, so never here
+    assert code == 1  # failed: a script sees the answer was not delivered
+    assert "Traceback" not in err
+    (pid,) = [p.pid for p in lockers]
+    # What `kesoku chat` prints on stderr (one line each: its log shows warnings and errors).
+    assert [r.getMessage() for r in caplog.records if r.levelname in ("WARNING", "ERROR")][:2] == [
+        f"database busy (held by pid {pid}?), waiting… ({db})",
+        f"session {session.id}: {db}: the database stayed locked for 0.3 s (held by pid {pid}?); "
+        "the message was not stored",
+    ]
+    assert all(r.exc_info is None for r in caplog.records)  # no traceback anywhere
+    assert [m.content for m in store.history(session.id)] == ["hello"]  # the answer was not stored
+    store.close()

@@ -276,8 +276,12 @@ class Store:
             with self._conn:  # one transaction (a savepoint) for the batch: all or nothing
                 inserted = [self._insert(msg, now) for msg in messages]
         except apsw.BusyError as exc:
-            raise StoreBusyError(f"{self.path}: {exc}") from None
+            raise StoreBusyError(f"{self.path}: {exc} (held by {self._holder()})") from None
         return inserted
+
+    def _holder(self) -> str:
+        pid = self.write_lock_holder()
+        return f"pid {pid}?" if pid is not None else "another connection"
 
     def write_lock_holder(self) -> int | None:
         """The pid of the process holding the database's write lock, if known (see :func:`write_lock_holder`)."""
@@ -392,11 +396,18 @@ class Store:
         return int(row[0]) if row else 0
 
     def set_status(self, message_ids: Iterable[int], status: Status) -> None:
-        """Set the status of messages, in one transaction."""
-        with self._conn:
-            self._conn.executemany(
-                "UPDATE messages SET status = ? WHERE id = ?", ((status.value, i) for i in message_ids)
-            )
+        """Set the status of messages, in one transaction.
+
+        Raises:
+            StoreBusyError: Another connection held the write lock past the busy timeout.
+        """
+        try:
+            with self._conn:
+                self._conn.executemany(
+                    "UPDATE messages SET status = ? WHERE id = ?", ((status.value, i) for i in message_ids)
+                )
+        except apsw.BusyError as exc:
+            raise StoreBusyError(f"{self.path}: {exc} (held by {self._holder()})") from None
 
     def last_message_id(self) -> int:
         """Return the highest message id ever assigned (0 for a new database)."""
