@@ -118,9 +118,12 @@ class Gateway:
         self._yielded_at = 0.0  # time.perf_counter() when a post last yielded
         # Weak: a listener dropped without being closed unregisters itself when it is collected.
         self._listeners: weakref.WeakSet[Listener] = weakref.WeakSet()
-        # The same listeners as a tuple of weak references, for _deliver: iterating a WeakSet costs more
+        # The same listeners as tuples of weak references, for _deliver: iterating a WeakSet costs more
         # than the rest of a hand-over. Rebuilt on listen() and close(); a dead reference is skipped.
+        # Listeners of given sessions (every worker's history) are kept by session, so a post wakes
+        # only its own session's: with thousands of live sessions a scan of all would cost O(sessions).
         self._fanout: tuple[weakref.ref[Listener], ...] = ()
+        self._by_session: dict[str, tuple[weakref.ref[Listener], ...]] = {}
         self._last_id = store.last_message_id()
         self._data_version = store.data_version()
         self._stop_handler: Callable[..., bool] | None = None
@@ -237,10 +240,11 @@ class Gateway:
             # Another connection wrote the ids in between: only the store knows them, in order.
             self._resync_all()
         else:
-            for ref in self._fanout:
-                listener = ref()
-                if listener is not None and listener.filter.matches(message, adapter):
-                    listener._offer(message)
+            for refs in (self._fanout, self._by_session.get(message.session_id, ())):
+                for ref in refs:
+                    listener = ref()
+                    if listener is not None and listener.filter.matches(message, adapter):
+                        listener._offer(message)
         self._last_id = max(self._last_id, message.id)
 
     def _resync_all(self) -> None:
@@ -256,7 +260,16 @@ class Gateway:
 
     def _forget(self, listener: Listener) -> None:
         self._listeners.discard(listener)
-        self._fanout = tuple(ref for ref in self._fanout if ref() not in (listener, None))
+        sessions = listener.filter.session_id
+        if sessions is None:
+            self._fanout = tuple(ref for ref in self._fanout if ref() not in (listener, None))
+            return
+        for session_id in sessions:
+            refs = tuple(ref for ref in self._by_session.get(session_id, ()) if ref() not in (listener, None))
+            if refs:
+                self._by_session[session_id] = refs
+            else:
+                self._by_session.pop(session_id, None)
 
     def _poll_timer_needed(self) -> None:
         """Make sure the poll timer runs in this trio run; a listener calls this before it waits."""
@@ -312,7 +325,12 @@ class Gateway:
         cursor = self.store.last_message_id() if after is None else after
         listener = Listener(self, flt, cursor)
         self._listeners.add(listener)
-        self._fanout = (*self._fanout, weakref.ref(listener))
+        ref = weakref.ref(listener)
+        if flt.session_id is None:
+            self._fanout = (*self._fanout, ref)
+        else:
+            for session_id in flt.session_id:
+                self._by_session[session_id] = (*self._by_session.get(session_id, ()), ref)
         return listener
 
     # -- sessions ---------------------------------------------------------------------------------
