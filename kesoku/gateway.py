@@ -51,7 +51,10 @@ BUSY_RETRY_S = 1.0
 """While another connection holds the database's write lock past the busy timeout, how often a post
 tries again."""
 BUSY_GIVE_UP_S = 30.0
-"""How long a post keeps trying a locked database before it fails with one line."""
+"""How long a post keeps trying a locked database (after the store's busy timeout) before it fails
+with one line."""
+BUSY_TRY_MS = 50
+"""How long each retry waits for the lock (blocking the loop that long at most)."""
 
 LISTENER_BUFFER = 1024
 """Messages a listener may hold in memory before it falls back to reading the store."""
@@ -209,31 +212,32 @@ class Gateway:
         """Store messages; while another connection holds the write lock past the busy timeout, wait.
 
         The wait is visible: one warning naming the database and the lock's holder when known, then
-        a try every :data:`BUSY_RETRY_S`; after :data:`BUSY_GIVE_UP_S` a one-line
+        a short try every :data:`BUSY_RETRY_S`; after :data:`BUSY_GIVE_UP_S` a one-line
         :class:`~kesoku.errors.StoreError`. A busy write wrote nothing, so a cancelled wait leaves
         nothing half done.
 
         Raises:
             StoreError: The database stayed locked for :data:`BUSY_GIVE_UP_S`.
         """
-        waited_s = 0.0
+        started: float | None = None
         while True:
             try:
-                return self.store.insert_messages(messages)
+                # The first try waits the store's busy timeout (blocking this thread, as every write
+                # does); the retries wait a moment each and sleep in between, so the loop runs on.
+                timeout_ms = None if started is None else BUSY_TRY_MS
+                return self.store.insert_messages(messages, busy_timeout_ms=timeout_ms)
             except StoreBusyError:
-                # The store already waited busy_timeout_ms inside the call (the loop was blocked);
-                # from here on the wait sleeps, so other sessions and the terminal go on.
                 holder = self.store.write_lock_holder()
                 by = f"held by pid {holder}?" if holder is not None else "held by another connection"
-                if waited_s >= BUSY_GIVE_UP_S:
+                if started is None:
+                    started = trio.current_time()
+                    log.warning("database busy (%s), waiting… (%s)", by, self.store.path)
+                elif trio.current_time() - started >= BUSY_GIVE_UP_S:
                     raise StoreError(
-                        f"{self.store.path}: the database stayed locked for {waited_s:g} s ({by}); "
+                        f"{self.store.path}: the database stayed locked for {BUSY_GIVE_UP_S:g} s ({by}); "
                         "the message was not stored"
                     ) from None
-                if not waited_s:
-                    log.warning("database busy (%s), waiting… (%s)", by, self.store.path)
                 await trio.sleep(BUSY_RETRY_S)
-                waited_s += BUSY_RETRY_S
 
     def _deliver(self, message: Message, adapter: str) -> None:
         if message.id != self._last_id + 1:

@@ -125,6 +125,7 @@ class Store:
         wal_limit_pages: int = WAL_LIMIT_PAGES,
     ) -> None:
         self.path = str(path)
+        self.busy_timeout_ms = busy_timeout_ms
         self._conn = open_connection(path, busy_timeout_ms=busy_timeout_ms)
         self._checkpointer: Checkpointer | None = None
         if self.path != ":memory:":
@@ -250,7 +251,7 @@ class Store:
 
     # -- messages ---------------------------------------------------------------------------------
 
-    def insert_messages(self, messages: Sequence[Message]) -> list[Inserted]:
+    def insert_messages(self, messages: Sequence[Message], *, busy_timeout_ms: int | None = None) -> list[Inserted]:
         """Store messages in one transaction; ids are assigned in order.
 
         ``ts`` of 0 becomes now, ``root_ts`` of 0 becomes ``ts``, and ``root_id`` of 0 becomes the
@@ -259,6 +260,9 @@ class Store:
 
         Args:
             messages: Messages with ``id == 0``.
+            busy_timeout_ms: How long this call waits for another connection's write lock; None:
+                the store's own timeout. (The wait blocks the caller's thread: a retry loop passes a
+                short one and sleeps between tries.)
 
         Returns:
             One :class:`Inserted` per message, in order.
@@ -269,6 +273,8 @@ class Store:
                 is written.
         """
         now = time.time()
+        if busy_timeout_ms is not None:
+            self._conn.set_busy_timeout(busy_timeout_ms)
         try:
             if len(messages) == 1:
                 # One statement is atomic by itself: no transaction to open and close around it.
@@ -277,6 +283,9 @@ class Store:
                 inserted = [self._insert(msg, now) for msg in messages]
         except apsw.BusyError as exc:
             raise StoreBusyError(f"{self.path}: {exc} (held by {self._holder()})") from None
+        finally:
+            if busy_timeout_ms is not None:
+                self._conn.set_busy_timeout(self.busy_timeout_ms)
         return inserted
 
     def _holder(self) -> str:
