@@ -9,9 +9,10 @@ Task tree under ``trio.run``::
 
 Graceful stop: the runtime scope is cancelled first, which cuts model streams at once; a running tool
 batch is shielded and finishes (its results are posted). If tools still run after
-``agent.shutdown_grace_s`` (or at a second SIGTERM/SIGINT) they are killed (outcome ``killed``).
-Adapters are cancelled last, so they can still deliver what the finishing tools produced. Turns cut
-this way stay ``processing`` and resume at the next start (DESIGN §6).
+``agent.shutdown_grace_s`` (or at a second SIGTERM/SIGINT) they are killed (outcome ``killed``, the
+result naming the shutdown as the reason). Adapters are cancelled last, so they can still deliver what
+the finishing tools produced. Turns cut this way stay ``processing`` and resume at the next start
+(DESIGN §6): the model then sees which tools the shutdown killed.
 
 Logging is one line per event on stderr: under journald (``$JOURNAL_STREAM``) each line starts with a
 syslog priority (``<4>``) so ``journalctl -p warning`` filters it, and without a terminal there is no ANSI.
@@ -322,6 +323,7 @@ def run(config_path: Path | None) -> int:
     from kesoku.store import Store
 
     configure_logging()
+    raise_open_file_limit()
     path = config_path if config_path is not None else default_config_path()
     config = load_config(path)
     set_config(config)
@@ -339,6 +341,33 @@ def run(config_path: Path | None) -> int:
             return 130
     finally:
         store.close()
+
+
+def raise_open_file_limit() -> int | None:
+    """Raise the soft open-file limit (``RLIMIT_NOFILE``) to the hard one; one log line when it moves.
+
+    Many live sessions, each turn's HTTP connection, tool pipes and the store's files all need
+    descriptors, and the common soft limit (1024) is far below the hard one (often 524288; systemd
+    sets both from the unit's ``LimitNOFILE``). Raising the soft limit up to the hard one needs no
+    privilege (getrlimit(2)).
+
+    Returns:
+        The soft limit now in force; None where the limit cannot be read.
+    """
+    try:
+        import resource
+    except ImportError:  # not a POSIX system
+        return None
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft == resource.RLIM_INFINITY or soft >= hard:
+        return soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError) as exc:
+        log.warning("open-file limit stays at %d (could not raise it to %d: %s)", soft, hard, exc)
+        return soft
+    log.info("open-file limit raised from %d to %d (the hard limit)", soft, hard)
+    return hard
 
 
 def log_sandbox(sandbox: Sandbox | None, config: Config) -> None:
@@ -431,9 +460,17 @@ class Daemon:
         """Begin a graceful stop (what SIGTERM and SIGINT do)."""
         self.stopping.set()
 
-    def kill_tools(self) -> int:
-        """Kill the running tools of every session (a forced stop); returns how many turns were running."""
-        return sum(worker.stop(force=True) for worker in list(self.rt.dispatcher.workers.values()))
+    def kill_tools(self, why: str) -> int:
+        """Kill the running tools of every session, leaving their turns to resume after the restart.
+
+        Args:
+            why: What cut them short, for their results (``agent.shutdown_grace_s ran out``).
+
+        Returns:
+            How many turns were running.
+        """
+        reason = f"Kesoku shut down ({why}); the turn resumes after the restart"
+        return sum(worker.kill_tools(reason) for worker in list(self.rt.dispatcher.workers.values()))
 
     async def _wait_for_tools(self) -> None:
         grace_s = self.config.agent.shutdown_grace_s
@@ -442,7 +479,7 @@ class Daemon:
         if self.runtime_done.is_set():
             return
         log.warning("tools still running after %g s (agent.shutdown_grace_s): killing them", grace_s)
-        self.kill_tools()
+        self.kill_tools(f"agent.shutdown_grace_s = {grace_s:g} s ran out")
         with trio.move_on_after(KILL_WAIT_S):
             await self.runtime_done.wait()
         if not self.runtime_done.is_set():
@@ -465,7 +502,7 @@ class Daemon:
                     self.request_stop()
                 else:
                     log.warning("%s again: killing running tools now", name)
-                    self.kill_tools()
+                    self.kill_tools(f"a second {name}")
 
     async def _serve_runtime(self, *, task_status: trio.TaskStatus[trio.CancelScope]) -> None:
         try:

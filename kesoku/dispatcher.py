@@ -13,15 +13,22 @@ posted just as the other process lets go is not stranded.
 
 A worker that raises is a bug: its turn is marked failed, the user is told, the process keeps running,
 and messages that were waiting for that worker get a fresh one.
+
+Running out of file descriptors (EMFILE, ENFILE) is not a bug of the session but of the moment: a
+lock that cannot be taken, or a worker that fails that way, never stops the dispatcher. The session's
+messages wait with the busy ones and are tried again every :data:`BUSY_RETRY_S`, with one warning
+naming the session; a turn that keeps failing so is marked failed after :data:`OUT_OF_FILES_RETRIES`.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 from typing import TYPE_CHECKING
 
 import trio
 
+from kesoku.errors import StoreError
 from kesoku.events import TurnEnded
 from kesoku.metrics import TurnMetrics, TurnState
 from kesoku.model import Kind, Role, Status, in_turn
@@ -35,6 +42,9 @@ log = logging.getLogger(__name__)
 
 BUSY_RETRY_S = 1.0
 """How often a message of a session held by another process is looked at again."""
+OUT_OF_FILES_RETRIES = 5
+"""Times a session's worker may fail for want of file descriptors before its turn is marked failed."""
+_OUT_OF_FILES = (errno.EMFILE, errno.ENFILE)
 
 
 class Dispatcher:
@@ -56,6 +66,8 @@ class Dispatcher:
         """Open messages of sessions another process holds, by id (retried every BUSY_RETRY_S)."""
         self._busy_added = trio.Event()
         self._nursery: trio.Nursery | None = None
+        self._starved: dict[str, int] = {}
+        """Sessions that ran out of file descriptors, by id: worker failures so far (0: the lock)."""
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Recover, then dispatch user messages until cancelled.
@@ -128,11 +140,30 @@ class Dispatcher:
         worker = self.workers.get(session_id)
         if worker is None:
             session = self.rt.gateway.store.get_session(session_id)
-            if session is None or not self.rt.gateway.locks.acquire(session.id):
+            if session is None or not self._lock(session.id):
                 return None
             worker = self.workers[session.id] = SessionWorker(self.rt, session)
             self._nursery.start_soon(self._run_worker, worker, name=f"worker {session.id}")
         return worker
+
+    def _lock(self, session_id: str) -> bool:
+        """Take the session's lock; False when another process holds it or it cannot be taken now."""
+        try:
+            held = self.rt.gateway.locks.acquire(session_id)
+        except OSError as exc:
+            if session_id not in self._starved:  # one line per session until it gets through
+                self._starved[session_id] = 0
+                log.warning(
+                    "session %s: cannot take its lock (%s); its messages wait and are retried every %g s",
+                    session_id,
+                    exc,
+                    BUSY_RETRY_S,
+                )
+            return False
+        if held and self._starved.get(session_id) == 0:
+            del self._starved[session_id]
+            log.info("session %s: its lock was taken at last", session_id)
+        return held
 
     def stop(self, session_id: str, *, force: bool = False) -> bool:
         """Stop the running turn of a session (see :meth:`SessionWorker.stop`); False if none runs."""
@@ -140,30 +171,66 @@ class Dispatcher:
         return worker.stop(force=force) if worker is not None else False
 
     async def _run_worker(self, worker: SessionWorker) -> None:
+        sid = worker.session.id
+        starved = False
         try:
             await worker.serve()
+            self._starved.pop(sid, None)
         except Exception as exc:
-            self.crashes += 1
-            log.exception("session worker %s crashed", worker.session.id)
             worker.turn = None
-            await self._report_crash(worker.current_roots, exc)
+            starved = self._out_of_files(sid, exc)
+            if isinstance(exc, StoreError):  # a database locked too long: the operator's, one line
+                log.error("session %s: %s", sid, exc)
+                await self._report_crash(worker.current_roots, exc)
+            elif not starved:
+                self.crashes += 1
+                log.exception("session worker %s crashed", sid)
+                await self._report_crash(worker.current_roots, exc)
         finally:
             worker.history.close()
-            if self.workers.get(worker.session.id) is worker:
-                del self.workers[worker.session.id]
-            self.rt.gateway.locks.release(worker.session.id)
+            if self.workers.get(sid) is worker:
+                del self.workers[sid]
+            self.rt.gateway.locks.release(sid)
+        if starved:  # the cut turn and what waited for it are tried again later, not at once
+            for message in [*worker.current_roots, *worker.pending.values()]:
+                self.busy[message.id] = message
+            self._busy_added.set()
+            return
         # Messages that arrived for the crashed worker still deserve an answer: give them a new one.
         for message in worker.pending.values():
             self.submit(message)
+
+    def _out_of_files(self, session_id: str, exc: Exception) -> bool:
+        """Whether a worker failure is a want of descriptors to retry later (with a warning)."""
+        if not isinstance(exc, OSError) or exc.errno not in _OUT_OF_FILES:
+            return False
+        failures = self._starved[session_id] = self._starved.get(session_id, 0) + 1
+        if failures > OUT_OF_FILES_RETRIES:
+            return False
+        log.warning(
+            "session %s: out of file descriptors (%s); its turn is retried in %g s (%d/%d)",
+            session_id,
+            exc,
+            BUSY_RETRY_S,
+            failures,
+            OUT_OF_FILES_RETRIES,
+        )
+        return True
 
     async def _report_crash(self, roots: list[Message], exc: Exception) -> None:
         if not roots:
             return
         store = self.rt.gateway.store
-        store.set_status((r.id for r in roots), Status.FAILED)
         root = roots[-1]
-        text = f"⚠ Kesoku hit an internal error and gave up on this turn ({type(exc).__name__}: {exc})."
-        await self.rt.gateway.post(in_turn(root, Role.SYSTEM, Kind.TEXT, text))
+        if isinstance(exc, StoreError):
+            text = f"⚠ Kesoku could not store this turn and gave up on it: {exc}."
+        else:
+            text = f"⚠ Kesoku hit an internal error and gave up on this turn ({type(exc).__name__}: {exc})."
+        try:
+            store.set_status((r.id for r in roots), Status.FAILED)
+            await self.rt.gateway.post(in_turn(root, Role.SYSTEM, Kind.TEXT, text))
+        except StoreError as failure:  # the database is still locked: the log line is all there is
+            log.error("session %s: the failed turn could not be recorded: %s", root.session_id, failure)
         metrics = TurnMetrics(
             session_id=root.session_id,
             root_id=root.id,

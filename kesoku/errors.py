@@ -31,6 +31,10 @@ class StoreError(OperatorError):
     """The SQLite database cannot be used (newer than this code, corrupt, or unwritable)."""
 
 
+class StoreBusyError(StoreError):
+    """Another connection held the database's write lock past the busy timeout; nothing was written."""
+
+
 class ToolError(KesokuError):
     """A tool could not do what the model asked; the message is shown to the model as the result."""
 

@@ -25,6 +25,7 @@ listener, so a post cannot slip between a listener's catch-up query and its swit
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import time
@@ -37,11 +38,23 @@ from typing import Any, Self
 
 import trio
 
-from kesoku.errors import OperatorError
+from kesoku.errors import OperatorError, StoreBusyError, StoreError
 from kesoku.model import Message, Session, check_message
 from kesoku.redact import Redactor
 from kesoku.session_lock import SessionLocks
 from kesoku.store import MessageFilter, Store
+from kesoku.store.store import Inserted
+
+log = logging.getLogger(__name__)
+
+BUSY_RETRY_S = 1.0
+"""While another connection holds the database's write lock past the busy timeout, how often a post
+tries again."""
+BUSY_GIVE_UP_S = 30.0
+"""How long a post keeps trying a locked database (after the store's busy timeout) before it fails
+with one line."""
+BUSY_TRY_MS = 50
+"""How long each retry waits for the lock (blocking the loop that long at most)."""
 
 LISTENER_BUFFER = 1024
 """Messages a listener may hold in memory before it falls back to reading the store."""
@@ -108,9 +121,12 @@ class Gateway:
         self._yielded_at = 0.0  # time.perf_counter() when a post last yielded
         # Weak: a listener dropped without being closed unregisters itself when it is collected.
         self._listeners: weakref.WeakSet[Listener] = weakref.WeakSet()
-        # The same listeners as a tuple of weak references, for _deliver: iterating a WeakSet costs more
+        # The same listeners as tuples of weak references, for _deliver: iterating a WeakSet costs more
         # than the rest of a hand-over. Rebuilt on listen() and close(); a dead reference is skipped.
+        # Listeners of given sessions (every worker's history) are kept by session, so a post wakes
+        # only its own session's: with thousands of live sessions a scan of all would cost O(sessions).
         self._fanout: tuple[weakref.ref[Listener], ...] = ()
+        self._by_session: dict[str, tuple[weakref.ref[Listener], ...]] = {}
         self._last_id = store.last_message_id()
         self._data_version = store.data_version()
         self._stop_handler: Callable[..., bool] | None = None
@@ -181,7 +197,7 @@ class Gateway:
             messages = [self.redactor.mask_message(message) for message in messages]
         for message in messages:
             check_message(message)
-        results = self.store.insert_messages(messages)
+        results = await self._insert(messages)
         for inserted in results:
             if inserted.new:
                 self._deliver(inserted.message, inserted.adapter)
@@ -192,15 +208,47 @@ class Gateway:
             self._yielded_at = time.perf_counter()
         return [inserted.message for inserted in results]
 
+    async def _insert(self, messages: Sequence[Message]) -> list[Inserted]:
+        """Store messages; while another connection holds the write lock past the busy timeout, wait.
+
+        The wait is visible: one warning naming the database and the lock's holder when known, then
+        a short try every :data:`BUSY_RETRY_S`; after :data:`BUSY_GIVE_UP_S` a one-line
+        :class:`~kesoku.errors.StoreError`. A busy write wrote nothing, so a cancelled wait leaves
+        nothing half done.
+
+        Raises:
+            StoreError: The database stayed locked for :data:`BUSY_GIVE_UP_S`.
+        """
+        started: float | None = None
+        while True:
+            try:
+                # The first try waits the store's busy timeout (blocking this thread, as every write
+                # does); the retries wait a moment each and sleep in between, so the loop runs on.
+                timeout_ms = None if started is None else BUSY_TRY_MS
+                return self.store.insert_messages(messages, busy_timeout_ms=timeout_ms)
+            except StoreBusyError:
+                holder = self.store.write_lock_holder()
+                by = f"held by pid {holder}?" if holder is not None else "held by another connection"
+                if started is None:
+                    started = trio.current_time()
+                    log.warning("database busy (%s), waiting… (%s)", by, self.store.path)
+                elif trio.current_time() - started >= BUSY_GIVE_UP_S:
+                    raise StoreError(
+                        f"{self.store.path}: the database stayed locked for {BUSY_GIVE_UP_S:g} s ({by}); "
+                        "the message was not stored"
+                    ) from None
+                await trio.sleep(BUSY_RETRY_S)
+
     def _deliver(self, message: Message, adapter: str) -> None:
         if message.id != self._last_id + 1:
             # Another connection wrote the ids in between: only the store knows them, in order.
             self._resync_all()
         else:
-            for ref in self._fanout:
-                listener = ref()
-                if listener is not None and listener.filter.matches(message, adapter):
-                    listener._offer(message)
+            for refs in (self._fanout, self._by_session.get(message.session_id, ())):
+                for ref in refs:
+                    listener = ref()
+                    if listener is not None and listener.filter.matches(message, adapter):
+                        listener._offer(message)
         self._last_id = max(self._last_id, message.id)
 
     def _resync_all(self) -> None:
@@ -216,7 +264,16 @@ class Gateway:
 
     def _forget(self, listener: Listener) -> None:
         self._listeners.discard(listener)
-        self._fanout = tuple(ref for ref in self._fanout if ref() not in (listener, None))
+        sessions = listener.filter.session_id
+        if sessions is None:
+            self._fanout = tuple(ref for ref in self._fanout if ref() not in (listener, None))
+            return
+        for session_id in sessions:
+            refs = tuple(ref for ref in self._by_session.get(session_id, ()) if ref() not in (listener, None))
+            if refs:
+                self._by_session[session_id] = refs
+            else:
+                self._by_session.pop(session_id, None)
 
     def _poll_timer_needed(self) -> None:
         """Make sure the poll timer runs in this trio run; a listener calls this before it waits."""
@@ -272,7 +329,12 @@ class Gateway:
         cursor = self.store.last_message_id() if after is None else after
         listener = Listener(self, flt, cursor)
         self._listeners.add(listener)
-        self._fanout = (*self._fanout, weakref.ref(listener))
+        ref = weakref.ref(listener)
+        if flt.session_id is None:
+            self._fanout = (*self._fanout, ref)
+        else:
+            for session_id in flt.session_id:
+                self._by_session[session_id] = (*self._by_session.get(session_id, ()), ref)
         return listener
 
     # -- sessions ---------------------------------------------------------------------------------

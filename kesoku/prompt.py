@@ -22,8 +22,8 @@ RULES = """\
 Rules:
 - Act with your tools when that helps; never claim to have done what you did not do.
 - A tool result carries its outcome: completed, failed, timed_out, skipped (never started), killed
-  (stopped by the user) or lost (Kesoku restarted while it ran; its effect is unknown, check before
-  repeating anything with side effects).
+  (by the user or a shutdown; the result says why) or lost (Kesoku restarted while it ran; its
+  effect is unknown, check before repeating anything with side effects).
 - A message ending in [interrupted] was cut off: the user sent something new or stopped you. Read the
   newest message and answer that.
 - To send a file from the workspace, write [file: /absolute/path] on its own line.

@@ -54,6 +54,10 @@ INHERITED_ENV = (
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 RESTART_S = 5
 STOP_TIMEOUT_S = 210
+OPEN_FILES = 65536
+"""The unit's ``LimitNOFILE`` (soft and hard): a thousand live sessions with their HTTP connections and
+tool pipes fit, where the common default soft limit (1024) does not (the daemon also raises its soft
+limit to the hard one at start)."""
 SYSTEMCTL_TIMEOUT_S = 30.0
 """Longest wait for one systemctl call (daemon-reload, enable, stop)."""
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -154,6 +158,7 @@ class Unit:
             f"TimeoutStopSec={STOP_TIMEOUT_S}",
             # SIGTERM to the daemon alone: it lets running tools finish; the rest get SIGKILL at the timeout.
             "KillMode=mixed",
+            f"LimitNOFILE={OPEN_FILES}",
             "SyslogIdentifier=kesoku",
             "StandardOutput=journal",
             "StandardError=journal",

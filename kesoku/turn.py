@@ -7,7 +7,9 @@ Interruption and stop act through two scopes the turn exposes to its worker:
 - the *batch scope* wraps one step's tool calls. It is shielded, so an interruption or a first stop
   never cuts a running tool: it finishes (or hits its own ``timeout_s``) and its result is posted;
   calls that had not started get ``skipped`` results. A second stop (or ``force``) cancels the batch's
-  kill scope: running tools are cancelled and their results say ``killed``.
+  kill scope: running tools are cancelled and their results say ``killed`` and why (a second stop,
+  the user). A shutdown whose grace ran out kills them the same way (:meth:`Turn.kill_tools`) without
+  stopping the turn: it stays ``processing`` and resumes after the restart, its results saying so.
 
 Every tool call of a step is posted before the batch runs and every result is posted together after
 it, so parallel calls and their results stay grouped (the Gemini rule) and a crash leaves calls the
@@ -105,6 +107,8 @@ class Turn:
         self.llm = llm
         self.interrupted = False
         self.stops = 0
+        self.kill_reason: str | None = None
+        """Why running tools were killed (their results say it); None: they were not."""
         self.model_calls = 0
         self.tool_calls = 0
         self.tokens = 0
@@ -145,7 +149,24 @@ class Turn:
         if self._stream_scope is not None:
             self._stream_scope.cancel()
         self.rt.questions.dismiss(self.session.id, "the turn was stopped")
+        if self.stops >= 2 and self.kill_reason is None:
+            second = "the user stopped the turn a second time"
+            self.kill_reason = "the user stopped the turn and killed its tools" if force else second
         if self.stops >= 2 and self._batch_scope is not None:
+            self._batch_scope.cancel()
+
+    def kill_tools(self, reason: str) -> None:
+        """Kill the running tools without stopping the turn (a shutdown whose grace ran out).
+
+        Args:
+            reason: Why, for their results (``Kesoku shut down: agent.shutdown_grace_s ran out``).
+
+        The turn is not stopped: the shutdown that cancels it leaves it ``processing``, so it resumes
+        at the next start and the model sees why its tools were cut.
+        """
+        if self.kill_reason is None:
+            self.kill_reason = reason
+        if self._batch_scope is not None:
             self._batch_scope.cancel()
 
     # -- the loop ---------------------------------------------------------------------------------
@@ -193,6 +214,9 @@ class Turn:
         await self.rt.compaction.learn_window(self.llm)  # a model no table knows: ask its server, once
         system = self._system_prompt()
         while True:
+            # A shutdown cancels the turn between steps as well: it must stay `processing` (resumed
+            # after the restart), not end below as if the last batch's killed tools had stopped it.
+            await trio.lowlevel.checkpoint_if_cancelled()
             if self.cut:
                 return self._cut_state()
             if self.model_calls >= self.rt.max_steps_per_turn:
@@ -332,7 +356,7 @@ class Turn:
         with trio.CancelScope(shield=True):
             with trio.CancelScope(deadline=trio.current_time() + BATCH_BOUND_S) as kill_scope:
                 self._batch_scope = kill_scope
-                if self.stops >= 2:
+                if self.kill_reason is not None:
                     kill_scope.cancel()
                 if not self.cut and len(calls_to_run) == 1:  # the usual step: no nursery and task for one call
                     await self._run_call(calls_to_run[0], results)
@@ -364,9 +388,10 @@ class Turn:
         results[call.id] = self._result(call, content, outcome)
 
     def _cancelled_result(self, call: Message, name: str) -> Message:
-        if self.stops >= 2:
-            return self._result(call, f"[killed] {name} was stopped by the user.", Outcome.KILLED)
-        return self._result(call, f"[timed_out] {name} exceeded the batch bound.", Outcome.TIMED_OUT)
+        if self.kill_reason is not None:
+            return self._result(call, f"[killed] {name} was killed: {self.kill_reason}.", Outcome.KILLED)
+        bound = f"{BATCH_BOUND_S / 3600:g} h"
+        return self._result(call, f"[timed_out] {name} exceeded the batch bound ({bound}).", Outcome.TIMED_OUT)
 
     def _result(self, call: Message, content: str, outcome: Outcome) -> Message:
         name = call.metadata.tool_name or "tool"

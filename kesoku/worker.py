@@ -92,6 +92,17 @@ class SessionWorker:
         self.turn.stop(force=force)
         return True
 
+    def kill_tools(self, reason: str) -> bool:
+        """Kill the running turn's tools without stopping it (a shutdown; see :meth:`Turn.kill_tools`).
+
+        Returns:
+            False when no turn was running.
+        """
+        if self.turn is None:
+            return False
+        self.turn.kill_tools(reason)
+        return True
+
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run turns while messages wait; return after ``worker_idle_s`` without any.
 

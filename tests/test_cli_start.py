@@ -337,3 +337,47 @@ def test_mode_off_is_a_warning_at_every_start(tmp_path: Path) -> None:
         assert daemon.stop() == 0
     finally:
         daemon.kill()
+
+
+SLOW_TOOL = """steps:
+  - tool_calls:
+      - {name: shell, arguments: {command: "sleep 60; echo slept"}}
+"""
+AFTER_RESTART = """steps:
+  - text: "answered after the restart"
+"""
+
+
+def test_a_turn_whose_tool_a_shutdown_killed_is_answered_after_the_restart(tmp_path: Path) -> None:
+    (tmp_path / "scenario.yaml").write_text(SLOW_TOOL)
+    (tmp_path / "kesoku.toml").write_text(
+        '[agent]\nllm = "scripted"\nshutdown_grace_s = 0.5\n[scripted]\npath = "scenario.yaml"\n'
+        '[sandbox]\nmode = "off"\n'
+    )
+    daemon = Daemon(tmp_path)
+    try:
+        daemon.wait_line("ready")
+        session, root = post(tmp_path, "test", "run the slow one")
+        eventually(lambda: len(messages(tmp_path, session)) == 2)  # the call is posted: the tool runs
+        assert daemon.stop() == 0  # the grace (0.5 s) runs out: the tool is killed
+    finally:
+        daemon.kill()
+    assert any("killing them" in line for line in daemon.lines)
+    _, _, result = messages(tmp_path, session)
+    assert result.metadata.outcome is Outcome.KILLED
+    assert result.content == (
+        "[killed] shell was killed: Kesoku shut down (agent.shutdown_grace_s = 0.5 s ran out); "
+        "the turn resumes after the restart."
+    )
+    assert messages(tmp_path, session)[0].status is Status.PROCESSING  # left to resume, not interrupted
+    (tmp_path / "scenario.yaml").write_text(AFTER_RESTART)
+    again = Daemon(tmp_path)
+    try:
+        again.wait_line(f"session {session} (test): ")
+        assert again.stop() == 0
+    finally:
+        again.kill()
+    history = messages(tmp_path, session)
+    assert [m.content for m in history[3:]] == ["answered after the restart"]
+    assert history[0].status is Status.DONE and history[0].id == root
+    assert "recovering 1 open user message(s)" in "\n".join(again.lines)

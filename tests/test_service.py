@@ -179,6 +179,7 @@ def expected_user_unit(config: Path, home: Path, *, path: str, env_file: bool) -
         "RestartSec=5",
         "TimeoutStopSec=210",
         "KillMode=mixed",
+        "LimitNOFILE=65536",
         "SyslogIdentifier=kesoku",
         "StandardOutput=journal",
         "StandardError=journal",

@@ -137,7 +137,7 @@ async def test_a_forced_stop_through_the_runtime_kills_the_command(mode: str, tm
         result = h.history()[-1]
         assert result.kind is Kind.TOOL_RESULT
         assert result.metadata.outcome is Outcome.KILLED
-        assert result.content == "[killed] shell was stopped by the user."
+        assert result.content == "[killed] shell was killed: the user stopped the turn and killed its tools."
         await wait_gone(mark)
 
 

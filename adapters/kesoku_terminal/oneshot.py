@@ -1,6 +1,7 @@
 """``kesoku chat "prompt"``: one question, the answer on stdout, everything else on stderr, an exit code.
 
-stdout carries only the model's answer text (so ``kesoku chat "..." > answer.txt`` and pipes work);
+stdout carries only the model's answer text (so ``kesoku chat "..." > answer.txt`` and pipes work):
+streamed to a terminal, written to a pipe or a file once it is stored;
 thoughts, tool calls and results, system notices and the metrics line go to stderr, dimmed when stderr
 is a terminal. The metrics line is printed to a terminal, or when the turn was stopped, so a script
 reading stderr sees one line per event that matters.
@@ -170,7 +171,9 @@ async def run_oneshot(rt: Runtime, session: Session, prompt: str) -> int:
     """
     sink = PlainSink(sys.stdout, sys.stderr, err_tty=sys.stderr.isatty())
     stops = _Controls(rt, session.id)
-    follower = Follower(rt.hub, rt.gateway, session.id, sink, on_event=stops.on_event)
+    # A pipe or a file gets the answer once it is stored: never text the session did not keep.
+    live = sys.stdout.isatty()
+    follower = Follower(rt.hub, rt.gateway, session.id, sink, on_event=stops.on_event, live_answer=live)
     async with trio.open_nursery() as nursery:
         await nursery.start(follower.run)
         await nursery.start(rt.serve)

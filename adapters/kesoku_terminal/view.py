@@ -99,6 +99,8 @@ class Follower:
         sink: Where to show it.
         on_event: Called with each event of the shown session after it was shown (the chat's own
             bookkeeping: busy, a pending stop).
+        live_answer: Show the answer as it streams; False: only once it is stored (a one-shot whose
+            stdout is a pipe or a file gets only what the session kept).
 
     Attributes:
         session_id: The session shown; change it with :meth:`switch`.
@@ -116,8 +118,10 @@ class Follower:
         sink: Sink,
         *,
         on_event: Callable[[TurnEvent], None] | None = None,
+        live_answer: bool = True,
     ) -> None:
         self.hub = hub
+        self.live_answer = live_answer
         self.gateway = gateway
         self.sink = sink
         self.session_id = session_id
@@ -175,7 +179,7 @@ class Follower:
             delta = event.event
             if self.lossy:
                 pass  # the start of this step was lost: the log will show it whole
-            elif isinstance(delta, TextDelta) and delta.text:
+            elif isinstance(delta, TextDelta) and delta.text and self.live_answer:
                 self._text = (self._text or "") + delta.text
                 self.sink.answer(delta.text)
             elif isinstance(delta, ThoughtDelta) and delta.text:

@@ -127,6 +127,19 @@ def _run(args: list[str]) -> None:
     except OperatorError as exc:
         print(f"kesoku: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    except BaseExceptionGroup as group:  # trio.run wraps a chat's (a database locked too long)
+        _, rest = group.split(OperatorError)
+        first = _first_leaf(group)
+        if rest is not None or not isinstance(first, OperatorError):
+            raise
+        print(f"kesoku: {first}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _first_leaf(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
 
 
 def __getattr__(name: str) -> Any:

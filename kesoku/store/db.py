@@ -33,6 +33,37 @@ overflow pages: a 10,000-message history with 2 KB tool results reads about 10 %
 small messages: no difference). Measured for issue 2 with bench/history_bench.py and a variant.
 """
 
+_WAL_WRITE_LOCK = 120
+"""The byte of the ``-shm`` file a WAL writer locks (SQLite's WALINDEX_LOCK_OFFSET + WAL_WRITE_LOCK,
+"WAL-mode File Format", sqlite.org/walformat.html): whoever holds it is writing."""
+
+
+def write_lock_holder(path: str | os.PathLike[str]) -> int | None:
+    """The pid holding the database's write lock, from /proc/locks (Linux); None if unknown.
+
+    /proc/locks is read rather than asking ``fcntl(F_GETLK)``: that needs a descriptor on the
+    ``-shm`` file, and closing it would drop this process's own SQLite locks on that file (POSIX
+    record locks belong to the process, fcntl(2)).
+    """
+    try:
+        inode = os.stat(f"{os.fspath(path)}-shm").st_ino
+        with open("/proc/locks", encoding="ascii", errors="replace") as locks:
+            lines = locks.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split()
+        # "1: POSIX  ADVISORY  WRITE 4242 fe:00:2147418 120 120" (proc(5)); "->" marks a waiter.
+        if len(fields) < 8 or fields[1] == "->" or fields[3] != "WRITE":
+            continue
+        if fields[5].rsplit(":", 1)[-1] != str(inode):
+            continue
+        end = fields[7]
+        if int(fields[6]) <= _WAL_WRITE_LOCK and (end == "EOF" or int(end) >= _WAL_WRITE_LOCK):
+            return int(fields[4]) if fields[4].isdigit() else None
+    return None
+
+
 _MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
 

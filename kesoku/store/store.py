@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 import apsw
 import msgspec
 
+from kesoku.errors import StoreBusyError
 from kesoku.model import (
     EMPTY_METADATA,
     Kind,
@@ -33,7 +34,7 @@ from kesoku.model import (
     valid_message,
 )
 from kesoku.store.checkpoint import WAL_LIMIT_PAGES, Checkpointer
-from kesoku.store.db import BUSY_TIMEOUT_MS, open_connection
+from kesoku.store.db import BUSY_TIMEOUT_MS, open_connection, write_lock_holder
 from kesoku.store.filters import MessageFilter
 from kesoku.text import valid_data, valid_text
 
@@ -139,6 +140,7 @@ class Store:
         wal_limit_pages: int = WAL_LIMIT_PAGES,
     ) -> None:
         self.path = str(path)
+        self.busy_timeout_ms = busy_timeout_ms
         self._conn = open_connection(path, busy_timeout_ms=busy_timeout_ms)
         self._checkpointer: Checkpointer | None = None
         if self.path != ":memory:":
@@ -266,7 +268,7 @@ class Store:
 
     # -- messages ---------------------------------------------------------------------------------
 
-    def insert_messages(self, messages: Sequence[Message]) -> list[Inserted]:
+    def insert_messages(self, messages: Sequence[Message], *, busy_timeout_ms: int | None = None) -> list[Inserted]:
         """Store messages in one transaction; ids are assigned in order.
 
         ``ts`` of 0 becomes now, ``root_ts`` of 0 becomes ``ts``, and ``root_id`` of 0 becomes the
@@ -277,20 +279,41 @@ class Store:
 
         Args:
             messages: Messages with ``id == 0``.
+            busy_timeout_ms: How long this call waits for another connection's write lock; None:
+                the store's own timeout. (The wait blocks the caller's thread: a retry loop passes a
+                short one and sleeps between tries.)
 
         Returns:
             One :class:`Inserted` per message, in order.
 
         Raises:
             UnknownSessionError: A message names a session that does not exist; nothing is written.
+            StoreBusyError: Another connection held the write lock past the busy timeout; nothing
+                is written.
         """
         now = time.time()
-        if len(messages) == 1:
-            # One statement is atomic by itself: no transaction to open and close around it.
-            return [self._insert(messages[0], now)]
-        with self._conn:  # one transaction (a savepoint) for the batch: all or nothing
-            inserted = [self._insert(msg, now) for msg in messages]
+        if busy_timeout_ms is not None:
+            self._conn.set_busy_timeout(busy_timeout_ms)
+        try:
+            if len(messages) == 1:
+                # One statement is atomic by itself: no transaction to open and close around it.
+                return [self._insert(messages[0], now)]
+            with self._conn:  # one transaction (a savepoint) for the batch: all or nothing
+                inserted = [self._insert(msg, now) for msg in messages]
+        except apsw.BusyError as exc:
+            raise StoreBusyError(f"{self.path}: {exc} (held by {self._holder()})") from None
+        finally:
+            if busy_timeout_ms is not None:
+                self._conn.set_busy_timeout(self.busy_timeout_ms)
         return inserted
+
+    def _holder(self) -> str:
+        pid = self.write_lock_holder()
+        return f"pid {pid}?" if pid is not None else "another connection"
+
+    def write_lock_holder(self) -> int | None:
+        """The pid of the process holding the database's write lock, if known (see :func:`write_lock_holder`)."""
+        return None if self.path == ":memory:" else write_lock_holder(self.path)
 
     def _insert(self, msg: Message, now: float) -> Inserted:
         msg = valid_message(msg)
@@ -402,11 +425,18 @@ class Store:
         return int(row[0]) if row else 0
 
     def set_status(self, message_ids: Iterable[int], status: Status) -> None:
-        """Set the status of messages, in one transaction."""
-        with self._conn:
-            self._conn.executemany(
-                "UPDATE messages SET status = ? WHERE id = ?", ((status.value, i) for i in message_ids)
-            )
+        """Set the status of messages, in one transaction.
+
+        Raises:
+            StoreBusyError: Another connection held the write lock past the busy timeout.
+        """
+        try:
+            with self._conn:
+                self._conn.executemany(
+                    "UPDATE messages SET status = ? WHERE id = ?", ((status.value, i) for i in message_ids)
+                )
+        except apsw.BusyError as exc:
+            raise StoreBusyError(f"{self.path}: {exc} (held by {self._holder()})") from None
 
     def last_message_id(self) -> int:
         """Return the highest message id ever assigned (0 for a new database)."""
