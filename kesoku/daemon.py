@@ -508,17 +508,19 @@ class Daemon:
         try:
             with trio.CancelScope() as scope:
                 async with trio.open_nursery() as nursery:
+                    # Subscribed first: a turn recovered at start may end before serve() returns.
+                    await nursery.start(self._log_turns)
                     await nursery.start(self.rt.serve)
-                    nursery.start_soon(self._log_turns)
                     task_status.started(scope)
         finally:
             self.runtime_done.set()
 
-    async def _log_turns(self) -> None:
+    async def _log_turns(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         from kesoku.events import TurnEnded
 
         store = self.rt.gateway.store
         with self.rt.hub.subscribe() as events:
+            task_status.started()
             async for event in events:
                 if isinstance(event, TurnEnded):
                     session = store.get_session(event.session_id)
