@@ -133,3 +133,19 @@ async def test_an_answer_that_cannot_be_stored_ends_a_one_shot_chat_with_one_lin
     assert all(r.exc_info is None for r in caplog.records)  # no traceback anywhere
     assert [m.content for m in store.history(session.id)] == ["hello"]  # the answer was not stored
     store.close()
+
+
+def test_a_new_chat_on_a_database_locked_past_the_busy_timeout_says_so_in_one_line(tmp_path: Path) -> None:
+    """Any write, not only a message's post: here the new session's row, after the 5 s busy timeout."""
+    setup(tmp_path, "echo.yaml")
+    assert chat(tmp_path, "first").returncode == 0  # the database and its schema exist
+    db = tmp_path / "kesoku.db"
+    locker = hold_write_lock(db)
+    try:
+        result = chat(tmp_path, "a new session")
+    finally:
+        release(locker)
+    assert result.returncode == 2  # an operator's error, as an unreadable database is
+    assert "Traceback" not in result.stderr
+    assert result.stderr.splitlines() == [f"kesoku: {db}: database is locked (held by pid {locker.pid}?)"]
+    assert [row[3] for row in history(tmp_path)] == ["first", "noted."]  # nothing half-written

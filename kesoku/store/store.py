@@ -1,7 +1,7 @@
 """The store: every query Kesoku runs against SQLite, each write one short transaction.
 
 The store is synchronous and lives on the trio thread: a single-row commit takes about 26 µs and reading
-a 10,000-message history about 15 ms (../shared/STACK.md, bench/), both well inside the 20 ms a step of
+a 10,000-message history about 15 ms (bench/history_bench.py), both well inside the 20 ms a step of
 the event loop may take. It is not thread-safe; give each process (or thread) its own Store. (Its one
 helper thread, the WAL checkpointer of :mod:`kesoku.store.checkpoint`, has a connection of its own.)
 
@@ -12,11 +12,12 @@ platform, a tool or a model.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 import uuid
-from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
 
 import apsw
 import msgspec
@@ -38,6 +39,8 @@ from kesoku.store.db import BUSY_TIMEOUT_MS, open_connection, write_lock_holder
 from kesoku.store.filters import MessageFilter
 from kesoku.text import valid_data, valid_text
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 _ROLES = {r.value: r for r in Role}
 _KINDS = {k.value: k for k in Kind}
 _STATUSES = {s.value: s for s in Status}
@@ -116,6 +119,24 @@ def _row_to_session(row: tuple[Any, ...]) -> Session:
     )
 
 
+def _writes(method: Callable[Concatenate[Store, _P], _R]) -> Callable[Concatenate[Store, _P], _R]:
+    """Mark a write of the store, whose lock wait may run out.
+
+    SQLite's ``BusyError`` (another connection held the write lock past the busy timeout) becomes
+    :class:`~kesoku.errors.StoreBusyError` naming the database and the lock's holder, so no caller
+    shows a raw apsw traceback.
+    """
+
+    @functools.wraps(method)
+    def write(self: Store, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(self, *args, **kwargs)
+        except apsw.BusyError as exc:
+            raise StoreBusyError(f"{self.path}: {exc} (held by {self._holder()})") from None
+
+    return write
+
+
 class Store:
     """Sessions, the message log, listener cursors and view states in one SQLite file.
 
@@ -163,6 +184,7 @@ class Store:
 
     # -- sessions ---------------------------------------------------------------------------------
 
+    @_writes
     def create_session(
         self,
         adapter: str,
@@ -249,10 +271,12 @@ class Store:
         )
         return [_row_to_session(r) for r in rows]
 
+    @_writes
     def set_session_title(self, session_id: str, title: str) -> None:
         """Set a session's title."""
         self._conn.execute("UPDATE sessions SET title = ? WHERE id = ?", (valid_text(title), session_id))
 
+    @_writes
     def delete_session(self, session_id: str) -> Session | None:
         """Delete a session with its messages and view states (foreign-key cascade).
 
@@ -268,6 +292,7 @@ class Store:
 
     # -- messages ---------------------------------------------------------------------------------
 
+    @_writes
     def insert_messages(self, messages: Sequence[Message], *, busy_timeout_ms: int | None = None) -> list[Inserted]:
         """Store messages in one transaction; ids are assigned in order.
 
@@ -300,8 +325,6 @@ class Store:
                 return [self._insert(messages[0], now)]
             with self._conn:  # one transaction (a savepoint) for the batch: all or nothing
                 inserted = [self._insert(msg, now) for msg in messages]
-        except apsw.BusyError as exc:
-            raise StoreBusyError(f"{self.path}: {exc} (held by {self._holder()})") from None
         finally:
             if busy_timeout_ms is not None:
                 self._conn.set_busy_timeout(self.busy_timeout_ms)
@@ -424,19 +447,17 @@ class Store:
         ).fetchone()
         return int(row[0]) if row else 0
 
+    @_writes
     def set_status(self, message_ids: Iterable[int], status: Status) -> None:
         """Set the status of messages, in one transaction.
 
         Raises:
             StoreBusyError: Another connection held the write lock past the busy timeout.
         """
-        try:
-            with self._conn:
-                self._conn.executemany(
-                    "UPDATE messages SET status = ? WHERE id = ?", ((status.value, i) for i in message_ids)
-                )
-        except apsw.BusyError as exc:
-            raise StoreBusyError(f"{self.path}: {exc} (held by {self._holder()})") from None
+        with self._conn:
+            self._conn.executemany(
+                "UPDATE messages SET status = ? WHERE id = ?", ((status.value, i) for i in message_ids)
+            )
 
     def last_message_id(self) -> int:
         """Return the highest message id ever assigned (0 for a new database)."""
@@ -461,6 +482,7 @@ class Store:
         row = self._conn.execute("SELECT message_id FROM cursors WHERE name = ?", (name,)).fetchone()
         return int(row[0]) if row else None
 
+    @_writes
     def set_cursor(self, name: str, message_id: int) -> None:
         """Save a listener's cursor (last message id handled)."""
         self._conn.execute(
@@ -471,6 +493,7 @@ class Store:
 
     # -- taint ------------------------------------------------------------------------------------
 
+    @_writes
     def add_taint(self, session_id: str, sources: Iterable[TaintSource]) -> None:
         """Record taint sources of a session; a (kind, label) already recorded is kept as it was."""
         now = time.time()
@@ -487,6 +510,7 @@ class Store:
 
     # -- view states ------------------------------------------------------------------------------
 
+    @_writes
     def add_view_state(self, session_id: str, data: bytes) -> int:
         """Append a compaction view for a session; the newest one wins.
 
@@ -544,6 +568,7 @@ class Store:
             raise AmbiguousSessionError([_row_to_session(r) for r in rows])
         raise UnknownSessionError("no such session")
 
+    @_writes
     def fork_session(
         self,
         session_id: str,
