@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import statistics
+import time
+from collections.abc import Callable
 
 
 def pct(values: list[float], q: float) -> float:
@@ -21,3 +23,11 @@ def report(name: str, value: float, unit: str, target: str = "") -> None:
     """Print one figure as an aligned line."""
     suffix = f"   (target {target})" if target else ""
     print(f"{name:<58} {value:>12,.3f} {unit}{suffix}")
+
+
+def per_call(fn: Callable[[], object], calls: int) -> float:
+    """Return the mean time of one call of fn over ``calls`` calls, in seconds."""
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - start) / calls

@@ -15,14 +15,13 @@ import functools
 import random
 import string
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
 from kesoku.model import Kind, Metadata, Role, in_turn, user_text
 from kesoku.redact import Redactor
 
-from _util import median, report
+from _util import median, per_call, report
 
 OUTPUT_CHARS = 32_000
 SHORT = "The tests pass now; I changed `parse_reply` in kesoku/markup.py and ran pytest again."
@@ -49,13 +48,6 @@ def _outputs(rng: random.Random) -> dict[str, str]:
     )
     prose = " ".join(rng.choice([*words.split(), "password", "token", "key"]) for _ in range(8000))
     return {"code": code[:OUTPUT_CHARS], "log": log[:OUTPUT_CHARS], "prose": prose[:OUTPUT_CHARS]}
-
-
-def _per_call(fn: Callable[[], object], calls: int) -> float:
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    return (time.perf_counter() - start) / calls
 
 
 def main() -> None:
@@ -86,11 +78,11 @@ def main() -> None:
         start = time.perf_counter()
         redactor = Redactor(secrets)
         builds.append(time.perf_counter() - start)
-        short.append(_per_call(functools.partial(redactor.mask, SHORT), 2000))
-        secret.append(_per_call(functools.partial(redactor.mask, with_secret), 2000))
-        message.append(_per_call(functools.partial(redactor.mask_message, call), 2000))
+        short.append(per_call(functools.partial(redactor.mask, SHORT), 2000))
+        secret.append(per_call(functools.partial(redactor.mask, with_secret), 2000))
+        message.append(per_call(functools.partial(redactor.mask_message, call), 2000))
         for name, text in texts.items():
-            big[name].append(_per_call(functools.partial(redactor.mask, text), 20))
+            big[name].append(per_call(functools.partial(redactor.mask, text), 20))
     assert redactor.mask(SHORT) is SHORT
     assert redactor.mask_message(call) is call
     assert all(redactor.mask(text) is text for text in outputs.values())  # no false positives

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,17 +22,10 @@ from kesoku.llm.ir import TextDelta, ToolCallBlock, ToolCallEvent, valid_event
 from kesoku.model import Kind, Metadata, Outcome, Role, in_turn, user_text, valid_message
 from kesoku.text import valid_text
 
-from _util import median, report
+from _util import median, per_call, report
 
 OUTPUT_CHARS = 32_000
 SHORT = "The tests pass now; I changed `parse_reply` in kesoku/markup.py and ran pytest again."
-
-
-def _per_call(fn: Callable[[], object], calls: int) -> float:
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    return (time.perf_counter() - start) / calls
 
 
 def main() -> None:
@@ -67,7 +59,7 @@ def main() -> None:
     figures: dict[str, list[float]] = {}
 
     def measure(name: str, fn: Callable[[], object], calls: int) -> None:
-        figures.setdefault(name, []).append(_per_call(fn, calls))
+        figures.setdefault(name, []).append(per_call(fn, calls))
 
     for _ in range(args.rounds):
         measure("valid_message(), a short answer", functools.partial(valid_message, answer), 5000)
