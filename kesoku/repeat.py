@@ -5,8 +5,10 @@ until its context overflowed, and 50 identical failing ``grep`` calls until the 
 identified by its tool name and its arguments as canonical JSON (keys sorted). Once one call has run
 ``max_identical`` times in a turn and every run returned the same text with the same outcome, the next
 identical call is not run: its result says so and repeats, briefly, what the earlier runs returned.
-A call whose result changed (a poll, a file read again after an edit) runs again. When the model makes
-a refused call once more, it is stuck: the turn (or the subagent) ends as ``repeating``.
+A call whose result changed (a poll) runs again, and so does every call after a new call or a changed
+result (an edit, then the tests again: the edit may have changed what the tests return); a loop of
+calls that all keep returning the same is refused all the same. When the model makes a refused call
+once more, it is stuck: the turn (or the subagent) ends as ``repeating``.
 
 Used by the turn loop (kesoku.turn) and by subagents (kesoku.subagent), so both refuse the same way.
 """
@@ -77,7 +79,7 @@ class RepeatGuard:
         seen.refused = True
         failed = "failed" if seen.outcome is not Outcome.COMPLETED else "returned"
         return (
-            f"[repeated] Not run: this call ({name} with the same arguments) already ran {seen.runs} times "
+            f"[repeated] Not run: this call ({name} with the same arguments) already ran {_times(seen.runs)} "
             f"in this turn and {failed} the same each time: {seen.excerpt} — running it again would give the "
             "same result. Use what it returned, try something different, or answer."
         )
@@ -88,11 +90,15 @@ class RepeatGuard:
             return
         seen = self._seen.setdefault(call_key(name, arguments), _Seen())
         digest = hashlib.blake2b(f"{outcome}\0{content}".encode(errors="replace"), digest_size=16).digest()
-        if seen.runs and digest == seen.digest:
+        if digest == seen.digest:  # what it returned last time: a repeat, even after a reset
             seen.runs += 1
-        else:  # a new result: the call is worth running again
-            seen.runs, seen.digest, seen.outcome, seen.refused, seen.told = 1, digest, outcome, False, False
-            seen.excerpt = _excerpt(content)
+            return
+        # Something new happened (a call not made before, or one whose result changed): it may have
+        # changed what every other call returns (an edit, then the tests again), so they may run again.
+        for other in self._seen.values():
+            other.runs, other.refused, other.told = 0, False, False  # its digest is kept
+        seen.runs, seen.digest, seen.outcome = 1, digest, outcome
+        seen.excerpt = _excerpt(content)
 
 
 def call_key(name: str, arguments: Mapping[str, object]) -> bytes:
@@ -102,6 +108,10 @@ def call_key(name: str, arguments: Mapping[str, object]) -> bytes:
     except (TypeError, ValueError, OverflowError):  # arguments JSON cannot hold: fall back to repr
         canonical = repr(sorted(arguments.items(), key=lambda kv: str(kv[0]))).encode(errors="replace")
     return name.encode(errors="replace") + b"\0" + canonical
+
+
+def _times(n: int) -> str:
+    return "once" if n == 1 else f"{n} times"
 
 
 def _excerpt(content: str) -> str:

@@ -142,3 +142,52 @@ def test_two_identical_calls_in_one_step_are_refused_without_ending_the_turn() -
     assert guard.stuck is None  # the model has not read the refusal yet
     assert guard.refusals([("probe", {"a": 1})]) != [None]
     assert guard.stuck == "probe"
+
+
+async def test_a_check_after_an_edit_runs_again(tmp_path: Path) -> None:
+    """Edit, run the tests, edit, run them again: the same test call returned the same twice, but
+    an edit came between, so it runs again (and sees the fix)."""
+    state = {"text": ""}
+    checks: list[str] = []
+
+    async def edit(arguments: Mapping[str, Any], ctx: ToolContext) -> str:
+        state["text"] = str(arguments["text"])
+        return "written"
+
+    async def check(arguments: Mapping[str, Any], ctx: ToolContext) -> str:
+        checks.append(result := "1" if "fixed" in state["text"] else "0")
+        return result
+
+    steps: list[dict[str, Any]] = []
+    for text in ("try1", "try2", "fixed"):
+        steps.append({"tool_calls": [{"name": "edit", "arguments": {"text": text}}]})
+        steps.append({"tool_calls": [{"name": "check", "arguments": {}}]})
+    llm = ScriptedLLM([*steps, {"text": "fixed it"}])
+    tools = [Tool("edit", "Edit the file.", edit), Tool("check", "Run the tests.", check)]
+    async with serve_runtime(tmp_path, llm, tools=tools) as h:
+        await h.say("fix it")
+        metrics = await h.turn_end()
+        history = h.history()
+    assert checks == ["0", "0", "1"]
+    assert metrics.state is TurnState.DONE
+    assert Outcome.REPEATED not in [m.metadata.outcome for m in results(history)]
+
+
+def test_a_loop_of_calls_that_all_return_the_same_is_refused() -> None:
+    """a, b, a, b…: each returns what it did before, so nothing new happens and the loop is refused."""
+    guard = RepeatGuard(2)
+    ran: list[str] = []
+    for _ in range(10):
+        for name in ("a", "b"):
+            if guard.refusals([(name, {})]) == [None]:
+                ran.append(name)
+                guard.record(name, {}, f"{name} says the same", Outcome.COMPLETED)
+    assert ran == ["a", "b", "a", "b", "a"]  # b's runs count from its first; a's from b's first
+    assert guard.stuck == "b"
+
+
+def test_one_run_reads_once() -> None:
+    guard = RepeatGuard(1)
+    guard.record("probe", {}, "same", Outcome.COMPLETED)
+    (refusal,) = guard.refusals([("probe", {})])
+    assert refusal is not None and "already ran once in this turn" in refusal
