@@ -30,7 +30,6 @@ import msgspec
 import trio
 
 from kesoku.compaction import Compactor
-from kesoku.compaction.tokens import fixed_tokens
 from kesoku.errors import BackendError
 from kesoku.events import Compacted, ModelDelta, ToolFinished, ToolStarted
 from kesoku.guard import SessionGuard
@@ -230,7 +229,7 @@ class Turn:
             self._tools = {t.name: t for t in tools}
             turns = self._turns()
             specs = [t.spec for t in tools]
-            fixed = fixed_tokens(system, specs)
+            fixed = self.llm.head_tokens(system, specs)
             if self._over_limit(turns, fixed) and await self._compact("auto", fixed):
                 self._compaction_retry_at = 0.0
                 turns = self._turns()
@@ -251,7 +250,7 @@ class Turn:
                 await self._post_system(f"⚠ The model call failed: {error}", response.usage)
                 return TurnState.FAILED
             if response.usage.input_tokens:
-                self.compactor.calibration.update(request, response.usage.input_tokens)
+                self.compactor.calibration.update(request, response.usage.input_tokens, head=fixed)
             if cancelled:
                 await self._post_partial(response)
                 return self._cut_state()
@@ -478,10 +477,11 @@ class Turn:
         if estimate <= window:
             return None
         why = "compaction could not make it smaller" if self.rt.compaction.enabled else "compaction is off"
+        # The local model's window is the n_ctx it is loaded with: a larger one is set there.
+        key = "[local] n_ctx" if self.llm.provider == "local" else "[compaction.context_windows]"
         return (
             f"⚠ Not sent: the request would be about {estimate:,} tokens, over the model's context window of "
-            f"{window:,} ({why}). Start a new session, or if the model's window is larger, set it under "
-            "[compaction.context_windows]."
+            f"{window:,} ({why}). Start a new session, or if the model's window is larger, set it under {key}."
         )
 
     async def _compact(self, reason: str, fixed: float, *, force: bool = False) -> bool:

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 import trio
 
 from kesoku.compaction import Compactor
-from kesoku.compaction.tokens import fixed_tokens
 from kesoku.events import Compacted, TurnEnded, TurnStarted
 from kesoku.guard import SessionGuard
 from kesoku.history import SessionHistory
@@ -178,7 +177,7 @@ class SessionWorker:
                 last_user.root_ts,
                 llm,
                 current=self.history.view,
-                fixed_tokens=fixed_tokens(system_prompt(self.rt, self.session), specs),
+                fixed_tokens=llm.head_tokens(system_prompt(self.rt, self.session), specs),
                 reason="/compact",
                 force=True,
             )

@@ -226,6 +226,20 @@ def test_replies_map_to_answers_or_calls_and_cut_replies_are_handled(llm: LocalL
         llm._reply_event(_Reply('{"tool": "bash", "arguments": {"command": "ls', "length"))
     assert _salvage_answer('{"answer": "caf\\u00e9 \\u00') == "café "
     assert _salvage_answer('{"answer": "a\\') == "a"
+    # The grammar lets a string hold a raw newline (as SmolLM2 writes a list): still an answer.
+    assert llm._reply_event(_Reply('{ "answer": "It prints:\n1\n2" }', "stop")) == TextDelta("It prints:\n1\n2")
+    assert _salvage_answer('{"answer": "It prints:\n1') == "It prints:\n1"
+
+
+def test_the_head_estimate_is_what_it_sends(llm: LocalLLM) -> None:
+    """The short prompt and one line of tool names, not Kesoku's prompt and the JSON schemas."""
+    from kesoku.llm.ir import head_tokens
+
+    tools = [ToolSpec(f"tool_{i}", "Does a thing. " * 20, {"type": "object", "properties": {}}) for i in range(12)]
+    long_prompt = "You are Kesoku. " * 200
+    sent = llm._build_native_input(LLMRequest(system=long_prompt, tools=tuple(tools), turns=())).messages[0]["content"]
+    assert llm.head_tokens(long_prompt, tools) == (len(sent) + 3) // 4
+    assert llm.head_tokens(long_prompt, tools) < head_tokens(long_prompt, tools) / 5
 
 
 def test_a_reply_cut_inside_a_tool_call_is_a_cut_reply_the_turn_may_ask_again(llm: LocalLLM) -> None:

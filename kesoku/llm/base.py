@@ -39,6 +39,7 @@ from kesoku.llm.ir import (
     StopEvent,
     ToolSpec,
     UsageEvent,
+    head_tokens,
     own_signatures,
     signed,
     valid_event,
@@ -118,6 +119,14 @@ class BaseLLM(ABC):
         """Ask the server for the model's window; backends that can override it (never raises)."""
         await trio.lowlevel.checkpoint()
         return None
+
+    def head_tokens(self, system: str, tools: Sequence[ToolSpec]) -> float:
+        """Estimated tokens (uncalibrated) of the system prompt and tool schemas this backend sends.
+
+        What compaction and the never-over-the-window check add to the turns; a backend that sends
+        something else (the local model: a short prompt and one line of tool names) says so here.
+        """
+        return head_tokens(system, tools)
 
     # -- the template ----------------------------------------------------------------------------
 

@@ -71,6 +71,7 @@ from kesoku.llm.ir import (
     ToolResultBlock,
     ToolSpec,
     UsageEvent,
+    estimate_tokens,
 )
 from kesoku.model import Usage
 
@@ -258,11 +259,18 @@ class LocalLLM(BaseLLM):
 
     # -- the template's steps ---------------------------------------------------------------------
 
+    def head_tokens(self, system: str, tools: Sequence[ToolSpec]) -> float:
+        """The short system message it sends; the tool schemas become a grammar, not prompt tokens."""
+        return estimate_tokens(self._system(system, tools))
+
+    def _system(self, system: str, tools: Sequence[ToolSpec]) -> str:
+        system = system if self.system_prompt is None else self.system_prompt
+        if tools:
+            system = "\n".join((system, "Tools: " + ", ".join(map(_tool_line, tools)), TOOLS_FORMAT))
+        return system
+
     def _build_native_input(self, request: LLMRequest) -> _Native:
-        system = request.system if self.system_prompt is None else self.system_prompt
-        if request.tools:
-            system = "\n".join((system, "Tools: " + ", ".join(map(_tool_line, request.tools)), TOOLS_FORMAT))
-        messages = [{"role": "system", "content": system}]
+        messages = [{"role": "system", "content": self._system(request.system, request.tools)}]
         messages += (m for m in map(_message, request.turns) if m["content"])
         return _Native(messages, request.tools, request.max_output_tokens or self.max_tokens)
 
@@ -401,7 +409,9 @@ class LocalLLM(BaseLLM):
                 the grammar allows (a bug).
         """
         try:
-            data = json.loads(reply.text)
+            # strict=False: the grammar llama-cpp-python builds from a JSON schema lets a string hold a
+            # raw newline (its char rule is [^"\\] | escapes), which strict JSON refuses.
+            data = json.loads(reply.text, strict=False)
         except ValueError:
             answer = _salvage_answer(reply.text) if reply.finish_reason == "length" else None
             if answer is not None:
@@ -607,7 +617,7 @@ def _salvage_answer(text: str) -> str | None:
     rest = text[match.end() :]
     for cut in range(min(len(rest), 6) + 1):  # drop a cut escape sequence (at most ``\\uXXX``)
         try:
-            decoded: str = json.loads('"' + rest[: len(rest) - cut] + '"')
+            decoded: str = json.loads('"' + rest[: len(rest) - cut] + '"', strict=False)
         except ValueError:
             continue
         return decoded
