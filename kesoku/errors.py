@@ -32,7 +32,16 @@ class StoreError(OperatorError):
 
 
 class StoreBusyError(StoreError):
-    """Another connection held the database's write lock past the busy timeout; nothing was written."""
+    """Another connection held the database's write lock past the busy timeout; nothing was written.
+
+    Attributes:
+        holder: Who holds the lock, for messages: ``pid 1234?`` (read from /proc/locks) or
+            ``another connection``.
+    """
+
+    def __init__(self, message: str, *, holder: str) -> None:
+        super().__init__(message)
+        self.holder = holder
 
 
 class ToolError(KesokuError):

@@ -226,9 +226,8 @@ class Gateway:
                 # does); the retries wait a moment each and sleep in between, so the loop runs on.
                 timeout_ms = None if started is None else BUSY_TRY_MS
                 return self.store.insert_messages(messages, busy_timeout_ms=timeout_ms)
-            except StoreBusyError:
-                holder = self.store.write_lock_holder()
-                by = f"held by pid {holder}?" if holder is not None else "held by another connection"
+            except StoreBusyError as exc:
+                by = f"held by {exc.holder}"
                 if started is None:
                     started = trio.current_time()
                     log.warning("database busy (%s), waiting… (%s)", by, self.store.path)

@@ -230,10 +230,12 @@ class Turn:
             turns = self._turns()
             specs = [t.spec for t in tools]
             fixed = self.llm.head_tokens(system, specs)
-            if self._over_limit(turns, fixed) and await self._compact("auto", fixed):
+            estimate = self.compactor.estimate(turns, fixed)
+            if self._over_limit(estimate) and await self._compact("auto", fixed):
                 self._compaction_retry_at = 0.0
                 turns = self._turns()
-            refusal = self._refusal(turns, fixed)
+                estimate = self.compactor.estimate(turns, fixed)
+            refusal = self._refusal(estimate)
             if refusal is not None:  # sending it would only earn a refusal, or a silently cut prompt
                 await self._post_system(refusal)
                 return TurnState.FAILED
@@ -255,7 +257,8 @@ class Turn:
                 await self._post_partial(response)
                 return self._cut_state()
             grown = self._grow_output_limit(request, response)
-            cut = response.cut_description(request.max_output_tokens or self.llm.output_limit) if response.cut else None
+            output_limit = request.max_output_tokens or self.llm.output_limit
+            cut = response.cut_description(output_limit) if response.cut else None
             if cut is not None and not response.tool_calls and not response.text.strip():
                 if grown is not None:
                     continue  # nothing to keep: ask again with the larger limit
@@ -269,7 +272,7 @@ class Turn:
                     await self._post_system(f"⚠ The answer was {cut}.")
                 return TurnState.DONE
             if cut is not None:  # the calls may be incomplete: none runs, and the model is told why
-                note = truncated_result(response, request.max_output_tokens or self.llm.output_limit, grown)
+                note = truncated_result(response, output_limit, grown)
                 results = await self._post([self._result(c, note, Outcome.TRUNCATED) for c in posted[len(answer) :]])
                 for result in results:
                     self.rt.hub.publish(ToolFinished(self.session.id, result))
@@ -458,11 +461,11 @@ class Turn:
         log.warning("session %s: %d tool call(s) without results marked lost", self.session.id, len(results))
         await self.rt.gateway.post_many(results)
 
-    def _over_limit(self, turns: list[LLMTurn], fixed: float) -> bool:
+    def _over_limit(self, estimate: int) -> bool:
+        """Whether a request of ``estimate`` tokens (calibrated) should be compacted first."""
         policy = self.rt.compaction
         if not policy.enabled:
             return False
-        estimate = self.compactor.estimate(turns, fixed)
         limit = policy.limit(self.llm)
         if estimate <= limit or (estimate < self._compaction_retry_at and estimate <= policy.window(self.llm)):
             return False
@@ -470,9 +473,8 @@ class Turn:
         self._compaction_retry_at = estimate + limit * COMPACTION_RETRY_GROWTH
         return True
 
-    def _refusal(self, turns: list[LLMTurn], fixed: float) -> str | None:
+    def _refusal(self, estimate: int) -> str | None:
         """The one-line notice for a request the estimate puts over the window, or None when it fits."""
-        estimate = self.compactor.estimate(turns, fixed)
         window = self.rt.compaction.window(self.llm)
         if estimate <= window:
             return None

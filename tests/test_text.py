@@ -216,7 +216,7 @@ def test_property_any_arguments_become_storable(arguments: dict[str, Any]) -> No
 
 @given(_ANY_TEXT)
 def test_property_json_escapes_of_any_text_decode_to_valid_text(text: str) -> None:
-    decoded = decode_json(json.dumps({"t": text}))  # ensure_ascii: surrogates as \\uXXXX escapes
+    decoded = decode_json(json.dumps({"t": text}))  # ensure_ascii: surrogates as \\u escapes (\\ud800)
     assert decoded == {"t": valid_text(text)}
 
 

@@ -132,7 +132,8 @@ def _writes(method: Callable[Concatenate[Store, _P], _R]) -> Callable[Concatenat
         try:
             return method(self, *args, **kwargs)
         except apsw.BusyError as exc:
-            raise StoreBusyError(f"{self.path}: {exc} (held by {self._holder()})") from None
+            holder = self._holder()
+            raise StoreBusyError(f"{self.path}: {exc} (held by {holder})", holder=holder) from None
 
     return write
 
@@ -331,12 +332,9 @@ class Store:
         return inserted
 
     def _holder(self) -> str:
-        pid = self.write_lock_holder()
+        """Who holds the write lock: ``pid N?`` when /proc/locks names it (:func:`write_lock_holder`)."""
+        pid = None if self.path == ":memory:" else write_lock_holder(self.path)
         return f"pid {pid}?" if pid is not None else "another connection"
-
-    def write_lock_holder(self) -> int | None:
-        """The pid of the process holding the database's write lock, if known (see :func:`write_lock_holder`)."""
-        return None if self.path == ":memory:" else write_lock_holder(self.path)
 
     def _insert(self, msg: Message, now: float) -> Inserted:
         msg = valid_message(msg)

@@ -471,8 +471,8 @@ class _SSE:
 
 def wire_json(value: Any) -> str:
     """JSON as the API sends it: UTF-8 text, but a lone surrogate (which UTF-8 cannot carry) as its
-    ``\\uXXXX`` escape, the only way JSON can hold one (RFC 8259 §7 allows it; §8.2 leaves it to the
-    reader)."""
+    ``\\u`` escape (``\\ud800``), the only way JSON can hold one (RFC 8259 §7 allows it; §8.2
+    leaves it to the reader)."""
     text = json.dumps(value, ensure_ascii=False)
     try:
         text.encode()
