@@ -111,10 +111,6 @@ class SessionLocks:
         else:
             self._lock(offset, fcntl.F_UNLCK)
 
-    def holds(self, session_id: str) -> bool:
-        """Whether this process holds the session."""
-        return session_id in self._held
-
     def holder(self, session_id: str) -> int | None:
         """The pid written by the process that holds (or last held) the session, if readable."""
         try:
