@@ -45,6 +45,27 @@ def test_blocking_io_is_caught_by_the_wall_clock() -> None:
     assert len(detector.violations) == 1
     _, cpu_s, wall_s = detector.violations[0]
     assert cpu_s < 0.02 < 0.25 < wall_s
+    # The watchdog saw where the step waited (state S: a sleep, not the disk).
+    assert "main (" in detector.where[0]
+    assert f"{__file__}:" in detector.report()
+
+
+class DiskStalled(BlockingDetector):
+    """A detector told by a fake /proc that the trio thread is in disk sleep (state D) all along."""
+
+    def thread_state(self) -> str:
+        assert super().thread_state() in "RSD"  # the real file is readable and parsed
+        return "D"
+
+
+def test_a_step_stalled_by_the_disk_is_not_blamed() -> None:
+    async def main() -> None:
+        select.select([], [], [], 0.5)  # what an fsync on a loaded disk looks like, but in state D
+        await trio.lowlevel.checkpoint()
+
+    stalled = DiskStalled()
+    trio.run(main, instruments=[stalled])
+    assert stalled.violations == []
 
 
 # Runs in a child process pinned to one CPU at the lowest priority, next to a busy process on the same

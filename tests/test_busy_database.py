@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from runtime_harness import close_store
 from test_cli_chat import chat, history, setup, start_chat
 
 from kesoku import gateway as gateway_module
@@ -85,7 +86,7 @@ async def test_a_database_locked_for_too_long_fails_with_one_line_naming_it_and_
         f"{db}: the database stayed locked for 0.3 s (held by pid {locker.pid}?); the message was not stored"
     )
     assert store.history(session.id) == []
-    store.close()
+    await close_store(store)
 
 
 async def test_an_answer_that_cannot_be_stored_ends_a_one_shot_chat_with_one_line_and_exit_1(
@@ -132,7 +133,7 @@ async def test_an_answer_that_cannot_be_stored_ends_a_one_shot_chat_with_one_lin
     ]
     assert all(r.exc_info is None for r in caplog.records)  # no traceback anywhere
     assert [m.content for m in store.history(session.id)] == ["hello"]  # the answer was not stored
-    store.close()
+    await close_store(store)
 
 
 def test_a_new_chat_on_a_database_locked_past_the_busy_timeout_says_so_in_one_line(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import msgspec
 import trio
 import trio.testing
 from fakes.anthropic_api import AnthropicFake, ErrorReply, Reply, Text
-from runtime_harness import Harness, echo, serve_runtime
+from runtime_harness import Harness, close_store, echo, serve_runtime
 
 from kesoku.compaction import CompactionPolicy, ViewState
 from kesoku.compaction.compactor import SHORTEN_MIN_CHARS
@@ -189,7 +189,7 @@ async def test_a_cancelled_compaction_stores_nothing(tmp_path: Path, autojump_cl
         assert h.store.latest_view_state(h.session.id) is None
         assert [m.status for m in h.store.history(h.session.id) if m.content == "latest"] == [Status.PROCESSING]
     finally:
-        h.store.close()
+        await close_store(h.store)
 
 
 async def test_a_message_during_compaction_waits_and_is_answered(

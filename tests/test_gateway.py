@@ -4,6 +4,7 @@ import pytest
 import trio
 import trio.lowlevel
 import trio.testing
+from runtime_harness import close_store
 
 from kesoku.gateway import Gateway
 from kesoku.model import Kind, Message, MessageError, Metadata, Role, Session, in_turn, user_text
@@ -193,7 +194,7 @@ async def test_writes_by_another_connection_reach_listeners(
     theirs_2 = await other.post(user_text(session.id, "theirs 2"))
     mine_2 = await gateway.post(user_text(session.id, "mine 2"))  # id gap: the listener reads the store
     assert [await anext(listener), await anext(listener)] == [theirs_2, mine_2]
-    other.store.close()
+    await close_store(other.store)
 
 
 async def test_deleting_a_session_removes_its_workspace(gateway: Gateway, session: Session) -> None:
@@ -265,7 +266,7 @@ async def test_idle_listeners_all_get_another_connections_writes(
         [theirs] = [i.message for i in other.insert_messages([user_text(session.id, "theirs")])]
         await trio.sleep(1)
         [again] = [i.message for i in other.insert_messages([user_text(session.id, "again")])]
-    other.close()
+    await close_store(other)
     assert got == [[theirs, again]] * 3
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from runtime_harness import close_store
 from test_cli_start import CLEARED, eventually, setup
 
 from kesoku.gateway import Gateway
@@ -133,7 +134,7 @@ async def test_a_lock_that_cannot_be_taken_leaves_the_message_waiting_and_the_di
             assert not rt.dispatcher.crashes
             nursery.cancel_scope.cancel()
     finally:
-        store.close()
+        await close_store(store)
     assert statuses(tmp_path, ids) == {Status.DONE: 2}
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 2  # one line per session that had to wait

@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from runtime_harness import close_store
 
 from kesoku.config import load_config
 from kesoku.gateway import Gateway
@@ -249,7 +250,7 @@ async def test_the_gateway_stores_and_delivers_the_masked_message(tmp_path: Path
         # Nothing to mask: the message is stored as posted (the store only fills in its ids).
         assert msgspec.structs.replace(stored_clean, id=0, root_id=0) == clean
     finally:
-        store.close()
+        await close_store(store)
     data = (tmp_path / "kesoku.db").read_bytes()
     assert b"Vk3q9ZpL2m" not in data and GITHUB.encode() not in data
 

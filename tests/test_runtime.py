@@ -10,7 +10,7 @@ import pytest
 import trio
 import trio.testing
 import yaml
-from runtime_harness import echo, serve_runtime, sleeper
+from runtime_harness import close_store, echo, serve_runtime, sleeper
 
 from kesoku.errors import ToolError
 from kesoku.events import TurnEnded
@@ -367,7 +367,7 @@ async def test_a_runtime_from_the_config_file(tmp_path: Path) -> None:
     assert store.history(session.id)[-1].content == "configured"
     assert rt.persona == "You are Conf."
     assert rt.turnlog is not None  # from_config turns the turn logs on
-    store.close()
+    await close_store(store)
 
 
 async def test_a_forced_stop_kills_a_tool_that_runs_a_nursery(tmp_path: Path, autojump_clock: Clock) -> None:

@@ -18,6 +18,7 @@ import trio
 import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from runtime_harness import close_store
 
 from kesoku.gateway import Gateway
 from kesoku.llm.ir import LLMRequest
@@ -103,7 +104,7 @@ async def scenario(folder: Path, ops: list[tuple[str, int]], seed: int) -> Model
                         meta = Metadata(tool_name="sleep", tool_arguments={})
                         call = in_turn(open_roots[-1], Role.ASSISTANT, Kind.TOOL_CALL, "sleep()", metadata=meta)
                         store.insert_messages([call])
-                store.close()
+                await close_store(store)
                 model.crashes += rt.dispatcher.crashes
                 rt, store = make()
                 scope, gone = trio.CancelScope(), trio.Event()
@@ -120,7 +121,7 @@ async def scenario(folder: Path, ops: list[tuple[str, int]], seed: int) -> Model
         assert set(answered) <= set(calls)
         model.crashes += rt.dispatcher.crashes
         outer.cancel_scope.cancel()
-    store.close()
+    await close_store(store)
     return model
 
 
