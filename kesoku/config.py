@@ -429,7 +429,7 @@ def load_config(path: str | os.PathLike[str] | None = None, *, env: Mapping[str,
     try:
         cfg = msgspec.convert(data, Config)
     except msgspec.ValidationError as exc:
-        raise ConfigError(explain(str(exc), data, os.fspath(file or "kesoku.toml"), text)) from None
+        raise ConfigError(explain(str(exc), data, os.fspath(file or "kesoku.toml"), text, Config)) from None
     _check_scripted(cfg, os.fspath(file or "kesoku.toml"), text)
     return _apply_env(_resolve_paths(cfg, base), data, env)
 

@@ -22,34 +22,35 @@ _IDENT = r"[A-Za-z_]\w*(?:\[\d+\])*"
 _SUBPATH = re.compile(rf"(?P<sub>{_IDENT}(?:\.{_IDENT})*): (?P<rest>.*)", re.S)
 
 
-def explain(error: str, data: dict[str, Any], name: str, text: str) -> str:
+def explain(error: str, data: dict[str, Any], name: str, text: str, root: type) -> str:
     """Turn a msgspec validation error into one line naming the file, line and key.
 
     Args:
-        error: ``str()`` of the msgspec.ValidationError raised converting ``data`` to Config.
+        error: ``str()`` of the msgspec.ValidationError raised converting ``data`` to ``root``.
         data: The parsed TOML.
         name: The file name shown.
         text: The file's text, to find the line of the key.
+        root: The Struct ``data`` was converted to (its annotations name the keys and types).
 
     Returns:
         ``name:line: key.path: what was expected``.
     """
     m = _MSGSPEC.fullmatch(error)
     assert m is not None  # the pattern matches any text
-    msg, path = m["msg"], _parse_path(m["path"] or "", data)
+    msg, path = m["msg"], _parse_path(m["path"] or "", data, root)
     if sub := _SUBPATH.fullmatch(msg):
-        path += _parse_path("." + sub["sub"], {})
+        path += _parse_path("." + sub["sub"], {}, root)
         msg = sub["rest"]
     elif field := re.fullmatch(r"Object contains unknown field `(.*)`", msg):
-        known = _known_keys(_type_at(path, data))
+        known = _known_keys(_type_at(path, data, root))
         path.append(field[1])
         msg = unknown_key(field[1], known)
     elif field := re.fullmatch(r"Object missing required field `(.*)`", msg):
         path.append(field[1])
-        choices = _choices(_type_at(path, data))
+        choices = _choices(_type_at(path, data, root))
         msg = "required key is missing" + (f" (one of {', '.join(map(repr, choices))})" if choices else "")
     elif re.fullmatch(r"Invalid (enum )?value .*", msg):
-        choices = _choices(_type_at(path, data))
+        choices = _choices(_type_at(path, data, root))
         expected = f"expected one of {', '.join(map(repr, choices))}" if choices else "invalid value"
         msg = f"{expected}, got {_value_at(path, data)!r}"
     elif msg.startswith("Expected "):
@@ -72,7 +73,7 @@ def unknown_key(key: str, known: list[str]) -> str:
     return f"unknown key{hint} (known: {', '.join(known)})"
 
 
-def _parse_path(path: str, data: Any) -> list[Segment]:
+def _parse_path(path: str, data: Any, root: type) -> list[Segment]:
     """`.a.b[0].c[...]` → ["a", "b", 0, "c", key]; msgspec hides dict keys as `[...]`, so find it."""
     out: list[Segment] = []
     for name, index in re.findall(r"\.([^.\[]+)|\[(\d+|\.\.\.)\]", path):
@@ -81,12 +82,12 @@ def _parse_path(path: str, data: Any) -> list[Segment]:
         elif index != "...":
             out.append(int(index))
         else:
-            out.append(_bad_dict_key(out, data))
+            out.append(_bad_dict_key(out, data, root))
     return out
 
 
-def _bad_dict_key(path: list[Segment], data: dict[str, Any]) -> str:
-    mapping, tp = _value_at(path, data), _type_at(path, data)
+def _bad_dict_key(path: list[Segment], data: dict[str, Any], root: type) -> str:
+    mapping, tp = _value_at(path, data), _type_at(path, data, root)
     if isinstance(mapping, dict) and typing.get_origin(tp) is dict:
         for key, value in mapping.items():
             try:
@@ -96,11 +97,9 @@ def _bad_dict_key(path: list[Segment], data: dict[str, Any]) -> str:
     return "..."
 
 
-def _type_at(path: list[Segment], data: Any) -> Any:
-    """The declared type at `path`, walking Config's annotations alongside the data."""
-    from kesoku.config import Config  # at call time: kesoku.config imports this module
-
-    tp: Any = Config
+def _type_at(path: list[Segment], data: Any, root: type) -> Any:
+    """The declared type at `path`, walking ``root``'s annotations alongside the data."""
+    tp: Any = root
     for depth, seg in enumerate(path):
         tp = _unwrap(tp, _value_at(path[:depth], data))
         if typing.get_origin(tp) in (Union, types.UnionType) and seg == "transport":

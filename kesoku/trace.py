@@ -21,7 +21,6 @@ import datetime as dt
 import hashlib
 import json
 import os
-import re
 from collections.abc import Sequence
 from html import escape as _e
 from pathlib import Path
@@ -32,6 +31,7 @@ import yaml
 
 from kesoku.compaction.view import ViewState
 from kesoku.model import Kind, Message, Outcome, Role, Status, Usage
+from kesoku.turnlog_retention import LOG_NAME
 
 if TYPE_CHECKING:
     from kesoku.store import Store
@@ -41,7 +41,6 @@ PREVIEW_LINES = 12
 """Lines of a tool result shown before its expand control."""
 PREVIEW_CHARS = 1500
 """Characters of a tool result shown before its expand control (for output with very long lines)."""
-_LOG_NAME = re.compile(r"llm-turn-([0-9]+)\.log\.yaml")  # kesoku.turnlog's naming
 _LOG_HEAD_BYTES = 4096
 """A turn log's ``metadata`` section is its first few hundred bytes; this much is read to find it."""
 _LOG_TAIL_BYTES = 65536
@@ -87,7 +86,7 @@ def read_call_logs(folder: str | os.PathLike[str]) -> list[CallLog]:
     except OSError:
         return []
     for name in names:
-        if not (m := _LOG_NAME.fullmatch(name)):
+        if not (m := LOG_NAME.fullmatch(name)):
             continue
         path = Path(folder, name)
         try:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import datetime
 import os
 import queue
-import re
 import signal
 import struct
 import sys
@@ -42,6 +41,7 @@ import msgspec
 import yaml
 
 from kesoku.llm.ir import DocumentBlock, ImageBlock, LLMRequest, LLMResponse, LLMTurn, ToolSpec
+from kesoku.turnlog_retention import Retention, log_files
 
 INLINE_ATTACHMENT_MAX_BYTES = 1024
 """Attachment data up to this size is written as base64; larger data as ``<N bytes>``."""
@@ -52,7 +52,6 @@ RENDER_CACHE_SESSIONS = 64
 _RESERVE_ATTEMPTS = 1000
 """Indexes tried before giving up; only reached if something keeps creating files in the folder."""
 
-_NAME = re.compile(r"llm-turn-([0-9]+)\.log\.yaml")
 
 try:  # libyaml's emitter: several times faster than the pure-Python one
     from yaml import CSafeDumper as _BaseDumper
@@ -274,16 +273,6 @@ def _scan(folder: Path) -> int:
     return max((idx for idx, _ in log_files(folder)), default=0) + 1
 
 
-def log_files(folder: str | os.PathLike[str]) -> list[tuple[int, os.DirEntry[str]]]:
-    """``(idx, entry)`` of each ``llm-turn-{idx}.log.yaml`` in ``folder``, in directory order.
-
-    Raises:
-        OSError: The folder cannot be listed (FileNotFoundError when it does not exist).
-    """
-    with os.scandir(folder) as entries:
-        return [(int(m[1]), item) for item in entries if (m := _NAME.fullmatch(item.name))]
-
-
 # -- the document -------------------------------------------------------------------------------------
 
 
@@ -446,8 +435,6 @@ def serve_jobs(jobs: BinaryIO, acks: BinaryIO, *, max_session_bytes: int = 0) ->
     Past ``max_session_bytes`` of logs in a session's folder (0: no cap), its oldest logs are deleted
     (:class:`~kesoku.turnlog_retention.Retention`).
     """
-    from kesoku.turnlog_retention import Retention  # it builds on this module's log_files
-
     decoder = msgspec.msgpack.Decoder(TurnLogJob)
     retention = Retention(max_session_bytes)
     renderer = TurnLogRenderer()

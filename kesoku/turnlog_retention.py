@@ -12,12 +12,15 @@ makes an index repeat.
 from __future__ import annotations
 
 import logging
+import os
+import re
 from collections import OrderedDict, deque
 from pathlib import Path
 
-from kesoku.turnlog import log_files
-
 logger = logging.getLogger(__name__)
+
+LOG_NAME = re.compile(r"llm-turn-([0-9]+)\.log\.yaml")
+"""The name of a turn log file; group 1 is its index."""
 
 _FOLDERS = 1024
 """Folders whose logs are tracked (least recently written dropped first; rescanned if seen again)."""
@@ -86,3 +89,13 @@ def _scan_sizes(folder: Path) -> list[tuple[int, int]]:
         except FileNotFoundError:  # deleted meanwhile (another writer's retention)
             continue
     return logs
+
+
+def log_files(folder: str | os.PathLike[str]) -> list[tuple[int, os.DirEntry[str]]]:
+    """``(idx, entry)`` of each ``llm-turn-{idx}.log.yaml`` in ``folder``, in directory order.
+
+    Raises:
+        OSError: The folder cannot be listed (FileNotFoundError when it does not exist).
+    """
+    with os.scandir(folder) as entries:
+        return [(int(m[1]), item) for item in entries if (m := LOG_NAME.fullmatch(item.name))]

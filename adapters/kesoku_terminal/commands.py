@@ -8,9 +8,9 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from kesoku.daemon import INTERACTIVE_ADAPTER
-from kesoku_terminal.app import hold
 from kesoku_terminal.mcp_commands import USAGE as MCP_USAGE
 from kesoku_terminal.mcp_commands import mcp_command
+from kesoku_terminal.sessions import hold
 
 if TYPE_CHECKING:
     from kesoku_terminal.interactive import ChatUI
