@@ -1,4 +1,4 @@
-"""What an adapter is, and how the daemon and ``kesoku chat`` find adapters (DESIGN §2, §10).
+"""What an adapter is, and how the daemon and ``kesoku chat`` find adapters (ARCHITECTURE.md, "Module map").
 
 Adapters are found through the entry-point group ``kesoku.adapters``, so a third-party adapter looks
 exactly like a first-party one. An entry point names an object (usually a module) with:

@@ -1,4 +1,4 @@
-"""A trio Instrument that catches task steps holding the event loop too long (ARCHITECTURE.md: about 20 ms).
+"""A trio Instrument that catches task steps holding the event loop too long (about 20 ms).
 
 Each step is timed twice: by the CPU time of the trio thread, which a busy machine does not inflate,
 and by the wall clock, which also sees blocking calls (a sleep, an fsync, a socket read). A step is a

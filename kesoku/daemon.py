@@ -1,4 +1,4 @@
-"""``kesoku start``: the foreground daemon (DESIGN §3) — runtime, adapters and a signal watcher.
+"""``kesoku start``: the foreground daemon (ARCHITECTURE.md, "Task tree") — runtime, adapters and a signal watcher.
 
 Task tree under ``trio.run``::
 
@@ -12,7 +12,7 @@ batch is shielded and finishes (its results are posted). If tools still run afte
 ``agent.shutdown_grace_s`` (or at a second SIGTERM/SIGINT) they are killed (outcome ``killed``, the
 result naming the shutdown as the reason). Adapters are cancelled last, so they can still deliver what
 the finishing tools produced. Turns cut this way stay ``processing`` and resume at the next start
-(DESIGN §6): the model then sees which tools the shutdown killed.
+(ARCHITECTURE.md, "Task tree"): the model then sees which tools the shutdown killed.
 
 Logging is one line per event on stderr: under journald (``$JOURNAL_STREAM``) each line starts with a
 syslog priority (``<4>``) so ``journalctl -p warning`` filters it, and without a terminal there is no ANSI.

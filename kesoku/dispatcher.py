@@ -1,5 +1,6 @@
-"""The dispatcher: user messages → one SessionWorker per session, in the dispatcher's nursery (DESIGN §3).
+"""The dispatcher: user messages → one SessionWorker per session, in the dispatcher's nursery.
 
+Where it sits: ARCHITECTURE.md, "Task tree".
 At start it recovers what a crash left: user messages still ``pending`` or ``processing`` go to their
 session's worker (a turn left ``processing`` resumes; its tool calls without results are answered
 ``lost`` first). Then it follows ``gateway.listen(role="user")``. Message status in the store is the

@@ -1,4 +1,4 @@
-"""Error classes, sorted by who must act on them (DESIGN §12).
+"""Error classes, sorted by who must act on them.
 
 - The operator: :class:`ConfigError` (a bad kesoku.toml) and :class:`StoreError` (a database this
   code cannot use). The CLI prints their message as one line and exits 2; never a traceback.

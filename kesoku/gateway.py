@@ -1,4 +1,4 @@
-"""The gateway: a durable pub/sub log of messages (DESIGN §5).
+"""The gateway: a durable pub/sub log of messages (ARCHITECTURE.md, "Gateway delivery").
 
 ``post()`` writes to SQLite first, then wakes listeners. ``listen()`` is an async iterator with a
 cursor (the last message id it yielded): it never misses a message, whether the listener was slow,

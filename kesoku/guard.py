@@ -1,4 +1,4 @@
-"""A session's trust state: its taint sources and the questions its tools ask (seed 002, "taint").
+"""A session's trust state: its taint sources and the questions its tools ask (table ``taint``).
 
 When a tool brings in content from outside the workspace's trust (a file read outside the workspace,
 an attachment, a URL named in a shell line, an MCP server), the session records a taint source, once

@@ -1,4 +1,4 @@
-"""Turn and session metrics: one struct every adapter renders the same way (DESIGN §11)."""
+"""Turn and session metrics: one struct every adapter renders the same way."""
 
 from __future__ import annotations
 

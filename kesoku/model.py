@@ -1,7 +1,7 @@
 """The shared vocabulary: messages, sessions, their enums, sender rules and typed tool outcomes.
 
 Everything that crosses a module boundary (the gateway, the store, the runtime, the adapters) speaks in
-these frozen msgspec Structs (DESIGN §4). Metadata is stored as msgspec JSON.
+these frozen msgspec Structs (ARCHITECTURE.md, "Messages and sessions"). Metadata is stored as msgspec JSON.
 """
 
 from __future__ import annotations
@@ -242,7 +242,7 @@ class MessageError(ValueError):
 
 
 def check_message(msg: Message) -> None:
-    """Check the role, kind and sender rules of DESIGN §4.
+    """Check the role, kind and sender rules of ARCHITECTURE.md, "Messages and sessions".
 
     - user: text, any non-empty sender (the platform's user name, or ``User``);
     - assistant: text, thought or tool_call, sender ``Kesoku``; a tool_call names its tool;

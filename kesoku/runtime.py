@@ -1,6 +1,6 @@
 """The runtime: what turns need (gateway, backends, tools, settings) and the task tree that runs them.
 
-``Runtime.serve`` opens the nursery of DESIGN §3 below the root: the turn-log writer and the
+``Runtime.serve`` opens the nursery below the root (ARCHITECTURE.md, "Task tree"): the turn-log writer and the
 dispatcher (which owns one worker per session). Adapters post user messages to the gateway and read
 replies from it; they watch live progress through :attr:`Runtime.hub`.
 """

@@ -1,4 +1,6 @@
-"""One process at a time runs a session: a byte-range lock per session in one shared file (DESIGN §3).
+"""One process at a time runs a session: a byte-range lock per session in one shared file.
+
+ARCHITECTURE.md, "Many sessions, a locked database", says why the locks are byte ranges.
 
 Several Kesoku processes can share one database: the daemon, a ``kesoku chat`` beside it, two chats
 continuing the same ``--session``. Each process's dispatcher sees every user message, so without an

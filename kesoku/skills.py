@@ -1,4 +1,4 @@
-"""Skills: folders of instructions (and scripts) the model reads on demand (DESIGN §8, seed "Autonomous Skill System").
+"""Skills: folders of instructions (and scripts) the model reads on demand.
 
 A skill is a sub-folder of a skills directory holding ``SKILL.md`` (or, without one, any ``.md`` file
 in the folder's root) that starts with YAML frontmatter between ``---`` lines, followed by the

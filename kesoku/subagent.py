@@ -1,4 +1,4 @@
-"""The subagent tool: a child turn loop for a self-contained task (DESIGN §8; seed 002, "Subagent").
+"""The subagent tool: a child turn loop for a self-contained task.
 
 The child gets the session's backend, the parent's tools minus ``subagent`` (no nesting), a system
 prompt of its own and an in-memory history that starts with the task. It loops like a turn — model

@@ -1,4 +1,4 @@
-"""The trajectory page: one self-contained, dark, interactive HTML file per session or turn (DESIGN §11).
+"""The trajectory page: one self-contained, dark, interactive HTML file per session or turn.
 
 :func:`render_trace` reads the session's messages from the store and the model calls from its turn logs
 (``sessions/<id>/llm-turn-{idx}.log.yaml``, :mod:`kesoku.turnlog`) and lays them out turn by turn:

@@ -1,4 +1,4 @@
-"""History → provider-neutral turns, and the transcript invariant (DESIGN §6).
+"""History → provider-neutral turns, and the transcript invariant (ARCHITECTURE.md, "Guarantees").
 
 The log is append-only and written by concurrent parts (a tool batch finishing after an interruption, a
 crash between a call and its result), so the history as stored need not be a valid request. Two

@@ -1,4 +1,6 @@
-"""One turn: build the context, stream the model, run each step's tool calls as a batch, repeat (DESIGN §6).
+"""One turn: build the context, stream the model, run each step's tool calls as a batch, repeat.
+
+Where it runs: ARCHITECTURE.md, "Task tree".
 
 Interruption and stop act through two scopes the turn exposes to its worker:
 
@@ -352,7 +354,7 @@ class Turn:
             if refusal is not None:
                 results[call.id] = self._result(call, refusal, Outcome.REPEATED)
         calls_to_run = [c for c in calls if c.id not in results]
-        # Shielded: an interruption or a first stop never cuts a running tool (DESIGN §6); each call has
+        # Shielded: an interruption or a first stop never cuts a running tool (ARCHITECTURE.md); each call has
         # its own timeout_s, and BATCH_BOUND_S bounds a tool that ignores it. Only a forced stop cancels
         # the inner kill scope: the tools are cancelled and report `killed`.
         with trio.CancelScope(shield=True):

@@ -1,4 +1,4 @@
-"""Every model call written as YAML: ``sessions/<session_id>/llm-turn-{idx}.log.yaml`` (DESIGN §11).
+"""Every model call written as YAML: ``sessions/<session_id>/llm-turn-{idx}.log.yaml``.
 
 A turn log holds what was sent and what came back, so a bad answer can be read exactly as the model
 saw it::

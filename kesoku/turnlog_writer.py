@@ -1,4 +1,4 @@
-"""The daemon's turn-log writer: each model call handed to a writer process (DESIGN §11).
+"""The daemon's turn-log writer: each model call handed to a writer process (ARCHITECTURE.md, "Task tree").
 
 The event loop does the least it can per call: it works out what the session's previous log did not
 hold (the turns after the longest prefix shared by identity, the system prompt and the tools if they

@@ -1,4 +1,6 @@
-"""SessionWorker: one session's queue of user messages, its running turn, interruption and stop (DESIGN §6).
+"""SessionWorker: one session's queue of user messages, its running turn, interruption and stop.
+
+Where it runs: ARCHITECTURE.md, "Task tree".
 
 The dispatcher hands the worker every new user message of its session. While a turn runs, a new
 message interrupts it (the model stream is cut; running tools finish) and the worker pivots: the next

@@ -1,7 +1,7 @@
 """The Google Chat adapter against the real Pub/Sub emulator (skipped, saying why, where it is absent).
 
 One emulator per test session; every test makes a fresh topic and subscription (reusing one across runs
-stalled delivery: ../shared/STACK.md). Chat is the loopback fake; the model is scripted.
+stalled delivery). Chat is the loopback fake; the model is scripted.
 """
 
 from __future__ import annotations

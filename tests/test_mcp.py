@@ -212,7 +212,7 @@ async def test_a_call_in_flight_finishes_before_the_servers_stop(session: Sessio
                 sleep = tool(mgr, "slow__sleep")
 
                 async def shielded_call() -> None:
-                    # A tool batch is shielded from the runtime's cancellation (DESIGN §6).
+                    # A tool batch is shielded from the runtime's cancellation (ARCHITECTURE.md, "Task tree").
                     with trio.CancelScope(shield=True):
                         ctx = ToolContext(session, Path("."), "c", StaticGuard())
                         results.append(await run_tool(sleep, sleep.name, {"seconds": 0.5}, ctx, known=[]))

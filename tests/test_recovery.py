@@ -1,4 +1,4 @@
-"""Crash recovery: what a dead process left in the store is finished by the next one (DESIGN §6.7)."""
+"""Crash recovery: what a dead process left in the store is finished by the next one (ARCHITECTURE.md, "Guarantees")."""
 
 from __future__ import annotations
 

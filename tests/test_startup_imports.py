@@ -1,7 +1,7 @@
 """Start-up stays light: help screens and a scripted chat import no model SDK, discord or Pub/Sub.
 
 Each case runs the real CLI entry point in a fresh interpreter and reports ``sys.modules`` at exit
-(the import costs are in ../shared/STACK.md; bench/startup_bench.py measures the time).
+(bench/startup_bench.py measures the time).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The Discord adapter: discord.py inside trio-asyncio (DESIGN §10; extra: ``kesoku[discord]``).
+"""The Discord adapter: discord.py inside trio-asyncio (extra: ``kesoku[discord]``).
 
 Found through the ``kesoku.adapters`` entry point and imported only when ``[discord] enabled = true``;
 discord.py itself (about 240 ms to import) is imported only inside :func:`serve`.

@@ -1,4 +1,4 @@
-"""Progressive context compaction (DESIGN §9): token accounting, the compacted view, the stages."""
+"""Progressive context compaction (ARCHITECTURE.md, "Windows"): token accounting, the compacted view, the stages."""
 
 from kesoku.compaction.compactor import CompactionPolicy, Compactor
 from kesoku.compaction.view import Archive, ViewState

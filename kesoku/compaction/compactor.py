@@ -1,4 +1,4 @@
-"""Progressive compaction (DESIGN §9; seed 002): each stage runs only if the request is still too big.
+"""Progressive compaction (ARCHITECTURE.md, "Windows"): each stage runs only if the request is still too big.
 
 1. **Evict** the tool results of old turns: a short one becomes a stub (re-running the tool is cheap),
    a long one keeps its head and tail as a retained excerpt.

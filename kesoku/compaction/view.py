@@ -1,4 +1,4 @@
-"""The compacted view of a session: what the model sees instead of the whole log (seed 002, ``view_state``).
+"""The compacted view of a session: what the model sees instead of the whole log (table ``view_states``).
 
 The message log is never rewritten. A compaction appends a :class:`ViewState` to the store (the
 newest one wins) saying, in history order ``(root_ts, ts, id)``:

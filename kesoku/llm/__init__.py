@@ -1,1 +1,4 @@
-"""Model backends behind one template (DESIGN §7); each provider module imports its SDK lazily."""
+"""Model backends behind one template; each provider module imports its SDK lazily.
+
+ARCHITECTURE.md, "Model backends", says what they share.
+"""

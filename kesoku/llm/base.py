@@ -1,4 +1,4 @@
-"""The backend template: history → turns → native input → call → parse, with retries (DESIGN §7).
+"""The backend template: history → turns → native input → call → parse, with retries.
 
 A backend subclasses :class:`BaseLLM` and implements three steps:
 
@@ -10,7 +10,7 @@ The base owns everything around them: building the request from history (with th
 and check), loading attachments off the event loop, retries of retryable failures with jittered
 backoff honouring ``retry-after``, a stall timeout between stream items, and error mapping through
 ``_map_error``. Provider SDKs must have their own retries off (``max_retries=0``) so a failure is not
-retried twice over (../shared/STACK.md, "SDK behaviour").
+retried twice over (anthropic and openai retry 408, 409, 429 and 5xx themselves by default).
 """
 
 from __future__ import annotations

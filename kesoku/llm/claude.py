@@ -1,4 +1,4 @@
-"""The Claude backend: Anthropic's Messages API through the official ``anthropic`` SDK (DESIGN §7).
+"""The Claude backend: Anthropic's Messages API through the official ``anthropic`` SDK.
 
 Direct with an API key (``anthropic.AsyncAnthropic``) or on Vertex AI (``anthropic.AsyncAnthropicVertex``,
 Application Default Credentials). The SDK's own retries are off: :class:`~kesoku.llm.base.BaseLLM`

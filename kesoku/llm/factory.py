@@ -1,4 +1,4 @@
-"""Pick and build the model backend a config names (DESIGN §7).
+"""Pick and build the model backend a config names (ARCHITECTURE.md, "Model backends").
 
 Provider modules (and their SDKs) are imported inside :func:`create_llm`, so a daemon pays only for
 the backend it uses. With ``agent.llm`` unset the backend follows the credentials present (Gemini,

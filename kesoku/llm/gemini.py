@@ -1,10 +1,10 @@
-"""The gemini backend: Google Gemini through google-genai, by API key or on Vertex AI (DESIGN §7).
+"""The gemini backend: Google Gemini through google-genai, by API key or on Vertex AI.
 
 A :class:`BaseLLM` over ``client.aio.models.generate_content_stream``. The base owns retries, so the
-SDK gets none (google-genai retries nothing without ``HttpRetryOptions``: ../shared/STACK.md, "SDK
-behaviour"). Under trio the SDK's async client must use an httpx2 transport: with aiohttp installed
-it would otherwise pick aiohttp, which needs an asyncio loop (STACK.md, "Trio interop"). For the same
-reason Vertex credentials are loaded and refreshed here, in a worker thread: the SDK would do it with
+SDK gets none (google-genai 3.6 retries nothing without ``HttpRetryOptions``). Under trio the SDK's
+async client must use an httpx2 transport: with aiohttp installed it would otherwise pick aiohttp,
+which needs an asyncio loop ("no running event loop" under trio). For the same reason Vertex
+credentials are loaded and refreshed here, in a worker thread: the SDK would do it with
 ``asyncio.to_thread``.
 
 Context caching (Gemini API, "Context caching", https://ai.google.dev/gemini-api/docs/caching): once
@@ -465,11 +465,12 @@ class GeminiLLM(BaseLLM):
     def _map_error(self, exc: Exception) -> BackendError:
         """Map google-genai, httpx2 and google-auth exceptions to a :class:`BackendError`.
 
-        HTTP statuses follow DESIGN §12 and :class:`BackendError`: 401/403 (and a 400 whose
+        HTTP statuses follow :class:`BackendError`: 401/403 (and a 400 whose
         ``ErrorInfo.reason`` is ``API_KEY_INVALID``: the Gemini API's answer to a bad key) are auth
         errors; 408, 409, 429 and 5xx are retryable, with the wait from ``retry-after`` or else from
         ``google.rpc.RetryInfo`` (AIP-193); other 4xx are not. Dropped connections, cut streams
-        (``RemoteProtocolError``) and read timeouts are retryable (STACK.md, "SDK behaviour").
+        (``RemoteProtocolError``) and read timeouts are retryable (the SDK raises ``httpx2.RemoteProtocolError`` and
+        ``httpx2.ReadTimeout`` for them).
         """
         if isinstance(exc, genai_errors.ContinuationInterruptedError) and isinstance(exc.__cause__, Exception):
             exc = exc.__cause__

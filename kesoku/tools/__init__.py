@@ -1,1 +1,1 @@
-"""Tools the model can call (DESIGN §8); :mod:`kesoku.tools.base` defines what a tool is."""
+"""Tools the model can call; :mod:`kesoku.tools.base` defines what a tool is."""

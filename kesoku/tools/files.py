@@ -1,4 +1,4 @@
-"""File tools: read_file, write_file, edit_file, list_dir, glob and grep, all through the path gates (DESIGN §8).
+"""File tools: read_file, write_file, edit_file, list_dir, glob and grep, all through the path gates.
 
 Every path goes through :mod:`kesoku.tools.paths` first: reads pass inside the workspace (the working
 directory and the session workspace) and the readable roots; writes pass inside the workspace; secret

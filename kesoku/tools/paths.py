@@ -1,4 +1,4 @@
-"""Path gates: which files a tool may read, write or share (DESIGN §8).
+"""Path gates: which files a tool may read, write or share (ARCHITECTURE.md, "Guarantees").
 
 Every check runs on the path as the OS will see it: ``~`` expanded, made absolute against the tool's
 working directory, then resolved (symlinks and ``..``) with :func:`os.path.realpath`. A link inside the

@@ -1,4 +1,4 @@
-"""Tools from typed Python callables: the JSON Schema from the signature, the text from the docstring (DESIGN §8).
+"""Tools from typed Python callables: the JSON Schema from the signature, the text from the docstring.
 
 A tool function is ``async def fn(ctx: ToolContext, *, path: str, limit: int = 100) -> str`` (the
 context parameter is optional). :func:`schema_from_function` reads:

@@ -1,4 +1,4 @@
-"""The skill tools: ``list_skills`` and ``use_skill`` over a :class:`~kesoku.skills.SkillLibrary` (DESIGN §8).
+"""The skill tools: ``list_skills`` and ``use_skill`` over a :class:`~kesoku.skills.SkillLibrary`.
 
 Skills are filtered by the host platform (``platform.system().lower()``), as the seed specifies; the
 system prompt lists the same skills through :meth:`~kesoku.skills.SkillLibrary.summaries`.

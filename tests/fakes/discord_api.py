@@ -589,7 +589,7 @@ class FakeDiscord:
 
 
 def _json(data: Any, *, status: int = 200) -> Response:
-    # discord.py parses a body as JSON only when Content-Type is exactly application/json (STACK.md).
+    # discord.py parses a body as JSON only when Content-Type is exactly application/json.
     return Response(json.dumps(data), status_code=status, media_type="application/json")
 
 
