@@ -4,11 +4,19 @@
   code cannot use). The CLI prints their message as one line and exits 2; never a traceback.
 - The model: :class:`ToolError`, raised by a tool, becomes a ``failed`` tool result the model reads.
 - Retry: :class:`BackendError` from a model backend; ``retryable`` says whether the base retries it.
+- The caller: :class:`UnknownSessionError` and :class:`AmbiguousSessionError` (a session id or
+  prefix that names no session, or several), which each command words for its own option.
 """
 
+from __future__ import annotations
+
 import re
+from typing import TYPE_CHECKING
 
 from kesoku.text import valid_text
+
+if TYPE_CHECKING:
+    from kesoku.model import Session
 
 
 class KesokuError(Exception):
@@ -94,3 +102,19 @@ class BackendError(KesokuError):
         available context size".
         """
         return not self.retryable and _CONTEXT_OVERFLOW.search(str(self)) is not None
+
+
+class UnknownSessionError(LookupError):
+    """A message names a session that does not exist."""
+
+
+class AmbiguousSessionError(LookupError):
+    """Several sessions start with the prefix given (:meth:`kesoku.store.Store.resolve_session`).
+
+    Attributes:
+        matches: The sessions that start with it, oldest first.
+    """
+
+    def __init__(self, matches: list[Session]) -> None:
+        super().__init__(f"{len(matches)} sessions start with it; give more of the id")
+        self.matches = matches

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from test_cli_chat import chat, environ, kesoku, setup
 
+from kesoku.errors import AmbiguousSessionError
 from kesoku.model import Kind, Role, Status
 from kesoku.store import Store, UnknownSessionError
-from kesoku.store.store import AmbiguousSessionError
 
 
 def two_sessions(tmp_path: Path) -> list[str]:

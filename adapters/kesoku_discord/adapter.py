@@ -23,13 +23,13 @@ from kesoku.errors import OperatorError
 from kesoku.events import TurnEnded
 from kesoku.markup import QuestionPart, parse_reply
 from kesoku.model import QUESTION_KEY, user_text
+from kesoku.trace import render_turn_page
 
 from kesoku_discord._compat import discord, trio_asyncio
 from kesoku_discord.client import KesokuClient, aio, log_failure, on_trio
 from kesoku_discord.delivery import Delivery, no_view
 from kesoku_discord.inbound import Inbound
 from kesoku_discord.restart import restart_process
-from kesoku_discord.trace import render_turn
 from kesoku_discord.views import disabled_copy
 
 if TYPE_CHECKING:
@@ -183,7 +183,7 @@ class DiscordAdapter:
     async def on_trace(self, interaction: discord.Interaction[Any], session_id: str, root_id: int) -> None:
         """📜: render the turn's trajectory in a worker thread and send it as an HTML file (ephemeral)."""
         await interaction.response.defer(ephemeral=True, thinking=True)
-        page = await on_trio(trio.to_thread.run_sync, render_turn, self.store.path, session_id, root_id)
+        page = await on_trio(trio.to_thread.run_sync, render_turn_page, self.store.path, session_id, root_id)
         if page is None:
             await interaction.followup.send("This session is gone.", ephemeral=True)
             return

@@ -35,7 +35,7 @@ def open_session(gateway: Gateway, session_id: str | None) -> Session:
             with contextlib.suppress(OSError):
                 os.rmdir(session.workspace)
             raise
-    from kesoku.store.store import AmbiguousSessionError, UnknownSessionError
+    from kesoku.errors import AmbiguousSessionError, UnknownSessionError
 
     try:
         session = gateway.store.resolve_session(session_id)

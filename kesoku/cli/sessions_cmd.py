@@ -60,7 +60,7 @@ def find_session(store: Store, session_id: str) -> Session:
     Raises:
         OperatorError: No such session, or an ambiguous prefix.
     """
-    from kesoku.store.store import AmbiguousSessionError, UnknownSessionError
+    from kesoku.errors import AmbiguousSessionError, UnknownSessionError
 
     try:
         return store.resolve_session(session_id)
@@ -213,7 +213,7 @@ def fork(
         config: The TOML file. Default: $KESOKU_CONFIG, else ./kesoku.toml, else built-in defaults.
     """
     from kesoku.daemon import INTERACTIVE_ADAPTER
-    from kesoku.store.store import UnknownSessionError
+    from kesoku.errors import UnknownSessionError
 
     with open_store(config) as (cfg, store):
         s = find_session(store, session_id)

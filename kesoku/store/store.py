@@ -22,7 +22,7 @@ from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
 import apsw
 import msgspec
 
-from kesoku.errors import StoreBusyError
+from kesoku.errors import AmbiguousSessionError, StoreBusyError, UnknownSessionError
 from kesoku.model import (
     EMPTY_METADATA,
     Kind,
@@ -68,10 +68,6 @@ _INSERT_MESSAGE = (
     " ON CONFLICT (adapter, external_id) WHERE external_id IS NOT NULL DO NOTHING"
     " RETURNING id, root_id, adapter"
 )
-
-
-class UnknownSessionError(LookupError):
-    """A message names a session that does not exist."""
 
 
 class Inserted(NamedTuple):
@@ -638,18 +634,6 @@ class Store:
             "SELECT id, created_at, data FROM view_states WHERE session_id = ? ORDER BY id", (session_id,)
         )
         return [ViewStateRecord(int(i), float(t), bytes(d)) for i, t, d in rows]
-
-
-class AmbiguousSessionError(LookupError):
-    """Several sessions start with the prefix given (:meth:`Store.resolve_session`).
-
-    Attributes:
-        matches: The sessions that start with it, oldest first.
-    """
-
-    def __init__(self, matches: list[Session]) -> None:
-        super().__init__(f"{len(matches)} sessions start with it; give more of the id")
-        self.matches = matches
 
 
 class ViewStateRecord(NamedTuple):
