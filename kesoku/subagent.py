@@ -1,10 +1,10 @@
 """The subagent tool: a child turn loop for a self-contained task.
 
 The child gets the session's backend, the parent's tools minus ``subagent`` (no nesting), a system
-prompt of its own and an in-memory history that starts with the task. It loops like a turn — model
-call, the step's tool calls run concurrently, results, again — until the model answers without tool
-calls or ``subagent.max_steps`` model calls are used, or it repeats a call it was told repeats (the
-turn's repeat guard, :mod:`kesoku.repeat`). Nothing of the child is written to the session
+prompt of its own and an in-memory history that starts with the task. It runs the turn's step loop
+(:class:`~kesoku.steps.StepLoop`: model call, the step's tool calls run concurrently, results, again;
+cut replies run nothing; repeats are refused) until the model answers without tool calls,
+``subagent.max_steps`` model calls are used, or it repeats a call it was told repeats. Nothing of the child is written to the session
 log: only its conclusion comes back, as the ``subagent`` tool result (each of its model calls is still
 logged to ``llm-turn-{idx}.log.yaml`` like any other). Its system prompt and tool results are masked
 (:meth:`~kesoku.runtime.Runtime.mask`) as the gateway masks the session's messages.
@@ -17,9 +17,7 @@ or a new user message lets it finish, like any running tool.
 from __future__ import annotations
 
 import datetime as dt
-import time
 from collections.abc import Mapping, Sequence
-from contextlib import aclosing
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -27,21 +25,13 @@ import msgspec
 import trio
 
 from kesoku.errors import BackendError, ToolError
-from kesoku.llm.ir import (
-    LLMBlock,
-    LLMTurn,
-    ResponseBuilder,
-    TextBlock,
-    ToolCallBlock,
-    ToolResultBlock,
-)
-from kesoku.model import Outcome
+from kesoku.llm.ir import LLMBlock, LLMTurn, TextBlock, ToolCallBlock, ToolResultBlock, ToolSpec
+from kesoku.metrics import TurnState
+from kesoku.model import Outcome, Usage
 from kesoku.prompt import build_system_prompt, read_notes
-from kesoku.repeat import RepeatGuard
+from kesoku.steps import StepLoop
 from kesoku.tools.base import Tool, ToolContext
 from kesoku.tools.execute import run_tool
-from kesoku.turn import truncated_result
-from kesoku.turnlog import TurnLogEntry
 
 if TYPE_CHECKING:
     from kesoku.llm.base import BaseLLM
@@ -93,8 +83,8 @@ def subagent_tool(rt: Runtime, *, max_steps: int = MAX_STEPS, timeout_s: float =
     return Tool("subagent", DESCRIPTION, run, parameters, timeout_s=timeout_s)
 
 
-class Subagent:
-    """One child loop.
+class Subagent(StepLoop[ToolCallBlock]):
+    """One child loop (the hooks of :class:`~kesoku.steps.StepLoop` over an in-memory history).
 
     Args:
         rt: The runtime (turn logs).
@@ -104,15 +94,20 @@ class Subagent:
         max_steps: Model calls it may make.
     """
 
+    log_prefix = "subagent: "
+
     def __init__(self, rt: Runtime, llm: BaseLLM, tools: Sequence[Tool], ctx: ToolContext, *, max_steps: int) -> None:
+        super().__init__(llm, ctx.session, rt.turnlog, max_identical_calls=rt.max_identical_calls)
         self.rt = rt
-        self.llm = llm
         self.tools = {t.name: t for t in tools}
         self.ctx = ctx
         self.max_steps = max_steps
         self.turns: list[LLMTurn] = []
         """The child's history, in memory only."""
-        self.repeats = RepeatGuard(rt.max_identical_calls)
+        self.conclusion = ""
+        self._system = ""
+        self._specs: list[ToolSpec] = []
+        self._last_text = ""
 
     async def run(self, task: str) -> str:
         """Work on ``task`` until a conclusion or the step cap.
@@ -126,78 +121,65 @@ class Subagent:
         """
         cwd = self.ctx.cwd
         now = dt.datetime.now().astimezone()
-        specs = [t.spec for t in self.tools.values()]
+        self._specs = [t.spec for t in self.tools.values()]
         notes = read_notes(cwd)
         system = build_system_prompt(
             persona=PERSONA, tools=list(self.tools.values()), skills=(), notes=notes, cwd=cwd, now=now
         )
-        system = self.rt.mask(system)  # as the turn's: AGENTS.md may hold a secret
+        self._system = self.rt.mask(system)  # as the turn's: AGENTS.md may hold a secret
         self.turns = [LLMTurn("user", (TextBlock(task),))]
-        last_text = ""
-        for step in range(self.max_steps):
-            request = await self.llm.request_from_turns(self.turns, system=system, tools=specs)
-            response = await self._call(request)
-            calls = [
-                c if c.id else msgspec.structs.replace(c, id=f"sub_{step}_{i}")
-                for i, c in enumerate(response.tool_calls)
-            ]
-            if not calls:
-                return response.text.strip() or "(the subagent ended without writing a conclusion)"
-            last_text = response.text.strip() or last_text
+        await self.run_steps()
+        return self.conclusion
+
+    # -- the step loop's hooks (kesoku.steps) -----------------------------------------------------
+
+    async def _prepare(self) -> LLMRequest | TurnState:
+        if self.model_calls >= self.max_steps:
+            return await self._end(
+                TurnState.STEP_LIMIT,
+                f"[step limit] The subagent used its {self.max_steps} model calls (subagent.max_steps) "
+                "without concluding.",
+            )
+        return await self.llm.request_from_turns(self.turns, system=self._system, tools=self._specs)
+
+    async def _failed(self, error: BackendError, response: LLMResponse) -> TurnState | None:
+        raise ToolError(f"the subagent's model call failed: {error}")
+
+    async def _keep(self, response: LLMResponse) -> list[ToolCallBlock]:
+        step = self.model_calls - 1
+        calls = [
+            c if c.id else msgspec.structs.replace(c, id=f"sub_{step}_{i}") for i, c in enumerate(response.tool_calls)
+        ]
+        if calls:
+            self._last_text = response.text.strip() or self._last_text
             blocks: list[LLMBlock] = [*response.thought_blocks]
             if response.text.strip():
                 blocks.append(TextBlock(response.text))
             blocks.extend(calls)
             self.turns.append(LLMTurn("assistant", tuple(blocks)))
-            if response.cut:  # as in a turn: the calls may be incomplete, and none runs
-                note = truncated_result(response, request.max_output_tokens or self.llm.output_limit)
-                cut = [ToolResultBlock(c.id, c.name, note, Outcome.TRUNCATED) for c in calls]
-                self.turns.append(LLMTurn("user", tuple(cut)))
-                continue
-            self.turns.append(LLMTurn("user", tuple(await self._run_calls(calls))))
-            if self.repeats.stuck is not None:
-                note = (
-                    f"[repeating] The subagent kept calling {self.repeats.stuck} with the same arguments after "
-                    "being told it repeats (agent.max_identical_calls), and was stopped."
-                )
-                break
-        else:
-            note = (
-                f"[step limit] The subagent used its {self.max_steps} model calls (subagent.max_steps) "
-                "without concluding."
-            )
-        return f"{note} Its last words: {last_text}" if last_text else note
+        return calls
 
-    async def _call(self, request: LLMRequest) -> LLMResponse:
-        builder = ResponseBuilder()
-        started_at, t0 = time.time(), trio.current_time()
-        error: BackendError | None = None
-        try:
-            async with aclosing(self.llm.stream(request)) as events:
-                async for event in events:
-                    builder.add(event)
-        except BackendError as exc:
-            error = exc
-        response = builder.build()
-        if self.rt.turnlog is not None:
-            session = self.ctx.session
-            entry = TurnLogEntry(
-                folder=session.workspace,
-                session_id=session.id,
-                provider=self.llm.provider,
-                model=self.llm.model,
-                started_at=started_at,
-                duration_s=trio.current_time() - t0,
-                request=request,
-                response=response,
-                error=None if error is None else f"subagent: {error}",
-            )
-            await self.rt.turnlog.submit(entry)
-        if error is not None:
-            raise ToolError(f"the subagent's model call failed: {error}")
-        return response
+    async def _answered(self, response: LLMResponse, cut: str | None) -> TurnState:
+        self.conclusion = response.text.strip() or "(the subagent ended without writing a conclusion)"
+        if cut is not None:
+            self.conclusion += f" [the conclusion was {cut}]"
+        return TurnState.DONE
 
-    async def _run_calls(self, calls: Sequence[ToolCallBlock]) -> list[ToolResultBlock]:
+    async def _refuse(self, calls: Sequence[ToolCallBlock], note: str, outcome: Outcome) -> None:
+        self.turns.append(LLMTurn("user", tuple(ToolResultBlock(c.id, c.name, note, outcome) for c in calls)))
+
+    async def _repeating(self, name: str) -> TurnState:
+        return await self._end(
+            TurnState.REPEATING,
+            f"[repeating] The subagent kept calling {name} with the same arguments after being told it "
+            "repeats (agent.max_identical_calls), and was stopped.",
+        )
+
+    async def _end(self, state: TurnState, notice: str, usage: Usage | None = None) -> TurnState:
+        self.conclusion = f"{notice} Its last words: {self._last_text}" if self._last_text else notice
+        return state
+
+    async def _run_batch(self, calls: Sequence[ToolCallBlock]) -> None:
         results: list[ToolResultBlock | None] = [None] * len(calls)
         refusals = self.repeats.refusals([(c.name, c.arguments) for c in calls])
 
@@ -215,4 +197,4 @@ class Subagent:
         async with trio.open_nursery() as nursery:
             for i, call in enumerate(calls):
                 nursery.start_soon(one, i, call)
-        return [r for r in results if r is not None]
+        self.turns.append(LLMTurn("user", tuple(r for r in results if r is not None)))

@@ -24,7 +24,6 @@ import datetime as dt
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from contextlib import aclosing
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,15 +35,14 @@ from kesoku.errors import BackendError
 from kesoku.events import Compacted, ModelDelta, ToolFinished, ToolStarted
 from kesoku.guard import SessionGuard
 from kesoku.history import SessionHistory
-from kesoku.llm.ir import LLMRequest, LLMResponse, LLMTurn, ResponseBuilder, StopReason, ToolCallBlock
+from kesoku.llm.ir import LLMEvent, LLMRequest, LLMResponse, LLMTurn, ToolCallBlock
 from kesoku.metrics import TurnMetrics, TurnState
 from kesoku.model import Kind, Message, Metadata, Outcome, Role, Session, Status, Usage, in_turn
 from kesoku.prompt import build_system_prompt, read_notes
-from kesoku.repeat import RepeatGuard
+from kesoku.steps import StepLoop
 from kesoku.tools.base import Tool, ToolContext
 from kesoku.tools.execute import run_tool
 from kesoku.transcript import LOST_RESULT, call_id_of
-from kesoku.turnlog import TurnLogEntry
 
 if TYPE_CHECKING:
     from kesoku.llm.base import BaseLLM
@@ -70,7 +68,7 @@ _ROOT_STATUS = {
 _SKIPPED = "[skipped] Not run: the turn was interrupted or stopped before this call started."
 
 
-class Turn:
+class Turn(StepLoop[Message]):
     """One turn of a session, opened on the newest of its pending user messages.
 
     Args:
@@ -97,20 +95,18 @@ class Turn:
         guard: SessionGuard | None = None,
         compactor: Compactor | None = None,
     ) -> None:
+        super().__init__(llm, session, rt.turnlog, max_identical_calls=rt.max_identical_calls)
         self.rt = rt
         self.compactor = compactor if compactor is not None else Compactor(rt.gateway.store, rt.compaction)
         self.guard = guard if guard is not None else SessionGuard(rt.gateway.store, rt.questions, session.id)
         self.history = history if history is not None else SessionHistory(rt.gateway, session.id)
         self.session_turns = session_turns
-        self.session = session
         self.roots = list(roots)
         self.root = self.roots[-1]
-        self.llm = llm
         self.interrupted = False
         self.stops = 0
         self.kill_reason: str | None = None
         """Why running tools were killed (their results say it); None: they were not."""
-        self.model_calls = 0
         self.tool_calls = 0
         self.tokens = 0
         self.context_tokens = 0
@@ -120,9 +116,9 @@ class Turn:
         self._tools: dict[str, Tool] = {}
         """The tools of the current step, by name."""
         self._overflow_retried = False
-        self._repeats = RepeatGuard(rt.max_identical_calls)
-        self._output_limit: int | None = None
-        """The larger output limit of this turn's calls after a reply was cut at its own."""
+        self._system = ""
+        self._fixed = 0.0
+        """The estimated tokens of the system prompt and tools of the step in progress."""
         # Estimated tokens below which auto compaction is not tried again: after an attempt that found
         # nothing old enough, re-planning over the whole history on every step would be in vain.
         self._compaction_retry_at = 0.0
@@ -213,131 +209,95 @@ class Turn:
     async def _loop(self) -> TurnState:
         await self._heal()
         await self.rt.compaction.learn_window(self.llm)  # a model no table knows: ask its server, once
-        system = self._system_prompt()
-        while True:
-            # A shutdown cancels the turn between steps as well: it must stay `processing` (resumed
-            # after the restart), not end below as if the last batch's killed tools had stopped it.
-            await trio.lowlevel.checkpoint_if_cancelled()
-            if self.cut:
-                return self._cut_state()
-            if self.model_calls >= self.rt.max_steps_per_turn:
-                limit = self.rt.max_steps_per_turn
-                await self._post_system(
-                    f"Stopped after {limit} model calls in one turn (agent.max_steps_per_turn = {limit}). "
-                    "Send a message to let it continue."
-                )
-                return TurnState.STEP_LIMIT
-            tools = self.rt.current_tools()  # MCP tools come and go between steps
-            self._tools = {t.name: t for t in tools}
+        self._system = self._system_prompt()
+        return await self.run_steps()
+
+    # -- the step loop's hooks (kesoku.steps) -----------------------------------------------------
+
+    async def _prepare(self) -> LLMRequest | TurnState:
+        # A shutdown cancels the turn between steps as well: it must stay `processing` (resumed
+        # after the restart), not end below as if the last batch's killed tools had stopped it.
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if self.cut:
+            return self._cut_state()
+        if self.model_calls >= self.rt.max_steps_per_turn:
+            limit = self.rt.max_steps_per_turn
+            await self._post_system(
+                f"Stopped after {limit} model calls in one turn (agent.max_steps_per_turn = {limit}). "
+                "Send a message to let it continue."
+            )
+            return TurnState.STEP_LIMIT
+        tools = self.rt.current_tools()  # MCP tools come and go between steps
+        self._tools = {t.name: t for t in tools}
+        turns = self._turns()
+        specs = [t.spec for t in tools]
+        fixed = self._fixed = self.llm.head_tokens(self._system, specs)
+        estimate = self.compactor.estimate(turns, fixed)
+        if self._over_limit(estimate) and await self._compact("auto", fixed):
+            self._compaction_retry_at = 0.0
             turns = self._turns()
-            specs = [t.spec for t in tools]
-            fixed = self.llm.head_tokens(system, specs)
             estimate = self.compactor.estimate(turns, fixed)
-            if self._over_limit(estimate) and await self._compact("auto", fixed):
-                self._compaction_retry_at = 0.0
-                turns = self._turns()
-                estimate = self.compactor.estimate(turns, fixed)
-            refusal = self._refusal(estimate)
-            if refusal is not None:  # sending it would only earn a refusal, or a silently cut prompt
-                await self._post_system(refusal)
-                return TurnState.FAILED
-            request = await self.llm.request_from_turns(turns, system=system, tools=specs, checker=self.history.checker)
-            if self._output_limit is not None:
-                request = msgspec.structs.replace(request, max_output_tokens=self._output_limit)
-            response, error, cancelled = await self._stream(request)
-            if error is not None and error.context_overflow and not self._overflow_retried:
-                self._overflow_retried = True  # compact, then retry once
-                if await self._compact("context overflow", fixed, force=True):
-                    continue
-            if error is not None:
-                # The notice is the failed call's only message: it carries whatever usage was streamed.
-                await self._post_system(f"⚠ The model call failed: {error}", response.usage)
-                return TurnState.FAILED
-            if response.usage.input_tokens:
-                self.compactor.calibration.update(request, response.usage.input_tokens, head=fixed)
-            if cancelled:
-                await self._post_partial(response)
-                return self._cut_state()
-            grown = self._grow_output_limit(request, response)
-            output_limit = request.max_output_tokens or self.llm.output_limit
-            cut = response.cut_description(output_limit) if response.cut else None
-            if cut is not None and not response.tool_calls and not response.text.strip():
-                if grown is not None:
-                    continue  # nothing to keep: ask again with the larger limit
-                await self._post_system(f"⚠ The model's reply was {cut} before it said anything.", response.usage)
-                return TurnState.FAILED
-            calls = [self._call_message(c) for c in response.tool_calls]
-            answer = self._answer_messages(response, Status.DONE)
-            posted = await self._post(_with_step_usage([*answer, *calls], response.usage))
-            if not calls:
-                if cut is not None:
-                    await self._post_system(f"⚠ The answer was {cut}.")
-                return TurnState.DONE
-            if cut is not None:  # the calls may be incomplete: none runs, and the model is told why
-                note = truncated_result(response, output_limit, grown)
-                results = await self._post([self._result(c, note, Outcome.TRUNCATED) for c in posted[len(answer) :]])
-                for result in results:
-                    self.rt.hub.publish(ToolFinished(self.session.id, result))
-                continue
-            await self._run_batch(posted[len(answer) :])
-            if self._repeats.stuck is not None:
-                await self._post_system(
-                    f"Stopped: the model kept calling {self._repeats.stuck} with the same arguments after "
-                    "being told it repeats (agent.max_identical_calls). Send a message to let it continue."
-                )
-                return TurnState.REPEATING
+        refusal = self._refusal(estimate)
+        if refusal is not None:  # sending it would only earn a refusal, or a silently cut prompt
+            await self._post_system(refusal)
+            return TurnState.FAILED
+        return await self.llm.request_from_turns(turns, system=self._system, tools=specs, checker=self.history.checker)
 
-    def _grow_output_limit(self, request: LLMRequest, response: LLMResponse) -> int | None:
-        """The larger output limit of the turn's later calls, set by its first reply cut at its limit.
+    async def _failed(self, error: BackendError, response: LLMResponse) -> TurnState | None:
+        if error.context_overflow and not self._overflow_retried:
+            self._overflow_retried = True  # compact, then retry once
+            if await self._compact("context overflow", self._fixed, force=True):
+                return None
+        # The notice is the failed call's only message: it carries whatever usage was streamed.
+        return await self._end(TurnState.FAILED, f"⚠ The model call failed: {error}", response.usage)
 
-        Once per turn, where the backend can raise it (:meth:`~kesoku.llm.base.BaseLLM.larger_output_limit`);
-        returns the new limit when this reply set it, else None.
-        """
-        if response.stop_reason is not StopReason.MAX_TOKENS or self._output_limit is not None:
-            return None
-        self._output_limit = self.llm.larger_output_limit(request)
-        return self._output_limit
+    def _called(self, request: LLMRequest, response: LLMResponse) -> None:
+        if response.usage.input_tokens:
+            self.compactor.calibration.update(request, response.usage.input_tokens, head=self._fixed)
+
+    async def _cut_short(self, response: LLMResponse) -> TurnState:
+        await self._post_partial(response)
+        return self._cut_state()
+
+    async def _keep(self, response: LLMResponse) -> list[Message]:
+        calls = [self._call_message(c) for c in response.tool_calls]
+        answer = self._answer_messages(response, Status.DONE)
+        posted = await self._post(_with_step_usage([*answer, *calls], response.usage))
+        return posted[len(answer) :]
+
+    async def _answered(self, response: LLMResponse, cut: str | None) -> TurnState:
+        if cut is not None:
+            await self._post_system(f"⚠ The answer was {cut}.")
+        return TurnState.DONE
+
+    async def _refuse(self, calls: Sequence[Message], note: str, outcome: Outcome) -> None:
+        for result in await self._post([self._result(c, note, outcome) for c in calls]):
+            self.rt.hub.publish(ToolFinished(self.session.id, result))
+
+    async def _repeating(self, name: str) -> TurnState:
+        return await self._end(
+            TurnState.REPEATING,
+            f"Stopped: the model kept calling {name} with the same arguments after being told it repeats "
+            "(agent.max_identical_calls). Send a message to let it continue.",
+        )
+
+    async def _end(self, state: TurnState, notice: str, usage: Usage | None = None) -> TurnState:
+        await self._post_system(notice, usage)
+        return state
+
+    def _streaming(self, scope: trio.CancelScope | None) -> None:
+        self._stream_scope = scope
+        if scope is not None and self.cut:
+            scope.cancel()
+
+    def _on_event(self, event: LLMEvent) -> None:
+        self.rt.hub.publish(ModelDelta(self.session.id, event))
+
+    def _on_response(self, response: LLMResponse) -> None:
+        self._account(response.usage)
 
     def _cut_state(self) -> TurnState:
         return TurnState.STOPPED if self.stops else TurnState.INTERRUPTED
-
-    async def _stream(self, request: LLMRequest) -> tuple[LLMResponse, BackendError | None, bool]:
-        """One model call inside the stream scope; returns (response so far, error, cut short)."""
-        builder = ResponseBuilder()
-        error: BackendError | None = None
-        started_at, t0 = time.time(), trio.current_time()
-        publish = self.rt.hub.publish
-        sid = self.session.id
-        with trio.CancelScope() as scope:
-            self._stream_scope = scope
-            if self.cut:
-                scope.cancel()
-            try:
-                async with aclosing(self.llm.stream(request)) as events:
-                    async for event in events:
-                        builder.add(event)
-                        publish(ModelDelta(sid, event))
-            except BackendError as exc:
-                error = exc
-        self._stream_scope = None
-        self.model_calls += 1
-        response = builder.build()
-        self._account(response.usage)
-        if self.rt.turnlog is not None:
-            await self.rt.turnlog.submit(
-                TurnLogEntry(
-                    folder=self.session.workspace,
-                    session_id=sid,
-                    provider=self.llm.provider,
-                    model=self.llm.model,
-                    started_at=started_at,
-                    duration_s=trio.current_time() - t0,
-                    request=request,
-                    response=response,
-                    error=None if error is None else str(error),
-                )
-            )
-        return response, error, scope.cancelled_caught
 
     def _account(self, usage: Usage) -> None:
         self.tokens += usage.total_tokens
@@ -346,11 +306,11 @@ class Turn:
 
     # -- tools ------------------------------------------------------------------------------------
 
-    async def _run_batch(self, calls: list[Message]) -> None:
+    async def _run_batch(self, calls: Sequence[Message]) -> None:
         results: dict[int, Message] = {}
         # Identical calls that keep returning the same are answered without running.
         step = [(c.metadata.tool_name or "", c.metadata.tool_arguments or {}) for c in calls]
-        for call, refusal in zip(calls, self._repeats.refusals(step), strict=True):
+        for call, refusal in zip(calls, self.repeats.refusals(step), strict=True):
             if refusal is not None:
                 results[call.id] = self._result(call, refusal, Outcome.REPEATED)
         calls_to_run = [c for c in calls if c.id not in results]
@@ -388,7 +348,7 @@ class Turn:
         except BaseException:  # only cancellations get here (run_tool types every other failure)
             results[call.id] = self._cancelled_result(call, name)
             raise
-        self._repeats.record(name, arguments, content, outcome)
+        self.repeats.record(name, arguments, content, outcome)
         results[call.id] = self._result(call, content, outcome)
 
     def _cancelled_result(self, call: Message, name: str) -> Message:
@@ -531,24 +491,6 @@ def system_prompt(rt: Runtime, session: Session) -> str:
     if isinstance(context, str) and context.strip():
         prompt = f"{prompt}\n\n{context.strip()}"
     return rt.mask(prompt)
-
-
-def truncated_result(response: LLMResponse, limit: int | None, grown: int | None = None) -> str:
-    """The result of a call that was not run because the reply that made it was cut (or malformed).
-
-    Args:
-        response: The cut reply.
-        limit: The output limit its request had (None: unknown).
-        grown: The larger limit the next call gets, if any.
-    """
-    if response.stop_reason is StopReason.MALFORMED:
-        advice = "make the call again with arguments that match the tool's parameters"
-    elif grown is not None:
-        advice = f"make it again: your next reply may use up to {grown} tokens"
-    else:
-        advice = "make it again, shorter (write a large file in parts)"
-    what = response.cut_description(limit)
-    return f"[truncated] Not run: your reply was {what}, so this call may be incomplete; {advice}."
 
 
 def _with_step_usage(messages: list[Message], usage: Usage) -> list[Message]:

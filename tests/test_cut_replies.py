@@ -219,3 +219,17 @@ async def test_a_subagent_runs_no_call_of_a_cut_reply(tmp_path: Path) -> None:
     result = llm.requests[2].turns[-1].blocks[-1]  # what the child read after its cut reply
     assert isinstance(result, ToolResultBlock) and result.outcome is Outcome.TRUNCATED
     assert result.content.startswith("[truncated] Not run: your reply was cut at its output limit")
+
+
+async def test_a_subagent_asks_an_empty_cut_reply_again_with_the_larger_limit(tmp_path: Path) -> None:
+    # The turn's step loop (kesoku.steps) is the subagent's too: the same retry with a larger limit.
+    delegate = {"tool_calls": [{"name": "subagent", "arguments": {"task": "think hard"}}]}
+    steps = [delegate, {"stop": "max_tokens"}, {"text": "the conclusion"}, {"text": "Done."}]
+    llm = ScriptedLLM(steps, output_limit=512, max_output_limit=4096)
+    async with serve_runtime(tmp_path, llm, subagent_max_steps=5) as h:
+        await h.say("delegate it")
+        assert (await h.turn_end()).state is TurnState.DONE
+        history = h.history()
+    assert [r.max_output_tokens for r in llm.requests] == [None, None, 1024, None]
+    [result] = [m for m in history if m.kind is Kind.TOOL_RESULT]
+    assert result.content == "the conclusion"
