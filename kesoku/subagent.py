@@ -4,10 +4,11 @@ The child gets the session's backend, the parent's tools minus ``subagent`` (no 
 prompt of its own and an in-memory history that starts with the task. It runs the turn's step loop
 (:class:`~kesoku.steps.StepLoop`: model call, the step's tool calls run concurrently, results, again;
 cut replies run nothing; repeats are refused) until the model answers without tool calls,
-``subagent.max_steps`` model calls are used, or it repeats a call it was told repeats. Nothing of the child is written to the session
-log: only its conclusion comes back, as the ``subagent`` tool result (each of its model calls is still
-logged to ``llm-turn-{idx}.log.yaml`` like any other). Its system prompt and tool results are masked
-(:meth:`~kesoku.runtime.Runtime.mask`) as the gateway masks the session's messages.
+``subagent.max_steps`` model calls are used, or it repeats a call it was told repeats. Nothing of
+the child is written to the session log: only its conclusion comes back, as the ``subagent`` tool
+result (each of its model calls is still logged to ``llm-turn-{idx}.log.yaml`` like any other). Its
+system prompt and tool results are masked (:meth:`~kesoku.runtime.Runtime.mask`) as the gateway masks
+the session's messages.
 
 Cancellation: the child runs inside the parent's tool batch, so it is cancelled with it (a forced stop,
 the tool's ``timeout_s``); its running tools are cancelled and kill their process groups. A first stop

@@ -223,7 +223,7 @@ async def test_a_subagent_runs_no_call_of_a_cut_reply(tmp_path: Path) -> None:
 
 async def test_a_subagent_asks_an_empty_cut_reply_again_with_the_larger_limit(tmp_path: Path) -> None:
     # The turn's step loop (kesoku.steps) is the subagent's too: the same retry with a larger limit.
-    delegate = {"tool_calls": [{"name": "subagent", "arguments": {"task": "think hard"}}]}
+    delegate: dict[str, Any] = {"tool_calls": [{"name": "subagent", "arguments": {"task": "think hard"}}]}
     steps = [delegate, {"stop": "max_tokens"}, {"text": "the conclusion"}, {"text": "Done."}]
     llm = ScriptedLLM(steps, output_limit=512, max_output_limit=4096)
     async with serve_runtime(tmp_path, llm, subagent_max_steps=5) as h:
