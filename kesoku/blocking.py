@@ -6,16 +6,21 @@ violation when its CPU time exceeds ``cpu_threshold_s`` or its wall time exceeds
 
 Three things are left out of the wall time, as no task's doing: garbage-collector pauses (they stop
 every thread alike); on Linux, the time the thread waited for a CPU while runnable (the run-queue
-delay, ``/proc/thread-self/schedstat``, field 2: Documentation/scheduler/sched-stats.rst); and the time
-a watchdog thread saw it in uninterruptible disk sleep (state ``D`` in ``/proc/self/task/TID/stat``,
-proc(5)), which is a loaded disk stalling the store's writes. A step that slept, or waited on a socket
-or a lock (state ``S``), is still blamed, and the report says where the watchdog saw it waiting.
+delay, ``/proc/thread-self/schedstat``, field 2: Documentation/scheduler/sched-stats.rst); and a
+loaded disk's stalls. A watchdog thread looks at a step that runs long: time it finds the thread in
+uninterruptible disk sleep (state ``D`` in ``/proc/self/task/TID/stat``, proc(5)) is the disk's, and
+so is the whole wait of a step it never saw waiting elsewhere that read or wrote the disk (block
+operations or major page faults, ``getrusage(RUSAGE_THREAD)``, getrusage(2)): on a loaded machine the
+watchdog itself waits for a CPU, or for the GIL a page fault holds, and sees little. A step that
+slept, or waited on a socket or a lock (state ``S``), is blamed, and the report says where the
+watchdog saw it waiting; one that touched no disk is blamed even when the watchdog saw nothing.
 """
 
 from __future__ import annotations
 
 import gc
 import os
+import resource
 import sys
 import threading
 import time
@@ -57,6 +62,7 @@ class BlockingDetector(trio.abc.Instrument):
         # saw of that step. Plain attribute reads and rebinds are atomic under the GIL.
         self._step_started = 0.0
         self._disk_s = 0.0
+        self._io = 0
         self._seen_at = ""
         self._stop = threading.Event()
         self._watchdog: threading.Thread | None = None
@@ -96,6 +102,11 @@ class BlockingDetector(trio.abc.Instrument):
             return "?"
         # "pid (comm) state ...": comm may hold spaces and parentheses, so split after the last ")".
         return stat[stat.rfind(b")") + 2 :][:1].decode("ascii", "replace") or "?"
+
+    def disk_io(self) -> int:
+        """The calling thread's disk operations so far: block reads and writes, major page faults."""
+        usage = resource.getrusage(resource.RUSAGE_THREAD)
+        return usage.ru_inblock + usage.ru_oublock + usage.ru_majflt
 
     def _watch(self) -> None:
         last = 0.0
@@ -137,6 +148,7 @@ class BlockingDetector(trio.abc.Instrument):
         self._gc_s = 0.0
         self._disk_s = 0.0
         self._seen_at = ""
+        self._io = self.disk_io()
         self._waited = self._run_queue_delay()
         self._cpu = time.thread_time()
         self._wall = self._step_started = time.perf_counter()
@@ -148,9 +160,9 @@ class BlockingDetector(trio.abc.Instrument):
         cpu = time.thread_time() - self._cpu - self._gc_s
         if wall > self.wall_threshold_s:  # only then are the run-queue delay and disk sleep worth a look
             wall -= self._run_queue_delay() - self._waited + self._disk_s
-            if self._disk_s and not self._seen_at:
-                # Seen only in disk sleep or on a CPU: the samples of a starved watchdog undercount the
-                # disk's share, and nothing in the step waited on a sleep, a socket or a lock.
+            if not self._seen_at and (self._disk_s or self.disk_io() > self._io):
+                # Seen only in disk sleep or on a CPU, or not seen at all while it read or wrote the
+                # disk: nothing was seen waiting on a sleep, a socket or a lock.
                 wall = min(wall, cpu)
         if cpu > self.cpu_threshold_s or wall > self.wall_threshold_s:
             self.violations.append((task.name, cpu, wall))

@@ -68,6 +68,36 @@ def test_a_step_stalled_by_the_disk_is_not_blamed() -> None:
     assert stalled.violations == []
 
 
+class Unseen(BlockingDetector):
+    """A detector whose watchdog never sees the thread wait (starved, as on a loaded machine)."""
+
+    def __init__(self, io_per_read: int) -> None:
+        super().__init__()
+        self.io = 0
+        self.io_per_read = io_per_read
+
+    def thread_state(self) -> str:
+        assert super().thread_state() in "RSD"
+        return "R"
+
+    def disk_io(self) -> int:
+        assert super().disk_io() >= 0  # getrusage(RUSAGE_THREAD) answers
+        self.io += self.io_per_read
+        return self.io
+
+
+def test_an_unseen_step_that_used_the_disk_is_not_blamed_and_one_that_did_not_is() -> None:
+    async def main() -> None:
+        select.select([], [], [], 0.3)
+        await trio.lowlevel.checkpoint()
+
+    disk, no_disk = Unseen(io_per_read=1), Unseen(io_per_read=0)
+    trio.run(main, instruments=[disk])
+    trio.run(main, instruments=[no_disk])
+    assert disk.violations == []
+    assert len(no_disk.violations) == 1  # no disk operation: the wait is the step's own
+
+
 # Runs in a child process pinned to one CPU at the lowest priority, next to a busy process on the same
 # CPU: the step gets a small share of the CPU, so its wall time is mostly run-queue delay.
 DESCHEDULED_STEP = """
