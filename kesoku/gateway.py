@@ -48,13 +48,15 @@ from kesoku.store.store import Inserted
 log = logging.getLogger(__name__)
 
 BUSY_RETRY_S = 1.0
-"""While another connection holds the database's write lock past the busy timeout, how often a post
-tries again."""
+"""While another connection holds the database's write lock, the longest pause between a post's
+tries (the first pauses are shorter: most locks are held for milliseconds)."""
+BUSY_FIRST_PAUSE_S = 0.01
+"""The pause after a post's first busy try; each next pause doubles, up to :data:`BUSY_RETRY_S`."""
 BUSY_GIVE_UP_S = 30.0
 """How long a post keeps trying a locked database (after the store's busy timeout) before it fails
 with one line."""
 BUSY_TRY_MS = 50
-"""How long each retry waits for the lock (blocking the loop that long at most)."""
+"""How long each try waits for the lock (blocking the loop that long at most)."""
 
 LISTENER_BUFFER = 1024
 """Messages a listener may hold in memory before it falls back to reading the store."""
@@ -209,34 +211,39 @@ class Gateway:
         return [inserted.message for inserted in results]
 
     async def _insert(self, messages: Sequence[Message]) -> list[Inserted]:
-        """Store messages; while another connection holds the write lock past the busy timeout, wait.
+        """Store messages; while another connection holds the write lock, wait without blocking the loop.
 
-        The wait is visible: one warning naming the database and the lock's holder when known, then
-        a short try every :data:`BUSY_RETRY_S`; after :data:`BUSY_GIVE_UP_S` a one-line
-        :class:`~kesoku.errors.StoreError`. A busy write wrote nothing, so a cancelled wait leaves
-        nothing half done.
+        Each try waits at most :data:`BUSY_TRY_MS` for the lock, and the post sleeps between tries
+        (from :data:`BUSY_FIRST_PAUSE_S` doubling to :data:`BUSY_RETRY_S`), so other sessions, the
+        terminal and signals go on. Once the wait passes the store's busy timeout it is visible: one
+        warning naming the database and the lock's holder when known; :data:`BUSY_GIVE_UP_S` later a
+        one-line :class:`~kesoku.errors.StoreError`.
 
         Raises:
-            StoreError: The database stayed locked for :data:`BUSY_GIVE_UP_S`.
+            StoreError: The database stayed locked past the busy timeout and :data:`BUSY_GIVE_UP_S`.
+
+        Cancellation:
+            A busy try wrote nothing, so a cancelled wait leaves nothing half done.
         """
-        started: float | None = None
+        try_ms = min(BUSY_TRY_MS, self.store.busy_timeout_ms)
+        started = trio.current_time()
+        warned_at: float | None = None
+        pause = BUSY_FIRST_PAUSE_S
         while True:
             try:
-                # The first try waits the store's busy timeout (blocking this thread, as every write
-                # does); the retries wait a moment each and sleep in between, so the loop runs on.
-                timeout_ms = None if started is None else BUSY_TRY_MS
-                return self.store.insert_messages(messages, busy_timeout_ms=timeout_ms)
+                return self.store.insert_messages(messages, busy_timeout_ms=try_ms)
             except StoreBusyError as exc:
-                by = f"held by {exc.holder}"
-                if started is None:
-                    started = trio.current_time()
+                now, by = trio.current_time(), f"held by {exc.holder}"
+                if warned_at is None and now - started >= self.store.busy_timeout_ms / 1000:
+                    warned_at = now
                     log.warning("database busy (%s), waiting… (%s)", by, self.store.path)
-                elif trio.current_time() - started >= BUSY_GIVE_UP_S:
+                elif warned_at is not None and now - warned_at >= BUSY_GIVE_UP_S:
                     raise StoreError(
                         f"{self.store.path}: the database stayed locked for {BUSY_GIVE_UP_S:g} s ({by}); "
                         "the message was not stored"
                     ) from None
-                await trio.sleep(BUSY_RETRY_S)
+                await trio.sleep(pause)
+                pause = min(pause * 2, BUSY_RETRY_S)
 
     def _deliver(self, message: Message, adapter: str) -> None:
         if message.id != self._last_id + 1:

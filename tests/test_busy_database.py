@@ -6,6 +6,7 @@ message can name its pid (read from /proc/locks).
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -150,3 +151,27 @@ def test_a_new_chat_on_a_database_locked_past_the_busy_timeout_says_so_in_one_li
     assert "Traceback" not in result.stderr
     assert result.stderr.splitlines() == [f"kesoku: {db}: database is locked (held by pid {locker.pid}?)"]
     assert [row[3] for row in history(tmp_path)] == ["first", "noted."]  # nothing half-written
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_the_question_waits_for_the_database_ends_the_chat_at_once(
+    tmp_path: Path, signum: signal.Signals
+) -> None:
+    setup(tmp_path, "echo.yaml")
+    first = chat(tmp_path, "first")
+    assert first.returncode == 0, first.stderr
+    session = history(tmp_path)[0][0]
+    locker = hold_write_lock(tmp_path / "kesoku.db")
+    try:
+        proc = start_chat(tmp_path, "--session", session[:8], "second")
+        assert proc.stderr is not None
+        assert "database busy" in proc.stderr.readline()  # the question is waiting to be stored
+        proc.send_signal(signum)
+        # The lock is still held: a chat that waited for it would still be waiting here.
+        out, err = proc.communicate(timeout=20)
+    finally:
+        release(locker)
+    assert proc.returncode == 128 + signum, err
+    assert out == ""
+    assert err == "kesoku: stopped before the question was stored; nothing was asked\n"
+    assert [row[3] for row in history(tmp_path)] == ["first", "noted."]

@@ -167,7 +167,9 @@ async def run_oneshot(rt: Runtime, session: Session, prompt: str) -> int:
     Cancellation:
         Ctrl-C (SIGINT) stops the turn (a second one kills running tools); the turn ends ``stopped``
         and its metrics line is printed before 130 is returned. SIGTERM and SIGHUP stop it and kill
-        its tools at once; 128 + the signal number is returned.
+        its tools at once; 128 + the signal number is returned. A signal while the question still
+        waits for a locked database ends that wait: nothing is stored or asked, one line says so,
+        and 128 + the signal number is returned.
     """
     sink = PlainSink(sys.stdout, sys.stderr, err_tty=sys.stderr.isatty())
     stops = _Controls(rt, session.id)
@@ -178,11 +180,18 @@ async def run_oneshot(rt: Runtime, session: Session, prompt: str) -> int:
         await nursery.start(follower.run)
         await nursery.start(rt.serve)
         stops.nursery = nursery
-        nursery.start_soon(stops.watch_signals)
-        mine = await rt.gateway.post(user_text(session.id, prompt))
-        # The turn that answers `mine` is rooted on it or on a later message.
-        await follower.wait_ended(mine.id)
+        await nursery.start(stops.watch_signals)
+        mine: Message | None = None
+        with trio.CancelScope() as stops.posting:  # a signal while a locked database is waited for
+            stops.apply()
+            mine = await rt.gateway.post(user_text(session.id, prompt))
+        stops.posting = None
+        if mine is not None:  # the turn that answers `mine` is rooted on it or on a later message
+            await follower.wait_ended(mine.id)
         nursery.cancel_scope.cancel()
+    if mine is None:
+        print("kesoku: stopped before the question was stored; nothing was asked", file=sys.stderr)
+        return 128 + (stops.terminated or signal.SIGINT)
     assert sink.metrics is not None
     if stops.terminated is not None and sink.metrics.state is TurnState.STOPPED:
         return 128 + stops.terminated
@@ -204,9 +213,13 @@ class _Controls:
         self.terminated: int | None = None
         """The number of the SIGTERM or SIGHUP that stopped the turn, if one did."""
         self.nursery: trio.Nursery | None = None
+        self.posting: trio.CancelScope | None = None
+        """The post of the question while it waits for the database (a signal cancels it)."""
 
     def apply(self) -> None:
-        if self.count:
+        if self.count and self.posting is not None:
+            self.posting.cancel()
+        elif self.count:
             self.rt.gateway.stop(self.session_id, force=self.count > 1)
 
     def on_event(self, event: TurnEvent) -> None:
@@ -223,8 +236,9 @@ class _Controls:
         line = await trio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
         self.rt.questions.answer(question.id, parse_answer(line) or DENY, by=user_name())
 
-    async def watch_signals(self) -> None:
+    async def watch_signals(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+            task_status.started()
             async for signum in signals:
                 if signum == signal.SIGINT:
                     self.count += 1
@@ -233,5 +247,6 @@ class _Controls:
                     self.count = max(self.count, 2)
                     self.terminated = signum
                     hint = f"{signal.Signals(signum).name}: stopping the turn and killing its tools"
+                if self.posting is None:  # else the question was not stored: run_oneshot says so
+                    print(hint, file=sys.stderr, flush=True)
                 self.apply()
-                print(hint, file=sys.stderr, flush=True)
