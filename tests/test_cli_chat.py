@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pyte
+import pytest
 import yaml
 from kesoku_terminal.view import Follower
 from runtime_harness import echo, serve_runtime
@@ -556,3 +557,16 @@ def test_a_session_folder_that_cannot_be_made_is_one_line_and_leaves_no_session(
         assert locked.stderr.startswith("kesoku: cannot lock session ")
         assert locked.stderr.endswith(" (workspace.sessions_dir)\n") and len(locked.stderr.splitlines()) == 1
     assert len({r[0] for r in history(tmp_path)}) == 1
+
+
+@pytest.mark.parametrize("command", [("chat", "hi"), ("start",)])
+def test_a_database_folder_that_cannot_be_made_is_one_line(tmp_path: Path, command: tuple[str, ...]) -> None:
+    config = setup(tmp_path, "echo.yaml")
+    (tmp_path / "blocker").write_text("")  # a parent that is a file stops mkdir even for root
+    config.write_text(config.read_text() + '[workspace]\ndb_path = "blocker/k.db"\n')
+    result = kesoku(tmp_path, *command)
+    assert (result.returncode, result.stdout) == (2, "")
+    folder = tmp_path / "blocker"
+    assert result.stderr == (
+        f"kesoku: {folder / 'k.db'}: cannot make its folder {folder}: File exists (workspace.db_path)\n"
+    )

@@ -107,11 +107,17 @@ def open_connection(path: str | os.PathLike[str], *, busy_timeout_ms: int = BUSY
         A connection in WAL mode with foreign keys on, migrated to the newest schema.
 
     Raises:
-        StoreError: The file is not a database, cannot be opened, or was written by a newer Kesoku.
+        StoreError: The file is not a database, cannot be opened, or was written by a newer Kesoku;
+            or its folder cannot be made.
     """
     where = str(path)
     if where != ":memory:":
-        Path(where).parent.mkdir(parents=True, exist_ok=True)
+        folder = Path(where).parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a parent is a file, no permission, a read-only file system
+            reason = exc.strerror or exc
+            raise StoreError(f"{where}: cannot make its folder {folder}: {reason} (workspace.db_path)") from None
     try:
         conn = apsw.Connection(where)
         conn.set_busy_timeout(busy_timeout_ms)
