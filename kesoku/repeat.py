@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 import msgspec
 
 from kesoku.model import Outcome
+from kesoku.tools.output import MARKER, MARKER_PATTERN
 
 MAX_IDENTICAL_CALLS = 2
 """``agent.max_identical_calls``: runs of one identical call, returning the same each time, in a turn."""
@@ -89,7 +90,10 @@ class RepeatGuard:
         if self.max_identical <= 0:
             return
         seen = self._seen.setdefault(call_key(name, arguments), _Seen())
-        digest = hashlib.blake2b(f"{outcome}\0{content}".encode(errors="replace"), digest_size=16).digest()
+        # Two capped outputs that differ only in how much was cut (a listing that grew by a line) are
+        # the same to the model: it reads the same head and tail.
+        kept = MARKER_PATTERN.sub(MARKER.format(cut="N"), content)
+        digest = hashlib.blake2b(f"{outcome}\0{kept}".encode(errors="replace"), digest_size=16).digest()
         if digest == seen.digest:  # what it returned last time: a repeat, even after a reset
             seen.runs += 1
             return

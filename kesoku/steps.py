@@ -102,7 +102,9 @@ class StepLoop(abc.ABC, Generic[C]):
             if not calls:
                 return await self._answered(response, cut)
             if cut is not None:  # the calls may be incomplete: none runs, and the model is told why
-                await self._refuse(calls, truncated_result(response, limit, grown), Outcome.TRUNCATED)
+                await self._refuse_cut(response, calls, truncated_result(response, limit, grown))
+                if self.repeats.stuck is not None:
+                    return await self._repeating(self.repeats.stuck)
                 continue
             await self._run_batch(calls)
             if self.repeats.stuck is not None:
@@ -145,6 +147,20 @@ class StepLoop(abc.ABC, Generic[C]):
             await self.turnlog.submit(entry)
         return response, error, scope.cancelled_caught
 
+    async def _refuse_cut(self, response: LLMResponse, calls: Sequence[C], note: str) -> None:
+        """Answer a cut reply's calls with ``note``, none run; the repeat guard counts them as runs.
+
+        A model whose every reply is cut with the same call (a server that always answers at its
+        limit) would otherwise go on to the step limit: the same call cut again and again is refused
+        as a repeat, and made once more it ends the loop.
+        """
+        made = [(c.name, c.arguments) for c in response.tool_calls]
+        refusals = self.repeats.refusals(made)
+        for name, arguments in made:
+            self.repeats.record(name, arguments, note, Outcome.TRUNCATED)
+        notes = [note if refusal is None else f"{note} {refusal}" for refusal in refusals]
+        await self._refuse(calls, notes, Outcome.TRUNCATED)
+
     def _grow_output_limit(self, request: LLMRequest, response: LLMResponse) -> int | None:
         """The larger output limit of the loop's later calls, set by its first reply cut at its limit.
 
@@ -181,8 +197,8 @@ class StepLoop(abc.ABC, Generic[C]):
         """The model answered without tool calls (``cut``: how the answer was cut, if it was)."""
 
     @abc.abstractmethod
-    async def _refuse(self, calls: Sequence[C], note: str, outcome: Outcome) -> None:
-        """Keep a result for each call, none run: ``note`` with ``outcome``."""
+    async def _refuse(self, calls: Sequence[C], notes: Sequence[str], outcome: Outcome) -> None:
+        """Keep a result for each call, none run: its note (in order) with ``outcome``."""
 
     @abc.abstractmethod
     async def _run_batch(self, calls: Sequence[C]) -> None:

@@ -270,8 +270,9 @@ class Turn(StepLoop[Message]):
             await self._post_system(f"⚠ The answer was {cut}.")
         return TurnState.DONE
 
-    async def _refuse(self, calls: Sequence[Message], note: str, outcome: Outcome) -> None:
-        for result in await self._post([self._result(c, note, outcome) for c in calls]):
+    async def _refuse(self, calls: Sequence[Message], notes: Sequence[str], outcome: Outcome) -> None:
+        results = [self._result(c, note, outcome) for c, note in zip(calls, notes, strict=True)]
+        for result in await self._post(results):
             self.rt.hub.publish(ToolFinished(self.session.id, result))
 
     async def _repeating(self, name: str) -> TurnState:

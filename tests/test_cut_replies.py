@@ -233,3 +233,17 @@ async def test_a_subagent_asks_an_empty_cut_reply_again_with_the_larger_limit(tm
     assert [r.max_output_tokens for r in llm.requests] == [None, None, 1024, None]
     [result] = [m for m in history if m.kind is Kind.TOOL_RESULT]
     assert result.content == "the conclusion"
+
+
+async def test_a_model_whose_every_reply_is_cut_with_the_same_call_ends_repeating(tmp_path: Path) -> None:
+    # A server that always answers at its limit: the same cut call is refused as a repeat, then the
+    # turn ends, instead of running to agent.max_steps_per_turn (50 billed calls).
+    cut = {"tool_calls": [{"name": "write_file", "arguments": WRITE}], "stop": "max_tokens"}
+    llm = ScriptedLLM([cut] * 50)
+    h, history, state = await write_turn(tmp_path, llm)
+    assert state is TurnState.REPEATING
+    assert len(llm.requests) == 4  # two cut, the third refused as a repeat, the fourth ends it
+    assert not (Path(h.session.workspace) / "out.txt").exists()
+    results = [m for m in history if m.kind is Kind.TOOL_RESULT]
+    assert {m.metadata.outcome for m in results} == {Outcome.TRUNCATED}
+    assert "[repeated] Not run" in results[-1].content

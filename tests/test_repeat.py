@@ -191,3 +191,12 @@ def test_one_run_reads_once() -> None:
     guard.record("probe", {}, "same", Outcome.COMPLETED)
     (refusal,) = guard.refusals([("probe", {})])
     assert refusal is not None and "already ran once in this turn" in refusal
+
+
+def test_capped_outputs_that_differ_only_in_the_bytes_cut_are_the_same() -> None:
+    guard = RepeatGuard(2)
+    listing = {"command": "ls -laR /usr/lib"}
+    for cut in (6292858, 6293396):  # the listing grew between the runs; head and tail are the same
+        guard.record("shell", listing, f"total 1\n[… {cut} bytes cut …]\nlast line\n", Outcome.COMPLETED)
+    [refusal] = guard.refusals([("shell", listing)])
+    assert refusal is not None and refusal.startswith("[repeated] Not run")

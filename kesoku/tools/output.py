@@ -8,8 +8,12 @@ while it arrives, holding at most about ``2 * max_bytes`` whatever the stream's 
 
 from __future__ import annotations
 
+import re
+
 MARKER = "\n[… {cut} bytes cut …]\n"
 """Put where the middle of an output was cut; ``{cut}`` is the number of bytes left out."""
+MARKER_PATTERN = re.compile(r"\n\[… [0-9]+ bytes cut …\]\n")
+"""Matches :data:`MARKER` whatever the number."""
 
 _MIN_SPLIT_BYTES = 64
 """Below this cap there is no room for head, marker and tail: the output is cut at the end only."""
