@@ -143,7 +143,15 @@ class LocalConfig(_Section, frozen=True, kw_only=True):
     """The offline model run by llama-cpp-python (extra: kesoku[local])."""
 
     model_path: Annotated[str | None, _doc("GGUF file. Unset: the bundled SmolLM2-135M-Instruct.")] = None
-    n_ctx: Annotated[int, _doc("Context window in tokens.", gt=0)] = 8192
+    n_ctx: Annotated[
+        int,
+        _doc(
+            "Context window in tokens; memory grows with it (a larger window than the model was trained on "
+            "only degrades its answers). At most 1,048,576.",
+            gt=0,
+            le=1_048_576,
+        ),
+    ] = 8192
     n_threads: Annotated[PositiveInt | None, _doc("CPU threads. Unset: llama.cpp decides.")] = None
 
 

@@ -287,3 +287,13 @@ async def test_a_file_that_is_not_a_model_is_a_backend_error_naming_it(tmp_path:
     with pytest.raises(BackendError, match=r"local\.model_path: .*notes\.gguf: llama\.cpp cannot load it"):
         await llm.generate(ask("Hi"))
     assert not llm.loaded
+
+
+async def test_a_window_past_the_trained_one_is_a_warning(llm: LocalLLM, caplog: pytest.LogCaptureFixture) -> None:
+    wide = LocalLLM(llm.model_path, n_ctx=16384)  # SmolLM2-135M was trained on 8,192
+    await wide.generate(ask("Hi"))
+    await wide.aclose()
+    assert [r.getMessage() for r in caplog.records if "trained" in r.getMessage()] == [
+        "local.n_ctx = 16384 is more than the 8192 tokens the model was trained on: its answers degrade past "
+        "them, and the memory is spent for nothing"
+    ]

@@ -47,7 +47,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -255,6 +255,14 @@ class LocalLLM(BaseLLM):
             )
         except (ValueError, RuntimeError) as exc:
             raise BackendError(f"local.model_path: {self.model_path}: llama.cpp cannot load it ({exc})") from None
+        trained = _trained_window(llama.metadata)
+        if self.n_ctx > trained > 0:
+            log.warning(
+                "local.n_ctx = %d is more than the %d tokens the model was trained on: its answers degrade "
+                "past them, and the memory is spent for nothing",
+                self.n_ctx,
+                trained,
+            )
         return llama, _AbortFlag.install(llama), time.perf_counter() - started
 
     # -- the template's steps ---------------------------------------------------------------------
@@ -625,3 +633,12 @@ def _salvage_answer(text: str) -> str | None:
 
 
 __all__ = ["DEFAULT_MODEL_FILE", "SYSTEM_PROMPT", "LocalLLM", "default_model_path"]
+
+
+def _trained_window(metadata: Mapping[str, str]) -> int:
+    """The context length a GGUF model was trained with (``<architecture>.context_length``); 0: unknown.
+
+    Source: the GGUF spec's standardized key-value pairs (ggml docs/gguf.md, "LLM").
+    """
+    value = metadata.get(f"{metadata.get('general.architecture', '')}.context_length", "")
+    return int(value) if value.isdigit() else 0
