@@ -193,7 +193,8 @@ async def test_a_click_on_allow_answers_the_tools_question(
         click = pubsub.publish(click_event(ANSWER_FUNCTION, question_id=str(question_id), choice="Allow"))
         await acked(pubsub, click)
         await run.chat.wait_for(lambda: any("✔ **Allow**" in t for p in run.chat.patched(card) for t in texts(p.body)))
-        await run.until(lambda: target.exists())
+        # The tool's result, not the file's existence: the file exists before its content is written.
+        await run.until(lambda: any(m.kind is Kind.TOOL_RESULT for m in run.h.store.history(run.session_id())))
         assert target.read_text() == "hello\n"
         answer = next(m for m in run.h.store.history(run.session_id()) if is_answer(m))
         assert answer.content == "✔ Allow: allowed by Ana"
