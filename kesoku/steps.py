@@ -159,7 +159,7 @@ class StepLoop(abc.ABC, Generic[C]):
         for name, arguments in made:
             self.repeats.record(name, arguments, note, Outcome.TRUNCATED)
         notes = [note if refusal is None else f"{note} {refusal}" for refusal in refusals]
-        await self._refuse(calls, notes, Outcome.TRUNCATED)
+        await self._refuse(calls, notes)
 
     def _grow_output_limit(self, request: LLMRequest, response: LLMResponse) -> int | None:
         """The larger output limit of the loop's later calls, set by its first reply cut at its limit.
@@ -197,8 +197,8 @@ class StepLoop(abc.ABC, Generic[C]):
         """The model answered without tool calls (``cut``: how the answer was cut, if it was)."""
 
     @abc.abstractmethod
-    async def _refuse(self, calls: Sequence[C], notes: Sequence[str], outcome: Outcome) -> None:
-        """Keep a result for each call, none run: its note (in order) with ``outcome``."""
+    async def _refuse(self, calls: Sequence[C], notes: Sequence[str]) -> None:
+        """Keep a ``truncated`` result for each call of a cut reply, none run: its note, in order."""
 
     @abc.abstractmethod
     async def _run_batch(self, calls: Sequence[C]) -> None:

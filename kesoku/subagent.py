@@ -166,8 +166,8 @@ class Subagent(StepLoop[ToolCallBlock]):
             self.conclusion += f" [the conclusion was {cut}]"
         return TurnState.DONE
 
-    async def _refuse(self, calls: Sequence[ToolCallBlock], notes: Sequence[str], outcome: Outcome) -> None:
-        results = (ToolResultBlock(c.id, c.name, note, outcome) for c, note in zip(calls, notes, strict=True))
+    async def _refuse(self, calls: Sequence[ToolCallBlock], notes: Sequence[str]) -> None:
+        results = (ToolResultBlock(c.id, c.name, n, Outcome.TRUNCATED) for c, n in zip(calls, notes, strict=True))
         self.turns.append(LLMTurn("user", tuple(results)))
 
     async def _repeating(self, name: str) -> TurnState:

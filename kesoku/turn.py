@@ -270,8 +270,8 @@ class Turn(StepLoop[Message]):
             await self._post_system(f"⚠ The answer was {cut}.")
         return TurnState.DONE
 
-    async def _refuse(self, calls: Sequence[Message], notes: Sequence[str], outcome: Outcome) -> None:
-        results = [self._result(c, note, outcome) for c, note in zip(calls, notes, strict=True)]
+    async def _refuse(self, calls: Sequence[Message], notes: Sequence[str]) -> None:
+        results = [self._result(c, note, Outcome.TRUNCATED) for c, note in zip(calls, notes, strict=True)]
         for result in await self._post(results):
             self.rt.hub.publish(ToolFinished(self.session.id, result))
 

@@ -47,14 +47,20 @@ def release(proc: subprocess.Popen[str]) -> None:
     proc.stdout.close()
 
 
-def test_a_chat_waits_visibly_for_a_locked_database_and_its_answer_is_stored(tmp_path: Path) -> None:
+def chat_on_a_locked_database(tmp_path: Path) -> tuple[subprocess.Popen[str], subprocess.Popen[str]]:
+    """A session with one answered turn, its database's write lock held by another process, and a
+    ``kesoku chat --session`` started to ask "second" in it: (the chat, the lock holder)."""
     setup(tmp_path, "echo.yaml")
     first = chat(tmp_path, "first")
     assert first.returncode == 0, first.stderr
     session = history(tmp_path)[0][0]
     locker = hold_write_lock(tmp_path / "kesoku.db")
+    return start_chat(tmp_path, "--session", session[:8], "second"), locker
+
+
+def test_a_chat_waits_visibly_for_a_locked_database_and_its_answer_is_stored(tmp_path: Path) -> None:
+    proc, locker = chat_on_a_locked_database(tmp_path)
     try:
-        proc = start_chat(tmp_path, "--session", session[:8], "second")
         assert proc.stderr is not None
         line = proc.stderr.readline()
         assert line.startswith(f"kesoku: database busy (held by pid {locker.pid}?), waiting… ("), line
@@ -157,13 +163,8 @@ def test_a_new_chat_on_a_database_locked_past_the_busy_timeout_says_so_in_one_li
 def test_a_signal_while_the_question_waits_for_the_database_ends_the_chat_at_once(
     tmp_path: Path, signum: signal.Signals
 ) -> None:
-    setup(tmp_path, "echo.yaml")
-    first = chat(tmp_path, "first")
-    assert first.returncode == 0, first.stderr
-    session = history(tmp_path)[0][0]
-    locker = hold_write_lock(tmp_path / "kesoku.db")
+    proc, locker = chat_on_a_locked_database(tmp_path)
     try:
-        proc = start_chat(tmp_path, "--session", session[:8], "second")
         assert proc.stderr is not None
         assert "database busy" in proc.stderr.readline()  # the question is waiting to be stored
         proc.send_signal(signum)
