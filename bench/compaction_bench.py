@@ -27,17 +27,17 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from kesoku.compaction import CompactionPolicy, Compactor
-from kesoku.compaction.tokens import estimate_request
-from kesoku.events import TurnEnded
+from kesoku.agent.compaction.compactor import CompactionPolicy, Compactor
+from kesoku.agent.compaction.tokens import estimate_request
+from kesoku.agent.runtime import Runtime
 from kesoku.gateway import Gateway
-from kesoku.llm.ir import LLMRequest, ToolResultBlock
-from kesoku.metrics import TurnState
-from kesoku.model import user_text
-from kesoku.runtime import Runtime
 from kesoku.store import Store
 from kesoku.testing import ScriptedLLM
 from kesoku.tools.base import Tool, ToolContext
+from kesoku.vocab.events import TurnEnded
+from kesoku.vocab.ir import LLMRequest, ToolResultBlock
+from kesoku.vocab.metrics import TurnState
+from kesoku.vocab.model import user_text
 
 from _util import median, report
 

@@ -19,8 +19,8 @@ from typing import Any
 import apsw
 import trio
 from kesoku.gateway import Gateway, Listener
-from kesoku.model import Role, user_text
 from kesoku.store import Store
+from kesoku.vocab.model import Role, user_text
 
 from _util import median, pct, report
 

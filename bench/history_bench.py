@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 import apsw
-from kesoku.model import Kind, Metadata, Outcome, Role, in_turn, user_text
 from kesoku.store import Store
+from kesoku.vocab.model import Kind, Metadata, Outcome, Role, in_turn, user_text
 
 from _util import median, report
 

@@ -18,8 +18,8 @@ from contextlib import aclosing
 from typing import Any
 
 import trio
-from kesoku.llm.ir import LLMRequest, LLMTurn, TextBlock, TextDelta, ToolSpec, UsageEvent
 from kesoku.llm.local import SYSTEM_PROMPT, LocalLLM
+from kesoku.vocab.ir import LLMRequest, LLMTurn, TextBlock, TextDelta, ToolSpec, UsageEvent
 from llama_cpp import Llama
 
 from _util import median, report

@@ -1,4 +1,4 @@
-"""Redaction benchmark: what masking secrets costs per message at the gateway (kesoku.redact).
+"""Redaction benchmark: what masking secrets costs per message at the gateway (kesoku.config.redact).
 
 Run: .venv/bin/python bench/redact_bench.py [--rounds R]
 
@@ -18,13 +18,13 @@ import time
 from pathlib import Path
 
 import msgspec
-from kesoku.model import Kind, Metadata, Role, in_turn, user_text
-from kesoku.redact import Redactor
+from kesoku.config.redact import Redactor
+from kesoku.vocab.model import Kind, Metadata, Role, in_turn, user_text
 
 from _util import median, per_call, report
 
 OUTPUT_CHARS = 32_000
-SHORT = "The tests pass now; I changed `parse_reply` in kesoku/markup.py and ran pytest again."
+SHORT = "The tests pass now; I changed `parse_reply` in kesoku/vocab/markup.py and ran pytest again."
 
 
 def _secrets(rng: random.Random) -> dict[str, str]:

@@ -21,15 +21,15 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from kesoku.events import TurnEnded
+from kesoku.agent.runtime import Runtime
 from kesoku.gateway import Gateway
 from kesoku.llm.base import BaseLLM
-from kesoku.llm.ir import LLMEvent, LLMRequest, TextDelta, ToolCallBlock, ToolCallEvent
-from kesoku.model import user_text
-from kesoku.runtime import Runtime
+from kesoku.observe.turnlog_writer import TurnLogWriter
 from kesoku.store import Store
 from kesoku.tools.base import Tool, ToolContext
-from kesoku.turnlog_writer import TurnLogWriter
+from kesoku.vocab.events import TurnEnded
+from kesoku.vocab.ir import LLMEvent, LLMRequest, TextDelta, ToolCallBlock, ToolCallEvent
+from kesoku.vocab.model import user_text
 
 from _util import median, pct, report
 

@@ -17,12 +17,12 @@ import time
 from pathlib import Path
 
 import trio
-from kesoku.config import SandboxConfig, ShellConfig
-from kesoku.model import Session
+from kesoku.config.settings import SandboxConfig, ShellConfig
 from kesoku.tools.base import ToolContext
 from kesoku.tools.paths import PathGates
 from kesoku.tools.sandbox import Sandbox
 from kesoku.tools.shell import shell_tool
+from kesoku.vocab.model import Session
 
 from _util import median, pct, report
 

@@ -25,8 +25,8 @@ import threading
 import time
 from pathlib import Path
 
-from kesoku.model import Status, user_text
 from kesoku.store import Store
+from kesoku.vocab.model import Status, user_text
 
 from _util import report
 

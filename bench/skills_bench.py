@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kesoku.skills import SkillLibrary
+from kesoku.tools.skill_library import SkillLibrary
 
 from _util import median, report
 

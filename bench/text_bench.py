@@ -1,4 +1,4 @@
-"""Valid-text benchmark: what the boundary check costs on text that is already valid (kesoku.text).
+"""Valid-text benchmark: what the boundary check costs on text that is already valid (kesoku.vocab.text).
 
 Run: .venv/bin/python bench/text_bench.py [--rounds R]
 
@@ -18,14 +18,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
-from kesoku.llm.ir import TextDelta, ToolCallBlock, ToolCallEvent, valid_event
-from kesoku.model import Kind, Metadata, Outcome, Role, in_turn, user_text, valid_message
-from kesoku.text import valid_text
+from kesoku.vocab.ir import TextDelta, ToolCallBlock, ToolCallEvent, valid_event
+from kesoku.vocab.model import Kind, Metadata, Outcome, Role, in_turn, user_text, valid_message
+from kesoku.vocab.text import valid_text
 
 from _util import median, per_call, report
 
 OUTPUT_CHARS = 32_000
-SHORT = "The tests pass now; I changed `parse_reply` in kesoku/markup.py and ran pytest again."
+SHORT = "The tests pass now; I changed `parse_reply` in kesoku/vocab/markup.py and ran pytest again."
 
 
 def main() -> None:

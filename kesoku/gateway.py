@@ -38,12 +38,12 @@ from typing import Any, Self
 
 import trio
 
-from kesoku.errors import OperatorError, StoreBusyError, StoreError
-from kesoku.model import Message, Session, check_message
-from kesoku.redact import Redactor
-from kesoku.session_lock import SessionLocks
+from kesoku.config.redact import Redactor
 from kesoku.store import MessageFilter, Store
+from kesoku.store.locks import SessionLocks
 from kesoku.store.store import Inserted
+from kesoku.vocab.errors import OperatorError, StoreBusyError, StoreError
+from kesoku.vocab.model import Message, Session, check_message
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ class Gateway:
         post_yield_s: How long posts may follow each other without yielding to other tasks; 0 makes
             every post yield.
         redactor: Masks secrets in every message before it is stored and delivered
-            (:mod:`kesoku.redact`); None stores messages as they are.
+            (:mod:`kesoku.config.redact`); None stores messages as they are.
     """
 
     def __init__(
@@ -217,7 +217,7 @@ class Gateway:
         (from :data:`BUSY_FIRST_PAUSE_S` doubling to :data:`BUSY_RETRY_S`), so other sessions, the
         terminal and signals go on. Once the wait passes the store's busy timeout it is visible: one
         warning naming the database and the lock's holder when known; :data:`BUSY_GIVE_UP_S` later a
-        one-line :class:`~kesoku.errors.StoreError`.
+        one-line :class:`~kesoku.vocab.errors.StoreError`.
 
         Raises:
             StoreError: The database stayed locked past the busy timeout and :data:`BUSY_GIVE_UP_S`.
@@ -325,7 +325,7 @@ class Gateway:
                 collection of them.
 
         Returns:
-            The listener, an async iterator of :class:`~kesoku.model.Message` in id order.
+            The listener, an async iterator of :class:`~kesoku.vocab.model.Message` in id order.
 
         Raises:
             TypeError: An unknown filter.

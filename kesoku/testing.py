@@ -5,7 +5,7 @@ Importing this module stays light: no provider SDK, no store, no network.
 
 from __future__ import annotations
 
-from kesoku.blocking import BlockingDetector
+from kesoku.host.blocking import BlockingDetector
 from kesoku.llm.scripted import ScriptedLLM, Step, StepError, StepEvent, StepToolCall, StepUsage
 
 __all__ = ["BlockingDetector", "ScriptedLLM", "Step", "StepError", "StepEvent", "StepToolCall", "StepUsage"]

@@ -1,5 +1,5 @@
 """Shared fixtures: real SQLite files in tmp_path, a gateway over them; every trio test runs under the
-blocking detector (kesoku.blocking) and fails if one task step holds the event loop too long."""
+blocking detector (kesoku.host.blocking) and fails if one task step holds the event loop too long."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import trio
 
-from kesoku.blocking import BlockingDetector
 from kesoku.gateway import Gateway
-from kesoku.model import Session
+from kesoku.host.blocking import BlockingDetector
 from kesoku.store import Store
+from kesoku.vocab.model import Session
 
 if TYPE_CHECKING:
     from test_gchat_support import FakePubSub

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from contextlib import aclosing
 
-from kesoku.errors import BackendError
 from kesoku.llm.base import BaseLLM
-from kesoku.llm.ir import LLMEvent, LLMRequest, StopEvent
+from kesoku.vocab.errors import BackendError
+from kesoku.vocab.ir import LLMEvent, LLMRequest, StopEvent
 
 
 async def events_of(llm: BaseLLM, req: LLMRequest, *, stops: bool = False) -> list[LLMEvent]:

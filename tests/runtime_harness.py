@@ -9,15 +9,15 @@ from typing import Any
 
 import trio
 
-from kesoku.events import Subscription, TurnEnded
+from kesoku.agent.runtime import Runtime
+from kesoku.config.redact import Redactor
 from kesoku.gateway import Gateway
 from kesoku.llm.base import BaseLLM
-from kesoku.metrics import TurnMetrics
-from kesoku.model import Message, Session, user_text
-from kesoku.redact import Redactor
-from kesoku.runtime import Runtime
 from kesoku.store import Store
 from kesoku.tools.base import Tool, ToolContext
+from kesoku.vocab.events import Subscription, TurnEnded
+from kesoku.vocab.metrics import TurnMetrics
+from kesoku.vocab.model import Message, Session, user_text
 
 
 def sleeper(name: str = "sleep", *, timeout_s: float = 600.0, log: list[str] | None = None) -> Tool:

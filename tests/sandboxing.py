@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from kesoku.config import SandboxConfig
+from kesoku.config.settings import SandboxConfig
 from kesoku.tools.paths import PathGates
 from kesoku.tools.sandbox import Sandbox
 

@@ -10,7 +10,7 @@ import time
 
 import trio
 
-from kesoku.blocking import BlockingDetector
+from kesoku.host.blocking import BlockingDetector
 
 
 def test_a_busy_step_is_caught_and_a_yielding_task_is_not() -> None:
@@ -103,7 +103,7 @@ def test_an_unseen_step_that_used_the_disk_is_not_blamed_and_one_that_did_not_is
 DESCHEDULED_STEP = """
 import os, subprocess, sys, time
 import trio
-from kesoku.blocking import BlockingDetector
+from kesoku.host.blocking import BlockingDetector
 
 cpu = int(sys.argv[1])
 os.sched_setaffinity(0, {cpu})

@@ -17,10 +17,10 @@ from runtime_harness import close_store
 from test_cli_chat import chat, history, setup, start_chat
 
 from kesoku import gateway as gateway_module
-from kesoku.errors import StoreError
 from kesoku.gateway import Gateway
-from kesoku.model import user_text
 from kesoku.store import Store
+from kesoku.vocab.errors import StoreError
+from kesoku.vocab.model import user_text
 
 LOCKER = """
 import sys, apsw
@@ -105,9 +105,9 @@ async def test_an_answer_that_cannot_be_stored_ends_a_one_shot_chat_with_one_lin
     """The lock is taken while the model answers: the answer cannot be stored, and the chat says so."""
     from kesoku_terminal.oneshot import run_oneshot
 
-    from kesoku.llm.ir import LLMRequest
-    from kesoku.runtime import Runtime
+    from kesoku.agent.runtime import Runtime
     from kesoku.testing import ScriptedLLM, Step
+    from kesoku.vocab.ir import LLMRequest
 
     monkeypatch.setattr(gateway_module, "BUSY_RETRY_S", 0.1)
     monkeypatch.setattr(gateway_module, "BUSY_GIVE_UP_S", 0.3)

@@ -23,10 +23,12 @@ from fakes.anthropic_api import (
 from llm_streams import events_of, events_until_error
 from runtime_harness import serve_runtime
 
-from kesoku.config import ClaudeConfig, Config
-from kesoku.errors import ConfigError
+from kesoku.config.settings import ClaudeConfig, Config
 from kesoku.llm.claude import ClaudeLLM, tool_loop_opens_with_thinking, uses_adaptive_thinking
-from kesoku.llm.ir import (
+from kesoku.tools.base import ToolContext
+from kesoku.tools.schema import tool_from_function
+from kesoku.vocab.errors import ConfigError
+from kesoku.vocab.ir import (
     DocumentBlock,
     ImageBlock,
     LLMRequest,
@@ -41,9 +43,7 @@ from kesoku.llm.ir import (
     ToolSpec,
     UsageEvent,
 )
-from kesoku.model import Kind, Outcome, Usage
-from kesoku.tools.base import ToolContext
-from kesoku.tools.schema import tool_from_function
+from kesoku.vocab.model import Kind, Outcome, Usage
 
 Clock = trio.testing.MockClock
 SYSTEM = "You are a test."

@@ -22,8 +22,8 @@ from fakes.anthropic_api import (
 from llm_streams import events_of, events_until_error
 from test_claude import Clock, claude, request, user
 
-from kesoku.llm.ir import TextDelta, ToolResultBlock, UsageEvent
-from kesoku.model import Usage
+from kesoku.vocab.ir import TextDelta, ToolResultBlock, UsageEvent
+from kesoku.vocab.model import Usage
 
 # --- usage and errors -----------------------------------------------------------------------------
 

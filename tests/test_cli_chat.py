@@ -25,11 +25,11 @@ import yaml
 from kesoku_terminal.view import Follower
 from runtime_harness import echo, serve_runtime
 
-from kesoku.events import TurnEnded
-from kesoku.metrics import TurnMetrics, TurnState
-from kesoku.model import Kind, Message, Role, Status
 from kesoku.store import Store
 from kesoku.testing import ScriptedLLM
+from kesoku.vocab.events import TurnEnded
+from kesoku.vocab.metrics import TurnMetrics, TurnState
+from kesoku.vocab.model import Kind, Message, Role, Status
 
 REPO = Path(__file__).resolve().parent.parent
 SCENARIOS = Path(__file__).resolve().parent / "data" / "scenarios"

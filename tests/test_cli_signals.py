@@ -15,8 +15,8 @@ import pytest
 from sandboxing import CONFINED, marker, running
 from test_cli_chat import Terminal, chat, history, setup, start_chat
 
-from kesoku.model import Kind, Role, Status
 from kesoku.store import Store
+from kesoku.vocab.model import Kind, Role, Status
 
 
 def test_a_session_another_process_is_running_is_refused_and_nothing_is_lost(tmp_path: Path) -> None:

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kesoku.model import Kind, Outcome, Role, Status, user_text
 from kesoku.store import Store
+from kesoku.vocab.model import Kind, Outcome, Role, Status, user_text
 
 REPO = Path(__file__).resolve().parent.parent
 SCENARIOS = Path(__file__).resolve().parent / "data" / "scenarios"
@@ -211,7 +211,7 @@ def test_tools_still_running_after_the_grace_period_are_killed(tmp_path: Path) -
 FAKE_ADAPTERS = '''
 """Adapters of a third-party distribution, for the daemon test."""
 import trio
-from kesoku.model import user_text
+from kesoku.vocab.model import user_text
 
 
 class Good:

@@ -16,17 +16,17 @@ import trio.testing
 from fakes.anthropic_api import AnthropicFake, ErrorReply, Reply, Text
 from runtime_harness import Harness, close_store, echo, serve_runtime
 
-from kesoku.compaction import CompactionPolicy, ViewState
-from kesoku.compaction.compactor import SHORTEN_MIN_CHARS
-from kesoku.compaction.tokens import estimate_request
-from kesoku.events import Compacted, ToolStarted, TurnEnded
+from kesoku.agent.compaction.compactor import SHORTEN_MIN_CHARS, CompactionPolicy
+from kesoku.agent.compaction.tokens import estimate_request
+from kesoku.agent.turn import COMPACTION_RETRY_GROWTH
 from kesoku.llm.claude import ClaudeLLM
-from kesoku.llm.ir import LLMRequest, TextBlock, ToolResultBlock
-from kesoku.metrics import TurnState
-from kesoku.model import Kind, Metadata, Outcome, Role, Status, in_turn, user_text
 from kesoku.testing import ScriptedLLM
-from kesoku.transcript import check_turns
-from kesoku.turn import COMPACTION_RETRY_GROWTH
+from kesoku.vocab.events import Compacted, ToolStarted, TurnEnded
+from kesoku.vocab.ir import LLMRequest, TextBlock, ToolResultBlock
+from kesoku.vocab.metrics import TurnState
+from kesoku.vocab.model import Kind, Metadata, Outcome, Role, Status, in_turn, user_text
+from kesoku.vocab.transcript import check_turns
+from kesoku.vocab.view import ViewState
 
 WINDOW = 20_000
 """Tokens of the scripted model's window in these tests (threshold 0.85: 17,000)."""

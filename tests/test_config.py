@@ -1,4 +1,4 @@
-"""kesoku.config: the Structs, loading, environment fallbacks, paths, errors, and the committed files."""
+"""kesoku.config.settings: the Structs, loading, environment fallbacks, paths, errors, and the committed files."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from kesoku import config as config_module
-from kesoku.config import (
+from kesoku.config import settings as config_module
+from kesoku.config.settings import (
     ClaudeConfig,
     Config,
     config_json_schema,
@@ -20,7 +20,7 @@ from kesoku.config import (
     load_config,
     set_config,
 )
-from kesoku.errors import ConfigError
+from kesoku.vocab.errors import ConfigError
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kesoku.config import config_json_schema
+from kesoku.config.settings import config_json_schema
 
 REPO = Path(__file__).resolve().parent.parent
 BAD = Path(__file__).resolve().parent / "data" / "configs" / "bad"

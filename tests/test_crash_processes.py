@@ -11,8 +11,8 @@ from pathlib import Path
 import trio
 
 from kesoku.gateway import Gateway
-from kesoku.model import Kind, Outcome, Role, Status, user_text
 from kesoku.store import Store
+from kesoku.vocab.model import Kind, Outcome, Role, Status, user_text
 
 DAEMON = Path(__file__).parent / "data" / "agent_daemon.py"
 

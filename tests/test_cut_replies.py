@@ -26,15 +26,15 @@ from runtime_harness import Harness, serve_runtime
 from test_claude import claude
 from test_openai import openai, request
 
-from kesoku.errors import BackendError
 from kesoku.llm.base import BaseLLM
 from kesoku.llm.gemini import GeminiLLM
-from kesoku.llm.ir import StopReason, ToolResultBlock
-from kesoku.metrics import TurnState
-from kesoku.model import Kind, Message, Outcome, Role
 from kesoku.testing import ScriptedLLM
 from kesoku.tools.files import file_tools
 from kesoku.tools.paths import PathGates
+from kesoku.vocab.errors import BackendError
+from kesoku.vocab.ir import StopReason, ToolResultBlock
+from kesoku.vocab.metrics import TurnState
+from kesoku.vocab.model import Kind, Message, Outcome, Role
 
 pytestmark = pytest.mark.filterwarnings(
     r"ignore:Async generator '(openai|httpx2|httpcore2)\.[\w.]+' was garbage collected:ResourceWarning"
@@ -222,7 +222,7 @@ async def test_a_subagent_runs_no_call_of_a_cut_reply(tmp_path: Path) -> None:
 
 
 async def test_a_subagent_asks_an_empty_cut_reply_again_with_the_larger_limit(tmp_path: Path) -> None:
-    # The turn's step loop (kesoku.steps) is the subagent's too: the same retry with a larger limit.
+    # The turn's step loop (kesoku.agent.loop) is the subagent's too: the same retry with a larger limit.
     delegate: dict[str, Any] = {"tool_calls": [{"name": "subagent", "arguments": {"task": "think hard"}}]}
     steps = [delegate, {"stop": "max_tokens"}, {"text": "the conclusion"}, {"text": "Done."}]
     llm = ScriptedLLM(steps, output_limit=512, max_output_limit=4096)

@@ -15,15 +15,15 @@ import pytest
 import trio
 from trio.testing import MockClock
 
-from kesoku.adapters import AdapterEntry
-from kesoku.config import Config
-from kesoku.daemon import RESTART_MAX_S, Backoff, Daemon
-from kesoku.errors import OperatorError
+from kesoku.agent.runtime import Runtime
+from kesoku.config.settings import Config
 from kesoku.gateway import Gateway
-from kesoku.model import user_text
-from kesoku.runtime import Runtime
+from kesoku.host.adapters import AdapterEntry
+from kesoku.host.daemon import RESTART_MAX_S, Backoff, Daemon
 from kesoku.store import Store
 from kesoku.testing import ScriptedLLM
+from kesoku.vocab.errors import OperatorError
+from kesoku.vocab.model import user_text
 
 MODULE = "kesoku_test_restart_adapters"
 
@@ -101,7 +101,7 @@ async def test_a_failing_adapter_is_restarted_with_backoff_and_the_others_go_on(
 ) -> None:
     flaky, steady, misconfigured = Flaky(4), Steady(), Misconfigured(0)
     adapters.__dict__.update(flaky=flaky, steady=steady, misconfigured=misconfigured)
-    caplog.set_level(logging.INFO, logger="kesoku.daemon")
+    caplog.set_level(logging.INFO, logger="kesoku.host.daemon")
     start = trio.current_time()
     rt = await run_daemon(
         store, [entry("flaky"), entry("steady"), entry("misconfigured")], start + 60
@@ -114,7 +114,7 @@ async def test_a_failing_adapter_is_restarted_with_backoff_and_the_others_go_on(
     lines = [
         r.getMessage()
         for r in caplog.records
-        if r.name == "kesoku.daemon" and "adapter flaky" in r.getMessage()
+        if r.name == "kesoku.host.daemon" and "adapter flaky" in r.getMessage()
     ]
     assert lines == [
         "adapter flaky failed: RuntimeError: connection lost (1); restart 1 in 1 s",

@@ -22,12 +22,12 @@ from kesoku_discord._compat import discord
 from kesoku_discord.adapter import DiscordAdapter
 from runtime_harness import Harness, echo, serve_runtime
 
-from kesoku.config import Config, DiscordChannel, DiscordConfig, WorkspaceConfig
-from kesoku.llm.ir import LLMRequest, TextBlock, ToolResultBlock
-from kesoku.model import Role, Session
+from kesoku.config.settings import Config, DiscordChannel, DiscordConfig, WorkspaceConfig
 from kesoku.testing import ScriptedLLM, Step, StepToolCall
 from kesoku.tools.base import Tool, ToolContext
 from kesoku.tools.paths import PathGates
+from kesoku.vocab.ir import LLMRequest, TextBlock, ToolResultBlock
+from kesoku.vocab.model import Role, Session
 
 ALICE, BOB, CAROL = 5001, 5002, 5003
 

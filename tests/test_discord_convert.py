@@ -25,9 +25,9 @@ from kesoku_discord.convert import (
 from kesoku_discord.restart import restart_command, service_scope
 from kesoku_discord.views import ChoiceButton, header_view
 
-from kesoku.config import DiscordChannel
-from kesoku.model import Kind, Message, Metadata, Outcome, Role
-from kesoku.service import Scope
+from kesoku.config.settings import DiscordChannel
+from kesoku.host.service import Scope
+from kesoku.vocab.model import Kind, Message, Metadata, Outcome, Role
 
 
 def author(**facts: object) -> Author:
@@ -203,8 +203,8 @@ def test_fence_chunks_fit(limit: int) -> None:
 
 
 def test_the_entry_point_finds_the_adapter(tmp_path: Path) -> None:
-    from kesoku.adapters import Adapter, find_adapter, is_enabled
-    from kesoku.config import Config, DiscordConfig
+    from kesoku.config.settings import Config, DiscordConfig
+    from kesoku.host.adapters import Adapter, find_adapter, is_enabled
 
     entry = find_adapter("discord")
     adapter = entry.load()

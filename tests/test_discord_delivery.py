@@ -8,8 +8,8 @@ import pytest
 from kesoku_discord.adapter import bot_token
 from test_discord_adapter import config_for, discord_bot, running_adapter
 
-from kesoku.errors import OperatorError
-from kesoku.model import Kind, Role, in_turn
+from kesoku.vocab.errors import OperatorError
+from kesoku.vocab.model import Kind, Role, in_turn
 
 
 async def test_replies_written_while_the_adapter_was_down_are_delivered_once(

@@ -17,9 +17,9 @@ from kesoku_discord.delivery import Delivery
 from kesoku_discord.inbound import Inbound
 from test_discord_adapter import Bot, discord_bot
 
-from kesoku.model import Message, Role, Session
 from kesoku.testing import Step
 from kesoku.tools.attachments import save_attachment
+from kesoku.vocab.model import Message, Role, Session
 
 EMOJI_NAME = "😀" * 70 + ".txt"  # 284 bytes: over a file name's 255
 

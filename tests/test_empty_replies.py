@@ -18,11 +18,11 @@ from runtime_harness import serve_runtime
 from test_cli_chat import CLEARED
 from test_openai import openai, request
 
-from kesoku.errors import BackendError
-from kesoku.llm.ir import StopEvent, StopReason
-from kesoku.metrics import TurnState
-from kesoku.model import Role
 from kesoku.testing import ScriptedLLM
+from kesoku.vocab.errors import BackendError
+from kesoku.vocab.ir import StopEvent, StopReason
+from kesoku.vocab.metrics import TurnState
+from kesoku.vocab.model import Role
 
 pytestmark = pytest.mark.filterwarnings(
     r"ignore:Async generator '(openai|httpx2|httpcore2)\.[\w.]+' was garbage collected:ResourceWarning"

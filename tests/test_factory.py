@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from kesoku.config import AgentConfig, ClaudeConfig, Config, GeminiConfig, OpenAIConfig, ScriptedConfig
-from kesoku.errors import BackendError, ConfigError, OperatorError
+from kesoku.config.settings import AgentConfig, ClaudeConfig, Config, GeminiConfig, OpenAIConfig, ScriptedConfig
 from kesoku.llm.factory import create_llm, default_backend
 from kesoku.llm.fallback import FallbackLLM
-from kesoku.llm.ir import LLMRequest, LLMTurn, StopEvent, StopReason, TextBlock, TextDelta
 from kesoku.testing import ScriptedLLM
+from kesoku.vocab.errors import BackendError, ConfigError, OperatorError
+from kesoku.vocab.ir import LLMRequest, LLMTurn, StopEvent, StopReason, TextBlock, TextDelta
 
 REQUEST = LLMRequest(system="s", turns=(LLMTurn("user", (TextBlock("hi"),)),))
 

@@ -10,9 +10,7 @@ from typing import Any
 
 import pytest
 
-from kesoku.config import load_config
-from kesoku.errors import ToolError
-from kesoku.model import Session, TaintSource
+from kesoku.config.settings import load_config
 from kesoku.tools.attachments import safe_attachment_name
 from kesoku.tools.base import StaticGuard, Tool, ToolContext
 from kesoku.tools.files import file_tools, glob_regex
@@ -25,6 +23,8 @@ from kesoku.tools.paths import (
     require_write,
     secret_reason,
 )
+from kesoku.vocab.errors import ToolError
+from kesoku.vocab.model import Session, TaintSource
 
 
 @pytest.fixture
@@ -479,7 +479,7 @@ async def test_trusted_roots_are_read_without_taint(session: Session, ws: Path, 
 
 
 def test_default_tools_follow_the_config(tmp_path: Path) -> None:
-    from kesoku.daemon import default_tools
+    from kesoku.host.daemon import default_tools
 
     (tmp_path / "kesoku.toml").write_text("[run_code]\nenabled = true\n[shell]\nenabled = false\n")
     names = [t.name for t in default_tools(load_config(tmp_path / "kesoku.toml", env={}))]

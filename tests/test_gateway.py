@@ -7,8 +7,8 @@ import trio.testing
 from runtime_harness import close_store
 
 from kesoku.gateway import Gateway
-from kesoku.model import Kind, Message, MessageError, Metadata, Role, Session, in_turn, user_text
 from kesoku.store import Store, UnknownSessionError
+from kesoku.vocab.model import Kind, Message, MessageError, Metadata, Role, Session, in_turn, user_text
 
 
 async def collect(listener: object, n: int, into: list[Message]) -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 import trio
 
 from kesoku.gateway import Gateway
-from kesoku.model import Message, user_text
 from kesoku.store import Store
+from kesoku.vocab.model import Message, user_text
 
 POSTER = Path(__file__).parent / "data" / "poster.py"
 

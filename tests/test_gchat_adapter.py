@@ -20,11 +20,11 @@ from test_gchat_support import (
     texts,
 )
 
-from kesoku.model import Kind, Role, is_answer
 from kesoku.testing import ScriptedLLM
 from kesoku.tools.base import Tool
 from kesoku.tools.files import file_tools
 from kesoku.tools.paths import PathGates
+from kesoku.vocab.model import Kind, Role, is_answer
 
 THREAD = "spaces/AAAA/threads/T1"
 

@@ -16,8 +16,8 @@ from kesoku_gchat.adapter import serve
 from kesoku_gchat.chat_api import CHAT_BOT_SCOPE, app_credentials, user_credentials
 from kesoku_gchat.pubsub import PUBSUB_SCOPE, subscription_path
 
-from kesoku.config import Config, GChatConfig
-from kesoku.errors import OperatorError
+from kesoku.config.settings import Config, GChatConfig
+from kesoku.vocab.errors import OperatorError
 
 SCOPES = [CHAT_BOT_SCOPE, PUBSUB_SCOPE]
 

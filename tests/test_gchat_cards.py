@@ -17,7 +17,7 @@ from kesoku_gchat import cards
 from kesoku_gchat.events import ANSWER_FUNCTION, CARD_CLICKED, MESSAGE, EventError, parse_event
 from test_gchat_support import click_event, event, message_event
 
-from kesoku.markup import parse_reply
+from kesoku.vocab.markup import parse_reply
 
 
 def decoded(body: dict[str, Any]) -> Any:
@@ -152,7 +152,7 @@ def test_what_is_not_a_chat_event_is_refused(data: bytes) -> None:
 def test_a_late_tool_started_event_does_not_undo_the_outcome_on_the_turn_card() -> None:
     from kesoku_gchat.delivery import RUNNING_MARK, TurnCard
 
-    from kesoku.model import Kind, Metadata, Role, in_turn, user_text
+    from kesoku.vocab.model import Kind, Metadata, Role, in_turn, user_text
 
     root = msgspec.structs.replace(user_text("s", "go"), id=1)
     call = msgspec.structs.replace(

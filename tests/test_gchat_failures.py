@@ -18,12 +18,12 @@ from kesoku_gchat.events import ChatEvent
 from kesoku_gchat.inbound import EVENT_TRIES, Inbound
 from test_gchat_support import FakePubSub, GChatRun, gchat_running, message_event, texts
 
-from kesoku.config import Config, WorkspaceConfig
-from kesoku.llm.ir import LLMRequest, TextBlock
-from kesoku.model import Message, Session
+from kesoku.config.settings import Config, WorkspaceConfig
 from kesoku.testing import ScriptedLLM, Step
 from kesoku.tools.attachments import save_attachment
 from kesoku.tools.paths import PathGates
+from kesoku.vocab.ir import LLMRequest, TextBlock
+from kesoku.vocab.model import Message, Session
 
 EMOJI_NAME = "😀" * 70 + ".txt"  # 284 bytes: over a file name's 255
 

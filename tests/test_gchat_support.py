@@ -47,11 +47,11 @@ from kesoku_gchat.chat_api import ChatApi
 from kesoku_gchat.pubsub import Puller, default_subscriber
 from runtime_harness import Harness, serve_runtime
 
-from kesoku.config import GChatConfig
+from kesoku.config.settings import GChatConfig
 from kesoku.llm.base import BaseLLM
-from kesoku.model import Message
 from kesoku.tools.base import Tool
 from kesoku.tools.paths import PathGates
+from kesoku.vocab.model import Message
 
 EMULATOR_JARS = "/usr/lib/google-cloud-sdk/platform/pubsub-emulator/lib/cloud-pubsub-emulator-*-all.jar"
 EMULATOR_START_S = 30.0

@@ -19,11 +19,11 @@ from fakes.gemini_replies import answer, call, chunk, reply, text, thought, usag
 from fakes.server import serve_app
 from runtime_harness import echo, serve_runtime
 
-from kesoku.config import Config, GeminiConfig
-from kesoku.errors import BackendError, ConfigError
+from kesoku.config.settings import Config, GeminiConfig
 from kesoku.llm import gemini_convert as conv
 from kesoku.llm.gemini import GeminiLLM
-from kesoku.llm.ir import (
+from kesoku.vocab.errors import BackendError, ConfigError
+from kesoku.vocab.ir import (
     DocumentBlock,
     ImageBlock,
     LLMEvent,
@@ -41,7 +41,7 @@ from kesoku.llm.ir import (
     ToolSpec,
     UsageEvent,
 )
-from kesoku.model import Kind, Outcome, Role, Usage
+from kesoku.vocab.model import Kind, Outcome, Role, Usage
 
 Clock = trio.testing.MockClock
 

@@ -13,7 +13,7 @@ from fakes.gemini_replies import Reply, answer, chunk, error, reply, text
 from test_gemini import Clock, collect, fails, request, served, user
 
 from kesoku.llm.gemini import GeminiLLM
-from kesoku.llm.ir import TextDelta
+from kesoku.vocab.ir import TextDelta
 
 # -- errors and retries ----------------------------------------------------------------------------
 

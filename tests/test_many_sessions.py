@@ -21,12 +21,12 @@ import trio
 from runtime_harness import close_store
 from test_cli_start import CLEARED, eventually, setup
 
+from kesoku.agent.runtime import Runtime
 from kesoku.gateway import Gateway
-from kesoku.model import Status, user_text
-from kesoku.runtime import Runtime
-from kesoku.session_lock import SessionLocks
 from kesoku.store import Store
+from kesoku.store.locks import SessionLocks
 from kesoku.testing import ScriptedLLM
+from kesoku.vocab.model import Status, user_text
 
 SESSIONS = 1_100
 OPEN_FILES = 256
@@ -145,7 +145,7 @@ async def test_a_lock_that_cannot_be_taken_leaves_the_message_waiting_and_the_di
 def test_the_daemon_raises_its_soft_open_file_limit_to_the_hard_one(tmp_path: Path) -> None:
     code = (
         "import logging, resource; logging.basicConfig(level=logging.INFO, format='%(message)s');"
-        "from kesoku.daemon import raise_open_file_limit; print(raise_open_file_limit());"
+        "from kesoku.host.daemon import raise_open_file_limit; print(raise_open_file_limit());"
         "print(resource.getrlimit(resource.RLIMIT_NOFILE))"
     )
     result = subprocess.run(

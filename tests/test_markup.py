@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kesoku.markup import FilePart, QuestionPart, TextPart, parse_reply
+from kesoku.vocab.markup import FilePart, QuestionPart, TextPart, parse_reply
 
 
 def test_text_only_and_empty() -> None:

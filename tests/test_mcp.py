@@ -19,13 +19,13 @@ import trio
 from runtime_harness import serve_runtime
 from sandboxing import CONFINED, sandbox_for
 
-from kesoku.config import McpConfig, McpHttpServer, McpStdioServer
+from kesoku.config.settings import McpConfig, McpHttpServer, McpStdioServer
 from kesoku.mcp.manager import McpManager
-from kesoku.model import Kind, Outcome, Session
 from kesoku.testing import ScriptedLLM
 from kesoku.tools.base import StaticGuard, Tool, ToolContext
 from kesoku.tools.execute import run_tool
 from kesoku.tools.paths import PathGates
+from kesoku.vocab.model import Kind, Outcome, Session
 
 SERVER = Path(__file__).parent / "data" / "mcp" / "server.py"
 CONNECT_S = 20.0

@@ -11,8 +11,8 @@ import pytest
 from kesoku_terminal.mcp_commands import bind_arguments
 from test_cli_chat import Terminal
 
-from kesoku.model import Kind, Outcome
 from kesoku.store import Store
+from kesoku.vocab.model import Kind, Outcome
 
 SERVER = Path(__file__).resolve().parent / "data" / "mcp" / "server.py"
 CLEARED = ("KESOKU_CONFIG", "GEMINI_API_KEY", "GOOGLE_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_API_KEY")

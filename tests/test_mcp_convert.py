@@ -90,7 +90,8 @@ def test_prompt_messages_as_one_user_message() -> None:
 
 def test_the_manager_and_the_daemon_do_not_import_the_sdk() -> None:
     probe = (
-        "import sys, kesoku.daemon, kesoku.mcp.manager; print(sorted(m for m in sys.modules if m.startswith('mcp')))"
+        "import sys, kesoku.host.daemon, kesoku.mcp.manager; "
+        "print(sorted(m for m in sys.modules if m.startswith('mcp')))"
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False, timeout=120)
     assert result.stdout.strip().splitlines()[-1:] == ["[]"], result.stderr

@@ -13,8 +13,8 @@ import pytest
 import trio
 from test_mcp import call, manager, serving, stdio, wait_for
 
-from kesoku.config import McpHttpServer, McpStdioServer
-from kesoku.model import Outcome, Session
+from kesoku.config.settings import McpHttpServer, McpStdioServer
+from kesoku.vocab.model import Outcome, Session
 
 
 async def test_junk_on_stdout_is_reported_and_the_server_still_works(

@@ -1,7 +1,7 @@
 import msgspec
 import pytest
 
-from kesoku.model import (
+from kesoku.vocab.model import (
     ASSISTANT_SENDER,
     Kind,
     Message,

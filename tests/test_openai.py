@@ -21,9 +21,12 @@ from fakes.openai_api import (
 from llm_streams import events_of, events_until_error
 from runtime_harness import serve_runtime
 
-from kesoku.config import Config, OpenAIConfig
-from kesoku.errors import ConfigError
-from kesoku.llm.ir import (
+from kesoku.config.settings import Config, OpenAIConfig
+from kesoku.llm.openai import OpenAILLM, decode_arguments, stream_error_is_retryable
+from kesoku.tools.base import ToolContext
+from kesoku.tools.schema import tool_from_function
+from kesoku.vocab.errors import ConfigError
+from kesoku.vocab.ir import (
     LLMEvent,
     LLMRequest,
     LLMTurn,
@@ -37,10 +40,7 @@ from kesoku.llm.ir import (
     ToolSpec,
     UsageEvent,
 )
-from kesoku.llm.openai import OpenAILLM, decode_arguments, stream_error_is_retryable
-from kesoku.model import Attachment, Kind, Message, Metadata, Outcome, Role, Usage
-from kesoku.tools.base import ToolContext
-from kesoku.tools.schema import tool_from_function
+from kesoku.vocab.model import Attachment, Kind, Message, Metadata, Outcome, Role, Usage
 
 # openai 3.57 stops reading at `data: [DONE]` without closing its inner async generators; trio closes
 # them at garbage collection and warns, which filterwarnings=error would turn into a failure.

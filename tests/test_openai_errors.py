@@ -13,7 +13,7 @@ from llm_streams import events_of, events_until_error
 from test_openai import Clock, openai, request, user
 from test_openai import pytestmark as pytestmark  # the same filter: openai's unclosed inner generators
 
-from kesoku.llm.ir import TextDelta, ToolResultBlock
+from kesoku.vocab.ir import TextDelta, ToolResultBlock
 
 # --- errors and retries ---------------------------------------------------------------------------
 

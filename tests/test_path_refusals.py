@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kesoku.config import load_config
-from kesoku.model import Outcome, Session
+from kesoku.config.settings import load_config
 from kesoku.tools.attachments import display_name, safe_attachment_name, save_attachment
 from kesoku.tools.base import Tool, ToolContext
 from kesoku.tools.execute import run_tool
@@ -28,6 +27,7 @@ from kesoku.tools.paths import (
     read_shared,
     resolve,
 )
+from kesoku.vocab.model import Outcome, Session
 
 LONG_NAME = "a" * 300
 EMOJI_NAME = "😀" * 70 + ".txt"  # 284 bytes of UTF-8

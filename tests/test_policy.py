@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from kesoku.config import ShellConfig
-from kesoku.policy import check_argv, check_command
+from kesoku.config.settings import ShellConfig
+from kesoku.tools.policy.check import check_argv, check_command
 
 DEFAULT_ALLOW = ShellConfig(mode="allowlist")
 # The default allowlist plus the wrappers, so a refusal proves the policy looked inside the wrapper.

@@ -24,27 +24,27 @@ def run(code: str) -> str:
 
 def test_the_shipped_tables_are_what_bashlex_builds() -> None:
     code = (
-        "from kesoku.policy_tables import build_tables\n"
-        "from kesoku import _bashlex_tables as shipped\n"
+        "from kesoku.tools.policy.tables import build_tables\n"
+        "from kesoku.tools.policy import _bashlex_tables as shipped\n"
         "fingerprint, tables = build_tables()\n"
         "print(fingerprint == shipped.FINGERPRINT, tables == shipped.TABLES)\n"
     )
-    assert run(code).split() == ["True", "True"], "regenerate them: python -m kesoku.policy_tables"
+    assert run(code).split() == ["True", "True"], "regenerate them: python -m kesoku.tools.policy.tables"
 
 
 def test_parses_are_the_same_with_the_shipped_tables() -> None:
     dump = f"import bashlex\nfor line in {PARSE_CORPUS!r}:\n    print([p.dump() for p in bashlex.parse(line)])\n"
     own = run(dump)  # bashlex builds its own tables
-    shipped = run("from kesoku.policy_tables import import_bashlex_parser\nimport_bashlex_parser()\n" + dump)
+    shipped = run("from kesoku.tools.policy.tables import import_bashlex_parser\nimport_bashlex_parser()\n" + dump)
     assert own == shipped
     assert own.count("\n") == len(PARSE_CORPUS)
 
 
 def test_another_grammar_ignores_the_shipped_tables() -> None:
     code = (
-        "import kesoku._bashlex_tables as shipped\n"
+        "import kesoku.tools.policy._bashlex_tables as shipped\n"
         "shipped.FINGERPRINT = 'another grammar'\n"
-        "from kesoku import policy_tables\n"
+        "from kesoku.tools.policy import tables as policy_tables\n"
         "used = []\n"
         "original = policy_tables._from_shipped\n"
         "policy_tables._from_shipped = lambda *a: used.append(original(*a))\n"

@@ -7,11 +7,11 @@ from pathlib import Path
 from runtime_harness import serve_runtime
 
 from kesoku.gateway import Gateway
-from kesoku.llm.ir import ToolResultBlock
-from kesoku.metrics import TurnState
-from kesoku.model import Kind, Message, Metadata, Outcome, Role, Status, in_turn, user_text
 from kesoku.store import Store
 from kesoku.testing import ScriptedLLM
+from kesoku.vocab.ir import ToolResultBlock
+from kesoku.vocab.metrics import TurnState
+from kesoku.vocab.model import Kind, Message, Metadata, Outcome, Role, Status, in_turn, user_text
 
 
 def leave_crash(tmp_path: Path, *, answered: bool = False, pending: str | None = None) -> tuple[Message, Message]:

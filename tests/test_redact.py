@@ -1,4 +1,4 @@
-"""kesoku.redact: which secrets are masked and how, what ordinary text is left alone, which values a
+"""kesoku.config.redact: which secrets are masked and how, what ordinary text is left alone, which values a
 config and an environment contribute, and the gateway and turn-log writer that apply it."""
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ import msgspec
 import pytest
 from runtime_harness import close_store
 
-from kesoku.config import load_config
+from kesoku.config.redact import Redactor, configured_secrets
+from kesoku.config.settings import load_config
 from kesoku.gateway import Gateway
-from kesoku.llm.ir import LLMRequest, LLMResponse, ThoughtBlock, ToolCallBlock
-from kesoku.model import Kind, Metadata, Role, in_turn, user_text
-from kesoku.redact import Redactor, configured_secrets
+from kesoku.observe.turnlog import TurnLogEntry
+from kesoku.observe.turnlog_writer import masked_entry
 from kesoku.store import Store
-from kesoku.turnlog import TurnLogEntry
-from kesoku.turnlog_writer import masked_entry
+from kesoku.vocab.ir import LLMRequest, LLMResponse, ThoughtBlock, ToolCallBlock
+from kesoku.vocab.model import Kind, Metadata, Role, in_turn, user_text
 
 GITHUB = "ghp_" + "aB3dE5gH7jK9mN1pQ3sT5vW7yZ9bC1dE3fG5"
 FINE_GRAINED = "github_pat_11ABCDEFG0123456789abc_" + "x" * 59

@@ -12,13 +12,13 @@ from typing import Any
 
 from runtime_harness import serve_runtime
 
-from kesoku.errors import ToolError
-from kesoku.llm.ir import ToolResultBlock
-from kesoku.metrics import TurnState
-from kesoku.model import Kind, Outcome, Role, Status
-from kesoku.repeat import RepeatGuard, call_key
+from kesoku.agent.repeat import RepeatGuard, call_key
 from kesoku.testing import ScriptedLLM
 from kesoku.tools.base import Tool, ToolContext
+from kesoku.vocab.errors import ToolError
+from kesoku.vocab.ir import ToolResultBlock
+from kesoku.vocab.metrics import TurnState
+from kesoku.vocab.model import Kind, Outcome, Role, Status
 
 
 def counting(runs: list[Mapping[str, Any]], *, fail: bool = False, changing: bool = False) -> Tool:

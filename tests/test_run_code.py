@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from sandboxing import CONFINED, MECHANISMS, sandbox_for
 
-from kesoku.config import RunCodeConfig
-from kesoku.errors import ToolError
-from kesoku.model import Session, TaintSource
+from kesoku.config.settings import RunCodeConfig
 from kesoku.tools.base import StaticGuard, ToolContext
 from kesoku.tools.run_code import run_code_tool
+from kesoku.vocab.errors import ToolError
+from kesoku.vocab.model import Session, TaintSource
 
 # The snippet prints its working directory, so the test can check the folder is gone afterwards.
 WHERE = "import os, sys\nprint('cwd', os.getcwd())\nprint('to stderr', file=sys.stderr)\nsys.exit(3)\n"

@@ -12,21 +12,21 @@ import trio.testing
 import yaml
 from runtime_harness import close_store, echo, serve_runtime, sleeper
 
-from kesoku.errors import ToolError
-from kesoku.events import TurnEnded
+from kesoku.agent.runtime import Runtime
+from kesoku.agent.turn import Turn
+from kesoku.agent.worker import make_title
 from kesoku.gateway import Gateway
 from kesoku.llm.base import BaseLLM
-from kesoku.llm.ir import TextBlock, ThoughtBlock, ToolResultBlock
-from kesoku.metrics import TurnState
-from kesoku.model import Kind, Message, Metadata, Outcome, Role, Session, Status, in_turn, user_text
-from kesoku.runtime import Runtime
+from kesoku.observe.turnlog_writer import TurnLogWriter
 from kesoku.store import Store
 from kesoku.testing import ScriptedLLM
 from kesoku.tools.base import Tool, ToolContext
-from kesoku.transcript import INTERRUPTED_SUFFIX, check_turns
-from kesoku.turn import Turn
-from kesoku.turnlog_writer import TurnLogWriter
-from kesoku.worker import make_title
+from kesoku.vocab.errors import ToolError
+from kesoku.vocab.events import TurnEnded
+from kesoku.vocab.ir import TextBlock, ThoughtBlock, ToolResultBlock
+from kesoku.vocab.metrics import TurnState
+from kesoku.vocab.model import Kind, Message, Metadata, Outcome, Role, Session, Status, in_turn, user_text
+from kesoku.vocab.transcript import INTERRUPTED_SUFFIX, check_turns
 
 Clock = trio.testing.MockClock
 
@@ -341,7 +341,7 @@ async def test_every_model_call_gets_a_turn_log(tmp_path: Path) -> None:
 
 
 async def test_a_runtime_from_the_config_file(tmp_path: Path) -> None:
-    from kesoku.config import load_config
+    from kesoku.config.settings import load_config
 
     (tmp_path / "demo.yaml").write_text("steps: [{text: configured}]\n")
     conf = tmp_path / "kesoku.toml"
@@ -387,7 +387,7 @@ async def test_a_forced_stop_kills_a_tool_that_runs_a_nursery(tmp_path: Path, au
 
 
 async def test_each_signed_thought_block_is_kept_with_its_own_signature(tmp_path: Path) -> None:
-    from kesoku.llm.ir import ThoughtBlock
+    from kesoku.vocab.ir import ThoughtBlock
 
     step = {
         "events": [

@@ -20,14 +20,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from runtime_harness import close_store
 
+from kesoku.agent.runtime import Runtime
 from kesoku.gateway import Gateway
-from kesoku.llm.ir import LLMRequest
-from kesoku.model import Kind, Metadata, Role, Status, in_turn, user_text
-from kesoku.runtime import Runtime
 from kesoku.store import Store
 from kesoku.testing import ScriptedLLM
 from kesoku.tools.base import Tool, ToolContext
-from kesoku.transcript import check_turns
+from kesoku.vocab.ir import LLMRequest
+from kesoku.vocab.model import Kind, Metadata, Role, Status, in_turn, user_text
+from kesoku.vocab.transcript import check_turns
 
 OPS = st.lists(
     st.tuples(st.sampled_from(["say", "say", "say", "stop", "force", "restart", "crash"]), st.integers(0, 40)),

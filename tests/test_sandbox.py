@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 from sandboxing import CONFINED, sandbox_for
 
-from kesoku.config import Config, SandboxConfig, ShellConfig
-from kesoku.daemon import default_tools
-from kesoku.errors import ToolError
-from kesoku.model import Session
+from kesoku.config.settings import Config, SandboxConfig, ShellConfig
+from kesoku.host.daemon import default_tools
 from kesoku.tools.base import StaticGuard, ToolContext
 from kesoku.tools.paths import PathGates
 from kesoku.tools.sandbox import Sandbox
 from kesoku.tools.shell import shell_tool
+from kesoku.vocab.errors import ToolError
+from kesoku.vocab.model import Session
 
 
 def nothing_works(tmp_path: Path, *, ask: bool) -> Sandbox:

@@ -25,13 +25,13 @@ import pytest
 import trio
 from sandboxing import CONFINED, sandbox_for
 
-from kesoku.config import ShellConfig
-from kesoku.model import Message, Role, Session
+from kesoku.config.settings import ShellConfig
 from kesoku.store import Store
 from kesoku.tools.base import ToolContext
 from kesoku.tools.paths import PathGates
 from kesoku.tools.sandbox import PRIVATE_ROOTS
 from kesoku.tools.shell import shell_tool
+from kesoku.vocab.model import Message, Role, Session
 
 CANARY = "CANARY-7f3a"
 RUN_ALL = ShellConfig(mode="blocklist", blocklist_patterns=(), timeout_s=10)

@@ -9,8 +9,9 @@ import pytest
 import trio
 import trio.testing
 
-from kesoku.errors import BackendError, ConfigError
-from kesoku.llm.ir import (
+from kesoku.testing import ScriptedLLM, Step
+from kesoku.vocab.errors import BackendError, ConfigError
+from kesoku.vocab.ir import (
     LLMEvent,
     LLMRequest,
     LLMTurn,
@@ -21,8 +22,7 @@ from kesoku.llm.ir import (
     ToolCallEvent,
     UsageEvent,
 )
-from kesoku.model import Usage
-from kesoku.testing import ScriptedLLM, Step
+from kesoku.vocab.model import Usage
 
 REQUEST = LLMRequest(system="s", turns=(LLMTurn("user", (TextBlock("hi"),)),))
 

@@ -1,6 +1,6 @@
 """Whole turns where a real shell tool prints a token, a password URL and a secret of the daemon's
 environment, and the model echoes them: none reaches the database file (and its WAL), a turn log,
-the trace page, an export or what the model provider is sent (kesoku.redact at the gateway)."""
+the trace page, an export or what the model provider is sent (kesoku.config.redact at the gateway)."""
 
 from __future__ import annotations
 
@@ -17,15 +17,15 @@ import yaml
 from runtime_harness import echo, serve_runtime
 from test_cli_chat import environ, kesoku
 
-from kesoku.config import Config, load_config
-from kesoku.daemon import build_runtime
-from kesoku.events import TurnEnded
-from kesoku.llm.ir import ToolResultBlock
+from kesoku.config.redact import Redactor
+from kesoku.config.settings import Config, load_config
+from kesoku.host.daemon import build_runtime
 from kesoku.llm.scripted import ScriptedLLM
-from kesoku.model import Kind, user_text
-from kesoku.redact import Redactor
+from kesoku.observe.trace import render_trace
 from kesoku.store import Store
-from kesoku.trace import render_trace
+from kesoku.vocab.events import TurnEnded
+from kesoku.vocab.ir import ToolResultBlock
+from kesoku.vocab.model import Kind, user_text
 
 TOKEN = "ghp_0123456789abcdefghijABCDEFGHIJ012345"
 PASSWORD = "hunter2-Secret"

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from kesoku.config import load_config
-from kesoku.service_sandbox import state_paths, user_namespaces_work
+from kesoku.config.settings import load_config
+from kesoku.host.service_sandbox import state_paths, user_namespaces_work
 
 REPO = Path(__file__).resolve().parent.parent
 NAMESPACES = user_namespaces_work()

@@ -14,9 +14,9 @@ from pathlib import Path
 import trio
 from runtime_harness import serve_runtime
 
-from kesoku.model import Role, Status
-from kesoku.session_lock import SessionLocks
+from kesoku.store.locks import SessionLocks
 from kesoku.testing import ScriptedLLM
+from kesoku.vocab.model import Role, Status
 
 
 def test_a_lock_is_exclusive_counted_and_dropped_with_its_process(tmp_path: Path) -> None:
@@ -31,7 +31,7 @@ def test_a_lock_is_exclusive_counted_and_dropped_with_its_process(tmp_path: Path
     assert theirs.acquire("s1")
     theirs.close()
     # A process that dies (kill -9 included) drops its locks: the kernel closes its descriptors.
-    code = f"from kesoku.session_lock import SessionLocks; assert SessionLocks({str(tmp_path)!r}).acquire('s3')"
+    code = f"from kesoku.store.locks import SessionLocks; assert SessionLocks({str(tmp_path)!r}).acquire('s3')"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
     assert mine.acquire("s3")
     mine.close()

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from test_cli_chat import chat, environ, kesoku, setup
 
-from kesoku.errors import AmbiguousSessionError
-from kesoku.model import Kind, Role, Status
 from kesoku.store import Store, UnknownSessionError
+from kesoku.vocab.errors import AmbiguousSessionError
+from kesoku.vocab.model import Kind, Role, Status
 
 
 def two_sessions(tmp_path: Path) -> list[str]:
@@ -137,7 +137,7 @@ def test_a_prefix_names_one_session_or_is_refused(tmp_path: Path, monkeypatch: p
 
 
 def test_a_fork_does_not_inherit_a_pending_turn_or_external_ids(tmp_path: Path) -> None:
-    from kesoku.model import Message
+    from kesoku.vocab.model import Message
 
     store = Store(tmp_path / "kesoku.db")
     try:

@@ -18,13 +18,13 @@ import trio
 from runtime_harness import serve_runtime
 from sandboxing import MECHANISMS, marker, sandbox_for, wait_gone, wait_running
 
-from kesoku.config import SandboxConfig, ShellConfig
-from kesoku.errors import ToolError
-from kesoku.model import Kind, Outcome, Session, TaintSource
+from kesoku.config.settings import SandboxConfig, ShellConfig
 from kesoku.testing import ScriptedLLM
 from kesoku.tools.base import StaticGuard, ToolContext
 from kesoku.tools.sandbox import BASE_ENV, Sandbox, environment
 from kesoku.tools.shell import TIMEOUT_GRACE_S, shell_tool
+from kesoku.vocab.errors import ToolError
+from kesoku.vocab.model import Kind, Outcome, Session, TaintSource
 
 PY = shlex.quote(sys.executable)
 

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from kesoku.config import load_config
-from kesoku.errors import ToolError
-from kesoku.model import Session
-from kesoku.skills import Skill, SkillLibrary, bundled_skills_dir
+from kesoku.config.settings import load_config
 from kesoku.tools.base import Tool, ToolContext
+from kesoku.tools.skill_library import Skill, SkillLibrary, bundled_skills_dir
 from kesoku.tools.skills import skill_tools
+from kesoku.vocab.errors import ToolError
+from kesoku.vocab.model import Session
 
 GOOD = "---\nname: {name}\ndescription: {desc}\n---\n# {name}\n\nDo the thing.\n"
 
@@ -136,7 +136,7 @@ def test_a_broken_skill_gives_one_warning_and_the_others_load(
     bad = write(root / "bad", raw)
     good(root, "zeta")
     library = SkillLibrary([root])
-    with caplog.at_level(logging.WARNING, logger="kesoku.skills"):
+    with caplog.at_level(logging.WARNING, logger="kesoku.tools.skill_library"):
         for _ in range(3):
             skills, warnings = library.scan()
             library.summaries(None)
@@ -230,7 +230,7 @@ def test_platform_filter_as_the_seed_says(root: Path) -> None:
 def test_workspace_hides_bundled_and_sources_are_labelled(root: Path, caplog: pytest.LogCaptureFixture) -> None:
     write(root / "writing-skills", GOOD.format(name="writing-skills", desc="Local version."))
     library = SkillLibrary([root, bundled_skills_dir(), root])  # a directory given twice counts once
-    with caplog.at_level(logging.DEBUG, logger="kesoku.skills"):
+    with caplog.at_level(logging.DEBUG, logger="kesoku.tools.skill_library"):
         skills, warnings = library.scan()
     assert warnings == []
     by_name = {s.name: s for s in skills}
@@ -266,7 +266,7 @@ def test_the_bundled_skills_load_without_warnings() -> None:
 
 
 def test_unchanged_files_are_not_parsed_again(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import kesoku.skills as module
+    import kesoku.tools.skill_library as module
 
     calls: list[Path] = []
     real_load = module._load

@@ -17,7 +17,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 HEAVY = ("anthropic", "google.genai", "openai", "discord", "google.cloud.pubsub_v1", "llama_cpp")
 # What a help screen never needs either: the runtime, the event loop, the input library.
-HELP_NEEDS_NONE_OF = (*HEAVY, "trio", "prompt_toolkit", "kesoku.runtime", "kesoku.daemon")
+HELP_NEEDS_NONE_OF = (*HEAVY, "trio", "prompt_toolkit", "kesoku.agent.runtime", "kesoku.host.daemon")
 
 PROBE = """
 import json, sys
@@ -79,5 +79,5 @@ def test_a_scripted_one_shot_chat_imports_no_sdk(tmp_path: Path) -> None:
     (tmp_path / "scenario.yaml").write_text("steps: [{text: 'hi there'}]\n")
     (tmp_path / "kesoku.toml").write_text('[agent]\nllm = "scripted"\n[scripted]\npath = "scenario.yaml"\n')
     modules = loaded_modules(["chat", "-c", str(tmp_path / "kesoku.toml"), "hello"], tmp_path, cwd=tmp_path)
-    assert "kesoku.runtime" in modules  # it really ran
+    assert "kesoku.agent.runtime" in modules  # it really ran
     assert present(modules, (*HEAVY, "prompt_toolkit")) == []

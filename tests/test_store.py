@@ -5,10 +5,10 @@ import msgspec
 import pytest
 import trio
 
-from kesoku.errors import StoreError
-from kesoku.model import Kind, Metadata, Outcome, Role, Status, in_turn, user_text
 from kesoku.store import MessageFilter, Store, UnknownSessionError, schema_version
 from kesoku.store.db import PAGE_SIZE, migrations
+from kesoku.vocab.errors import StoreError
+from kesoku.vocab.model import Kind, Metadata, Outcome, Role, Status, in_turn, user_text
 
 
 def test_a_new_database_is_migrated_to_the_newest_schema(store: Store, db_path: Path) -> None:

@@ -11,13 +11,13 @@ from pathlib import Path
 import trio
 from runtime_harness import echo, serve_runtime, sleeper
 
-from kesoku.events import ToolStarted
-from kesoku.llm.ir import TextBlock, ToolCallBlock, ToolResultBlock
-from kesoku.metrics import TurnState
-from kesoku.model import Kind, Outcome
-from kesoku.subagent import PERSONA
+from kesoku.agent.subagent import PERSONA
+from kesoku.observe.turnlog_writer import TurnLogWriter
 from kesoku.testing import ScriptedLLM
-from kesoku.turnlog_writer import TurnLogWriter
+from kesoku.vocab.events import ToolStarted
+from kesoku.vocab.ir import TextBlock, ToolCallBlock, ToolResultBlock
+from kesoku.vocab.metrics import TurnState
+from kesoku.vocab.model import Kind, Outcome
 
 
 def delegate(task: str = "find the answer") -> dict[str, object]:

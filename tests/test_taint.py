@@ -6,12 +6,12 @@ from pathlib import Path
 
 from runtime_harness import serve_runtime
 
-from kesoku.guard import SessionGuard
-from kesoku.model import Attachment, TaintSource, user_text
+from kesoku.agent.guard import SessionGuard
 from kesoku.store import Store
 from kesoku.testing import ScriptedLLM
 from kesoku.tools.files import file_tools
 from kesoku.tools.paths import PathGates
+from kesoku.vocab.model import Attachment, TaintSource, user_text
 
 
 def test_the_store_keeps_each_source_once_in_order(tmp_path: Path) -> None:

@@ -39,9 +39,16 @@ from test_mcp import call as mcp_call
 from test_mcp import manager, serving
 from test_openai import openai
 
-from kesoku.config import McpStdioServer
-from kesoku.errors import BackendError
-from kesoku.llm.ir import (
+from kesoku.config.settings import McpStdioServer
+from kesoku.llm.openai import decode_arguments
+from kesoku.observe.trace import render_trace
+from kesoku.observe.turnlog_writer import TurnLogWriter
+from kesoku.testing import ScriptedLLM
+from kesoku.tools.base import Tool, ToolContext
+from kesoku.tools.files import file_tools
+from kesoku.tools.paths import PathGates
+from kesoku.vocab.errors import BackendError
+from kesoku.vocab.ir import (
     LLMRequest,
     LLMTurn,
     TextBlock,
@@ -52,16 +59,9 @@ from kesoku.llm.ir import (
     ToolSpec,
     valid_event,
 )
-from kesoku.llm.openai import decode_arguments
-from kesoku.metrics import TurnState
-from kesoku.model import Kind, Message, Metadata, Outcome, Role, Session, valid_message
-from kesoku.testing import ScriptedLLM
-from kesoku.text import REPLACEMENT, decode_json, valid_data, valid_text
-from kesoku.tools.base import Tool, ToolContext
-from kesoku.tools.files import file_tools
-from kesoku.tools.paths import PathGates
-from kesoku.trace import render_trace
-from kesoku.turnlog_writer import TurnLogWriter
+from kesoku.vocab.metrics import TurnState
+from kesoku.vocab.model import Kind, Message, Metadata, Outcome, Role, Session, valid_message
+from kesoku.vocab.text import REPLACEMENT, decode_json, valid_data, valid_text
 
 pytestmark = pytest.mark.filterwarnings(
     r"ignore:Async generator '(openai|httpx2|httpcore2)\.[\w.]+' was garbage collected:ResourceWarning"
@@ -82,7 +82,7 @@ def encodable(value: object) -> bool:
     return True
 
 
-# -- kesoku.text --------------------------------------------------------------------------------
+# -- kesoku.vocab.text --------------------------------------------------------------------------------
 
 
 def test_valid_text_replaces_lone_surrogates_and_joins_pairs() -> None:

@@ -8,10 +8,10 @@ from typing import Any, Literal, TypedDict
 import msgspec
 import pytest
 
-from kesoku.errors import ToolError
-from kesoku.model import Session
 from kesoku.tools.base import DEFAULT_TOOL_TIMEOUT_S, ToolContext
 from kesoku.tools.schema import parse_docstring, schema_from_function, tool_from_function
+from kesoku.vocab.errors import ToolError
+from kesoku.vocab.model import Session
 
 
 class Point(msgspec.Struct):

@@ -9,9 +9,9 @@ from typing import Any
 import trio
 from runtime_harness import echo, serve_runtime
 
-from kesoku.model import Kind, Outcome
 from kesoku.testing import ScriptedLLM
 from kesoku.tools.base import Tool, ToolContext
+from kesoku.vocab.model import Kind, Outcome
 
 
 class Source:

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from test_cli_chat import Terminal, chat, kesoku, setup
 
-from kesoku.compaction.view import Archive, ViewState
-from kesoku.llm.ir import LLMRequest, LLMResponse, LLMTurn, TextBlock
-from kesoku.model import Kind, Message, Metadata, Outcome, Role, Status, Usage
+from kesoku.observe.trace import render_trace
+from kesoku.observe.turnlog import TurnLogEntry, write_turn_log
 from kesoku.store import Store
-from kesoku.trace import render_trace
-from kesoku.turnlog import TurnLogEntry, write_turn_log
+from kesoku.vocab.ir import LLMRequest, LLMResponse, LLMTurn, TextBlock
+from kesoku.vocab.model import Kind, Message, Metadata, Outcome, Role, Status, Usage
+from kesoku.vocab.view import Archive, ViewState
 
 
 def trace(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 from test_cli_chat import chat, kesoku
 
+from kesoku.observe.trace import PREVIEW_LINES
 from kesoku.store import Store
-from kesoku.trace import PREVIEW_LINES
 
 CHROMIUM_FLAGS = (
     "--headless",

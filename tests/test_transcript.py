@@ -8,9 +8,9 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kesoku.llm.ir import LLMTurn, TextBlock, ToolCallBlock, ToolResultBlock
-from kesoku.model import Kind, Message, Metadata, Outcome, Role, Status
-from kesoku.transcript import (
+from kesoku.vocab.ir import LLMTurn, TextBlock, ToolCallBlock, ToolResultBlock
+from kesoku.vocab.model import Kind, Message, Metadata, Outcome, Role, Status
+from kesoku.vocab.transcript import (
     CONTINUE_PROMPT,
     INTERRUPTED_SUFFIX,
     OMITTED_OPENING,
@@ -200,10 +200,10 @@ def test_a_growing_turn_keeps_its_earlier_turn_objects() -> None:
 
 
 async def test_session_history_folds_new_messages_and_rebuilds_for_late_ones(tmp_path: Path) -> None:
+    from kesoku.agent.history import SessionHistory
     from kesoku.gateway import Gateway
-    from kesoku.history import SessionHistory
-    from kesoku.model import in_turn, user_text
     from kesoku.store import Store
+    from kesoku.vocab.model import in_turn, user_text
 
     store = Store(tmp_path / "k.db")
     gateway = Gateway(store, tmp_path / "sessions")

@@ -14,10 +14,8 @@ import pytest
 import trio
 import yaml
 
-from kesoku import turnlog
-from kesoku.llm.ir import ImageBlock, LLMRequest, LLMResponse, LLMTurn, TextBlock, ToolCallBlock, ToolSpec
-from kesoku.model import Usage
-from kesoku.turnlog import (
+from kesoku.observe import turnlog
+from kesoku.observe.turnlog import (
     FRAME_HEADER,
     TurnLogEntry,
     TurnLogRenderer,
@@ -27,7 +25,9 @@ from kesoku.turnlog import (
     serve_jobs,
     write_turn_log,
 )
-from kesoku.turnlog_writer import TurnLogWriter
+from kesoku.observe.turnlog_writer import TurnLogWriter
+from kesoku.vocab.ir import ImageBlock, LLMRequest, LLMResponse, LLMTurn, TextBlock, ToolCallBlock, ToolSpec
+from kesoku.vocab.model import Usage
 
 
 def entry(folder: Path, *turns: LLMTurn, session_id: str = "s", error: str | None = None) -> TurnLogEntry:
@@ -232,7 +232,7 @@ async def test_a_writer_process_that_cannot_start_is_tried_again(
         return await real_open_process(*args, **kwargs)
 
     monkeypatch.setattr(trio.lowlevel, "open_process", out_of_processes)
-    monkeypatch.setattr("kesoku.turnlog_writer.RESTART_DELAY_S", 0.05)
+    monkeypatch.setattr("kesoku.observe.turnlog_writer.RESTART_DELAY_S", 0.05)
     writer = TurnLogWriter()
     async with trio.open_nursery() as nursery:
         await nursery.start(writer.serve)
@@ -248,7 +248,7 @@ async def test_a_writer_process_that_cannot_start_is_tried_again(
 def test_the_writer_process_outlives_its_daemon_writes_what_it_got_and_ends(tmp_path: Path) -> None:
     jobs = [make_job(entry(tmp_path / "a", LLMTurn("user", (TextBlock(f"question {i}"),)))) for i in range(20)]
     process = subprocess.Popen(
-        [sys.executable, "-P", "-m", "kesoku.turnlog"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        [sys.executable, "-P", "-m", "kesoku.observe.turnlog"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
     )
     assert process.stdin is not None and process.stdout is not None
     process.stdout.close()  # the daemon is gone: every answer meets a broken pipe

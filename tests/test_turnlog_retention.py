@@ -9,14 +9,14 @@ import pytest
 import trio
 from test_turnlog import entry, frames
 
-from kesoku.config import Config, ScriptedConfig, TurnLogsConfig, load_config
-from kesoku.errors import ConfigError
+from kesoku.agent.runtime import Runtime
+from kesoku.config.settings import Config, ScriptedConfig, TurnLogsConfig, load_config
 from kesoku.gateway import Gateway
-from kesoku.llm.ir import LLMTurn, TextBlock
-from kesoku.runtime import Runtime
+from kesoku.observe.turnlog import make_job, serve_jobs
+from kesoku.observe.turnlog_writer import TurnLogWriter
 from kesoku.store import Store
-from kesoku.turnlog import make_job, serve_jobs
-from kesoku.turnlog_writer import TurnLogWriter
+from kesoku.vocab.errors import ConfigError
+from kesoku.vocab.ir import LLMTurn, TextBlock
 
 
 def logs(folder: Path) -> list[int]:

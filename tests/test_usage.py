@@ -1,4 +1,4 @@
-"""Token totals, prices and the context estimate (kesoku.usage), and /usage and /context in a real chat."""
+"""Token totals, prices and the context estimate (kesoku.observe.usage), and /usage and /context in a real chat."""
 
 from __future__ import annotations
 
@@ -11,13 +11,21 @@ import trio.testing
 from runtime_harness import echo, serve_runtime
 from test_cli_chat import Terminal, setup
 
-from kesoku.compaction.view import Archive, ViewState, key
-from kesoku.config import ModelPrice, PricingConfig
-from kesoku.llm.ir import ToolSpec
-from kesoku.metrics import TurnState
-from kesoku.model import Kind, Message, Metadata, Role, Usage
+from kesoku.config.settings import ModelPrice, PricingConfig
+from kesoku.observe.usage import (
+    TokenTotals,
+    context_lines,
+    context_parts,
+    cost_usd,
+    find_price,
+    session_tokens,
+    usage_lines,
+)
 from kesoku.testing import ScriptedLLM
-from kesoku.usage import TokenTotals, context_lines, context_parts, cost_usd, find_price, session_tokens, usage_lines
+from kesoku.vocab.ir import ToolSpec
+from kesoku.vocab.metrics import TurnState
+from kesoku.vocab.model import Kind, Message, Metadata, Role, Usage
+from kesoku.vocab.view import Archive, ViewState, key
 
 
 def answer(usage: Usage | None) -> Message:

@@ -21,19 +21,19 @@ from runtime_harness import serve_runtime
 from sandboxing import sandbox_for
 from test_compaction import SMALL_WINDOW, policy, seed, views
 
-from kesoku.compaction import CompactionPolicy
-from kesoku.compaction.tokens import DEFAULT_WINDOW, estimate_request
-from kesoku.config import SandboxConfig, ShellConfig
-from kesoku.llm.ir import LLMRequest, ToolResultBlock
+from kesoku.agent.compaction.compactor import CompactionPolicy
+from kesoku.agent.compaction.tokens import DEFAULT_WINDOW, estimate_request
+from kesoku.config.settings import SandboxConfig, ShellConfig
 from kesoku.llm.openai import OpenAILLM
 from kesoku.llm.windows import parse_window, server_root
-from kesoku.metrics import TurnState
-from kesoku.model import Kind, Role
 from kesoku.testing import ScriptedLLM
 from kesoku.tools.base import Tool, ToolContext
 from kesoku.tools.execute import WRAPPER_BYTES
 from kesoku.tools.sandbox import Sandbox
 from kesoku.tools.shell import shell_tool
+from kesoku.vocab.ir import LLMRequest, ToolResultBlock
+from kesoku.vocab.metrics import TurnState
+from kesoku.vocab.model import Kind, Role
 
 MODEL = "qwen3-8b-q4"
 
@@ -190,7 +190,7 @@ async def test_an_unknown_window_is_the_default_with_one_warning(caplog: pytest.
     fake = OpenAIFake(server="openai")  # its /v1/models has no window, /props and /api/show are 404
     async with fake.serve() as url:
         llm = OpenAILLM(model="mystery-model", base_url=url, api_key=fake.api_key)
-        with caplog.at_level(logging.WARNING, logger="kesoku.compaction.compactor"):
+        with caplog.at_level(logging.WARNING, logger="kesoku.agent.compaction.compactor"):
             assert await CompactionPolicy().learn_window(llm) == DEFAULT_WINDOW == 8192
             assert await CompactionPolicy().learn_window(llm) == 8192
         await llm.aclose()

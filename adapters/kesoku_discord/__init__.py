@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 import trio
 
 if TYPE_CHECKING:
-    from kesoku.config import Config
-    from kesoku.runtime import Runtime
+    from kesoku.agent.runtime import Runtime
+    from kesoku.config.settings import Config
 
 
 def enabled(config: Config) -> bool:

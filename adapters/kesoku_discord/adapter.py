@@ -19,11 +19,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import trio
-from kesoku.errors import OperatorError
-from kesoku.events import TurnEnded
-from kesoku.markup import QuestionPart, parse_reply
-from kesoku.model import QUESTION_KEY, user_text
-from kesoku.trace import render_turn_page
+from kesoku.observe.trace import render_turn_page
+from kesoku.vocab.errors import OperatorError
+from kesoku.vocab.events import TurnEnded
+from kesoku.vocab.markup import QuestionPart, parse_reply
+from kesoku.vocab.model import QUESTION_KEY, user_text
 
 from kesoku_discord._compat import discord, trio_asyncio
 from kesoku_discord.client import KesokuClient, aio, log_failure, on_trio
@@ -33,8 +33,8 @@ from kesoku_discord.restart import restart_process
 from kesoku_discord.views import disabled_copy
 
 if TYPE_CHECKING:
-    from kesoku.config import Config
-    from kesoku.runtime import Runtime
+    from kesoku.agent.runtime import Runtime
+    from kesoku.config.settings import Config
 
 log = logging.getLogger(__name__)
 

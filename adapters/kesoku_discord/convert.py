@@ -17,8 +17,8 @@ import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from kesoku.config import DiscordChannel
-from kesoku.model import Message, Outcome
+from kesoku.config.settings import DiscordChannel
+from kesoku.vocab.model import Message, Outcome
 
 MAX_MESSAGE_CHARS = 2000
 MAX_LABEL_CHARS = 80

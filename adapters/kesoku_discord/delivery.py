@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import trio
-from kesoku.adapters import DeliveryCursor
-from kesoku.markup import FilePart, QuestionPart, TextPart, parse_reply
-from kesoku.model import ANSWER_KEY, QUESTION_KEY, Kind, Message, Role, Session, Status, is_answer, is_question
+from kesoku.host.adapters import DeliveryCursor
 from kesoku.tools.attachments import display_name
 from kesoku.tools.paths import check_share, os_problem, read_shared
+from kesoku.vocab.markup import FilePart, QuestionPart, TextPart, parse_reply
+from kesoku.vocab.model import ANSWER_KEY, QUESTION_KEY, Kind, Message, Role, Session, Status, is_answer, is_question
 
 from kesoku_discord._compat import discord, ui
 from kesoku_discord.client import NO_MASS_MENTIONS, aio, log_failure, tell
@@ -34,9 +34,9 @@ from kesoku_discord.convert import render_thought, render_tool_call, render_tool
 from kesoku_discord.views import answer_view, choice_view, disabled_copy, header_view
 
 if TYPE_CHECKING:
-    from kesoku.config import Config
-    from kesoku.metrics import TurnMetrics
-    from kesoku.runtime import Runtime
+    from kesoku.agent.runtime import Runtime
+    from kesoku.config.settings import Config
+    from kesoku.vocab.metrics import TurnMetrics
 
 log = logging.getLogger(__name__)
 

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import trio
-from kesoku.model import Attachment, Session, user_text
-from kesoku.text import valid_text
 from kesoku.tools.attachments import display_name, save_attachment
 from kesoku.tools.paths import os_problem
+from kesoku.vocab.model import Attachment, Session, user_text
+from kesoku.vocab.text import valid_text
 
 from kesoku_discord._compat import discord
 from kesoku_discord.client import aio, log_failure, tell
@@ -35,8 +35,8 @@ from kesoku_discord.convert import (
 )
 
 if TYPE_CHECKING:
-    from kesoku.config import Config, DiscordChannel
-    from kesoku.runtime import Runtime
+    from kesoku.agent.runtime import Runtime
+    from kesoku.config.settings import Config, DiscordChannel
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +179,7 @@ class Inbound:
                 workspace_root=self.rt.gateway.sessions_dir,
                 created_at=message.created_at.timestamp(),
                 llm=override.llm if override is not None else None,
-                metadata={"context": context},  # the store makes its names valid UTF-8 (kesoku.text)
+                metadata={"context": context},  # the store makes its names valid UTF-8 (kesoku.vocab.text)
             )
         # open_session makes the workspace folder (and returns the session just created).
         return self.rt.gateway.open_session(self.adapter, key)

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Mapping
 
 import trio
-from kesoku.service import Scope
+from kesoku.host.service import Scope
 
 log = logging.getLogger(__name__)
 

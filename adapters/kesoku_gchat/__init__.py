@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 import trio
 
 if TYPE_CHECKING:
-    from kesoku.config import Config
-    from kesoku.runtime import Runtime
+    from kesoku.agent.runtime import Runtime
+    from kesoku.config.settings import Config
 
 
 async def serve(rt: Runtime, config: Config, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

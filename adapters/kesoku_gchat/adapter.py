@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from kesoku.errors import OperatorError
+from kesoku.vocab.errors import OperatorError
 from kesoku_gchat.chat_api import CHAT_BOT_SCOPE, CHAT_ENDPOINT, ChatApi, app_credentials, user_credentials
 from kesoku_gchat.delivery import CARD_INTERVAL_S, Delivery
 from kesoku_gchat.inbound import Inbound
@@ -29,8 +29,8 @@ from kesoku_gchat.pubsub import (
 )
 
 if TYPE_CHECKING:
-    from kesoku.config import Config, GChatConfig
-    from kesoku.runtime import Runtime
+    from kesoku.agent.runtime import Runtime
+    from kesoku.config.settings import Config, GChatConfig
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from kesoku.markup import FilePart, Part, QuestionPart, TextPart
+from kesoku.vocab.markup import FilePart, Part, QuestionPart, TextPart
 from kesoku_gchat.events import ANSWER_FUNCTION, STOP_FUNCTION
 
 MAX_MESSAGE_BYTES = 32_000
@@ -145,7 +145,7 @@ OUTCOME_MARKS = {
     "repeated": "🔁",
     "truncated": "✂️",
 }
-"""How a tool call's line ends once its result is in (``kesoku.model.Outcome`` values)."""
+"""How a tool call's line ends once its result is in (``kesoku.vocab.model.Outcome`` values)."""
 
 
 # -- answers ----------------------------------------------------------------------------------------
@@ -160,7 +160,7 @@ def answer_bodies(parts: Iterable[Part], *, file_note: str = "📎 {name}") -> l
     :data:`TEXT_BUDGET_BYTES`; a text longer than that is split at line boundaries first.
 
     Args:
-        parts: The answer, parsed by :func:`kesoku.markup.parse_reply`.
+        parts: The answer, parsed by :func:`kesoku.vocab.markup.parse_reply`.
         file_note: The text shown for a file, with ``{name}``.
 
     Returns:

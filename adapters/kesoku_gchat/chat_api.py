@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
-from kesoku.errors import OperatorError
+from kesoku.vocab.errors import OperatorError
 
 if TYPE_CHECKING:
     from google.auth.credentials import Credentials
 
-    from kesoku.config import GChatConfig
+    from kesoku.config.settings import GChatConfig
 
 log = logging.getLogger(__name__)
 

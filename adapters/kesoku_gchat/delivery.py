@@ -22,18 +22,18 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from kesoku.adapters import DeliveryCursor
-from kesoku.events import Compacted, ToolStarted, TurnEnded
-from kesoku.markup import FilePart, Part, TextPart, parse_reply
-from kesoku.model import ANSWER_KEY, QUESTION_KEY, Kind, Message, Role, Session, Status, is_answer, is_question
+from kesoku.host.adapters import DeliveryCursor
 from kesoku.tools.attachments import display_name
 from kesoku.tools.paths import check_share
+from kesoku.vocab.events import Compacted, ToolStarted, TurnEnded
+from kesoku.vocab.markup import FilePart, Part, TextPart, parse_reply
+from kesoku.vocab.model import ANSWER_KEY, QUESTION_KEY, Kind, Message, Role, Session, Status, is_answer, is_question
 from kesoku_gchat import cards
 from kesoku_gchat.chat_api import ChatApi, ChatApiError
 
 if TYPE_CHECKING:
-    from kesoku.metrics import TurnMetrics
-    from kesoku.runtime import Runtime
+    from kesoku.agent.runtime import Runtime
+    from kesoku.vocab.metrics import TurnMetrics
 
 log = logging.getLogger(__name__)
 

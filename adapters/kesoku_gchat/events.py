@@ -99,7 +99,7 @@ def parse_event(data: bytes) -> ChatEvent:
     """
     try:
         # Invalid UTF-8 becomes U+FFFD rather than losing the message (lone surrogates from \u
-        # escapes are made valid where messages are stored: kesoku.text).
+        # escapes are made valid where messages are stored: kesoku.vocab.text).
         raw = json.loads(data.decode("utf-8", errors="replace"))
     except ValueError as exc:
         raise EventError(f"not JSON: {exc}") from None

@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from kesoku.markup import TextPart
-from kesoku.model import Attachment, Session, user_text
-from kesoku.questions import parse_answer
+from kesoku.agent.questions import parse_answer
 from kesoku.tools.attachments import display_name, save_attachment
 from kesoku.tools.paths import os_problem
+from kesoku.vocab.markup import TextPart
+from kesoku.vocab.model import Attachment, Session, user_text
 from kesoku_gchat import cards
 from kesoku_gchat.chat_api import ChatApi, ChatApiError
 from kesoku_gchat.delivery import place
@@ -40,8 +40,8 @@ from kesoku_gchat.events import (
 )
 
 if TYPE_CHECKING:
-    from kesoku.config import GChatConfig
-    from kesoku.runtime import Runtime
+    from kesoku.agent.runtime import Runtime
+    from kesoku.config.settings import GChatConfig
     from kesoku_gchat.pubsub import PulledMessage
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from kesoku.config import Config
+    from kesoku.config.settings import Config
 
 
 def enabled(config: Config) -> bool:

@@ -1,6 +1,6 @@
 """``kesoku chat``: open the store, gateway and runtime in this process, then ask or converse.
 
-The runtime here answers only the sessions this process opened (a :class:`~kesoku.daemon.ScopedDispatcher`),
+The runtime here answers only the sessions this process opened (a :class:`~kesoku.host.daemon.ScopedDispatcher`),
 and a daemon on the same database leaves terminal sessions alone, so a chat and ``kesoku start`` can
 share one ``kesoku.db`` without both answering a message.
 """
@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from kesoku.daemon import build_runtime
-from kesoku.errors import OperatorError
+from kesoku.host.daemon import build_runtime
+from kesoku.vocab.errors import OperatorError
 from kesoku_terminal.sessions import open_session
 
 if TYPE_CHECKING:
-    from kesoku.config import Config
+    from kesoku.config.settings import Config
 
 
 def chat(

@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from kesoku.daemon import INTERACTIVE_ADAPTER
+from kesoku.host.daemon import INTERACTIVE_ADAPTER
 from kesoku_terminal.mcp_commands import USAGE as MCP_USAGE
 from kesoku_terminal.mcp_commands import mcp_command
 from kesoku_terminal.sessions import hold
@@ -84,8 +84,8 @@ async def _compact(chat: ChatUI, args: str) -> None:
 
 
 async def _usage(chat: ChatUI, args: str) -> None:
-    from kesoku.config import PricingConfig, get_config
-    from kesoku.usage import usage_lines
+    from kesoku.config.settings import PricingConfig, get_config
+    from kesoku.observe.usage import usage_lines
 
     store = chat.rt.gateway.store
     session = store.get_session(chat.session.id) or chat.session
@@ -101,8 +101,8 @@ async def _usage(chat: ChatUI, args: str) -> None:
 
 
 async def _context(chat: ChatUI, args: str) -> None:
-    from kesoku.prompt import build_system_prompt, read_notes
-    from kesoku.usage import context_lines, context_parts
+    from kesoku.agent.prompt import build_system_prompt, read_notes
+    from kesoku.observe.usage import context_lines, context_parts
 
     store = chat.rt.gateway.store
     session = store.get_session(chat.session.id) or chat.session  # the title is set later
@@ -110,7 +110,7 @@ async def _context(chat: ChatUI, args: str) -> None:
     llm = chat.rt.llm_for(session)
     tools = chat.rt.current_tools()
     cwd = chat.rt.cwd(session)
-    # The prompt the next turn would build (kesoku.turn.Turn._system_prompt), to measure it.
+    # The prompt the next turn would build (kesoku.agent.turn.Turn._system_prompt), to measure it.
     system = build_system_prompt(
         persona=chat.rt.persona,
         tools=tools,

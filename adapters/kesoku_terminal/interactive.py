@@ -24,9 +24,9 @@ import trio
 from rich.console import Console
 from rich.text import Text
 
-from kesoku.events import TurnEnded, TurnStarted
-from kesoku.model import user_text
-from kesoku.questions import parse_answer
+from kesoku.agent.questions import parse_answer
+from kesoku.vocab.events import TurnEnded, TurnStarted
+from kesoku.vocab.model import user_text
 from kesoku_terminal.commands import run_command
 from kesoku_terminal.prompt import (
     THOUGHT_STYLE,
@@ -42,10 +42,10 @@ from kesoku_terminal.render import THOUGHT_ICON, tool_call_line, tool_result_lin
 from kesoku_terminal.view import Follower, user_name
 
 if TYPE_CHECKING:
-    from kesoku.events import TurnEvent
-    from kesoku.metrics import TurnMetrics
-    from kesoku.model import Message, Session
-    from kesoku.runtime import Runtime
+    from kesoku.agent.runtime import Runtime
+    from kesoku.vocab.events import TurnEvent
+    from kesoku.vocab.metrics import TurnMetrics
+    from kesoku.vocab.model import Message, Session
 
 INPUT_BUFFER = 16
 """Lines typed ahead while the trio side is busy (the prompt thread waits beyond it)."""

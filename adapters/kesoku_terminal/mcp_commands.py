@@ -15,7 +15,7 @@ import shlex
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from kesoku.model import TaintSource
+from kesoku.vocab.model import TaintSource
 
 if TYPE_CHECKING:
     from kesoku.mcp.manager import McpManager, ServerStatus

@@ -20,18 +20,18 @@ from typing import TYPE_CHECKING, TextIO
 
 import trio
 
-from kesoku.events import QuestionAsked, TurnStarted
-from kesoku.metrics import TurnState
-from kesoku.model import user_text
-from kesoku.questions import DENY, parse_answer
+from kesoku.agent.questions import DENY, parse_answer
+from kesoku.vocab.events import QuestionAsked, TurnStarted
+from kesoku.vocab.metrics import TurnState
+from kesoku.vocab.model import user_text
 from kesoku_terminal.render import THOUGHT_ICON, tool_call_line, tool_result_line
 from kesoku_terminal.view import Follower, user_name
 
 if TYPE_CHECKING:
-    from kesoku.events import TurnEvent
-    from kesoku.metrics import TurnMetrics
-    from kesoku.model import Message, Session
-    from kesoku.runtime import Runtime
+    from kesoku.agent.runtime import Runtime
+    from kesoku.vocab.events import TurnEvent
+    from kesoku.vocab.metrics import TurnMetrics
+    from kesoku.vocab.model import Message, Session
 
 EXIT_OK = 0
 EXIT_FAILED = 1

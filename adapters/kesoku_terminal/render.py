@@ -6,7 +6,7 @@ go (stdout/stderr vs the scrollback above the prompt) and how they are styled.
 
 from __future__ import annotations
 
-from kesoku.model import Message, Outcome
+from kesoku.vocab.model import Message, Outcome
 
 TOOL_ICON = "🛠"
 RESULT_ICON = "📥"

@@ -7,19 +7,19 @@ import os
 import uuid
 from typing import TYPE_CHECKING
 
-from kesoku.daemon import INTERACTIVE_ADAPTER
-from kesoku.errors import OperatorError
 from kesoku.gateway import make_workspace
+from kesoku.host.daemon import INTERACTIVE_ADAPTER
+from kesoku.vocab.errors import OperatorError
 
 if TYPE_CHECKING:
     from kesoku.gateway import Gateway
-    from kesoku.model import Session
+    from kesoku.vocab.model import Session
 
 
 def open_session(gateway: Gateway, session_id: str | None) -> Session:
     """A new terminal session, or the terminal session ``--session`` names (id or unique prefix).
 
-    The session is held (:mod:`kesoku.session_lock`) from here on, so no other process answers it.
+    The session is held (:mod:`kesoku.store.locks`) from here on, so no other process answers it.
 
     Raises:
         OperatorError: No such session, an ambiguous prefix, a session of another adapter (the
@@ -35,7 +35,7 @@ def open_session(gateway: Gateway, session_id: str | None) -> Session:
             with contextlib.suppress(OSError):
                 os.rmdir(session.workspace)
             raise
-    from kesoku.errors import AmbiguousSessionError, UnknownSessionError
+    from kesoku.vocab.errors import AmbiguousSessionError, UnknownSessionError
 
     try:
         session = gateway.store.resolve_session(session_id)

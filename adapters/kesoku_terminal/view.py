@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Protocol
 
 import trio
 
-from kesoku.events import (
+from kesoku.store import MessageFilter
+from kesoku.vocab.events import (
     Compacted,
     EventHub,
     ModelDelta,
@@ -37,13 +38,12 @@ from kesoku.events import (
     TurnEvent,
     TurnStarted,
 )
-from kesoku.llm.ir import TextDelta, ThoughtDelta
-from kesoku.model import Kind, Message, Role, is_question
-from kesoku.store import MessageFilter
+from kesoku.vocab.ir import TextDelta, ThoughtDelta
+from kesoku.vocab.model import Kind, Message, Role, is_question
 
 if TYPE_CHECKING:
     from kesoku.gateway import Gateway
-    from kesoku.metrics import TurnMetrics
+    from kesoku.vocab.metrics import TurnMetrics
 
 LOG_BATCH = 256
 """Messages read from the log per query while catching up (a turn posts a handful at a time)."""
@@ -80,7 +80,7 @@ class Sink(Protocol):
         """A system notification (a failed model call, the step limit, an internal error, an answer record)."""
 
     def question(self, question: Message) -> None:
-        """A tool asks the user to Allow or Deny (see kesoku.questions); the chat routes the answer."""
+        """A tool asks the user to Allow or Deny (see kesoku.agent.questions); the chat routes the answer."""
 
     def turn_started(self, root: Message) -> None:
         """A turn opened."""

@@ -120,7 +120,7 @@ def _run(args: list[str]) -> None:
     if args == ["--version"]:
         print(__version__)
         return
-    from kesoku.errors import OperatorError
+    from kesoku.vocab.errors import OperatorError
 
     try:
         build_app()(args)

@@ -11,7 +11,7 @@ from typing import Annotated
 
 from cyclopts import Parameter
 
-from kesoku.config import Backend
+from kesoku.config.settings import Backend
 
 
 def chat(
@@ -37,9 +37,9 @@ def chat(
         llm: A model backend overriding agent.llm for this chat.
         config: The TOML file. Default: $KESOKU_CONFIG, else ./kesoku.toml, else built-in defaults.
     """
-    from kesoku.adapters import ChatAdapter, find_adapter
-    from kesoku.config import default_config_path, load_config, set_config
-    from kesoku.errors import OperatorError
+    from kesoku.config.settings import default_config_path, load_config, set_config
+    from kesoku.host.adapters import ChatAdapter, find_adapter
+    from kesoku.vocab.errors import OperatorError
 
     path = config if config is not None else default_config_path()
     cfg = load_config(path)

@@ -9,7 +9,7 @@ from typing import Annotated
 
 from cyclopts import Parameter
 
-from kesoku.config import config_json_schema, default_config_path, load_config
+from kesoku.config.settings import config_json_schema, default_config_path, load_config
 
 
 def check(*, config: Annotated[Path | None, Parameter(name=["--config", "-c"])] = None) -> None:
@@ -36,7 +36,7 @@ def check(*, config: Annotated[Path | None, Parameter(name=["--config", "-c"])] 
 def schema() -> None:
     """Print the JSON Schema of kesoku.toml (for editors: ``#:schema`` in the first line of the file).
 
-    The committed copy lives in schema/kesoku.schema.json; regenerate it after changing kesoku/config.py:
+    The committed copy lives in schema/kesoku.schema.json; regenerate it after changing kesoku/config/settings.py:
 
         kesoku config schema > schema/kesoku.schema.json
     """

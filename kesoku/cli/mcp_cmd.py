@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 from cyclopts import Parameter
 
 if TYPE_CHECKING:
-    from kesoku.config import Config, McpConfig
+    from kesoku.config.settings import Config, McpConfig
     from kesoku.mcp.manager import ServerStatus
     from kesoku.tools.sandbox import Sandbox
 
@@ -36,7 +36,7 @@ def list_servers(
     """
     import trio
 
-    from kesoku.config import default_config_path, load_config
+    from kesoku.config.settings import default_config_path, load_config
 
     path = config if config is not None else default_config_path()
     cfg = load_config(path)

@@ -1,7 +1,7 @@
 """``kesoku service``: install, remove and control Kesoku as a systemd unit (kesoku.service).
 
 A cyclopts sub-app, imported only when ``kesoku service ...`` runs. The work (unit rendering,
-systemctl, journalctl) is in :mod:`kesoku.service`. Without systemd every command but
+systemctl, journalctl) is in :mod:`kesoku.host.service`. Without systemd every command but
 ``install --dry-run`` says so in one line and exits 2.
 """
 
@@ -13,8 +13,8 @@ from typing import Annotated
 
 from cyclopts import App, Parameter
 
-from kesoku import service as svc
-from kesoku.service import UNIT_NAME, Scope
+from kesoku.host import service as svc
+from kesoku.host.service import UNIT_NAME, Scope
 
 service_app = App(name="service", help="Install and control Kesoku as a systemd service (kesoku.service).")
 
@@ -55,8 +55,8 @@ def install_cmd(
         user: See above.
         dry_run: Print the unit and write nothing.
     """
-    from kesoku.config import load_config
-    from kesoku.errors import OperatorError
+    from kesoku.config.settings import load_config
+    from kesoku.vocab.errors import OperatorError
 
     if not config.exists():
         # A daemon needs a file of its own (credentials, adapters): say how to get one.

@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Annotated
 import msgspec
 from cyclopts import Parameter
 
-from kesoku.errors import OperatorError
+from kesoku.vocab.errors import OperatorError
 
 if TYPE_CHECKING:
-    from kesoku.config import Config
-    from kesoku.model import Message, Session
+    from kesoku.config.settings import Config
     from kesoku.store import Store
     from kesoku.tools.paths import PathGates
+    from kesoku.vocab.model import Message, Session
 
 ConfigOption = Annotated[Path | None, Parameter(name=["--config", "-c"])]
 CONTENT_WIDTH = 80
@@ -40,7 +40,7 @@ def open_store(config: Path | None) -> Iterator[tuple[Config, Store]]:
     Raises:
         OperatorError: A bad config, or no database at ``workspace.db_path``.
     """
-    from kesoku.config import default_config_path, load_config
+    from kesoku.config.settings import default_config_path, load_config
     from kesoku.store import Store
 
     cfg = load_config(config if config is not None else default_config_path())
@@ -60,7 +60,7 @@ def find_session(store: Store, session_id: str) -> Session:
     Raises:
         OperatorError: No such session, or an ambiguous prefix.
     """
-    from kesoku.errors import AmbiguousSessionError, UnknownSessionError
+    from kesoku.vocab.errors import AmbiguousSessionError, UnknownSessionError
 
     try:
         return store.resolve_session(session_id)
@@ -77,7 +77,7 @@ def output_gates(cfg: Config, config: Path | None) -> PathGates:
         cfg: The loaded config.
         config: ``--config`` as given; None: the default lookup (``$KESOKU_CONFIG``, ./kesoku.toml).
     """
-    from kesoku.config import default_config_path
+    from kesoku.config.settings import default_config_path
     from kesoku.tools.paths import PathGates
 
     config_file = config if config is not None else default_config_path()
@@ -145,7 +145,7 @@ def show(
         limit: Messages shown, the most recent; 0 shows all.
         config: The TOML file. Default: $KESOKU_CONFIG, else ./kesoku.toml, else built-in defaults.
     """
-    from kesoku.usage import session_tokens
+    from kesoku.observe.usage import session_tokens
 
     with open_store(config) as (_, store):
         s = find_session(store, session_id)
@@ -183,7 +183,7 @@ def clear(session_id: str, /, *, config: ConfigOption = None) -> None:
         session_id: The session (id or unique prefix).
         config: The TOML file. Default: $KESOKU_CONFIG, else ./kesoku.toml, else built-in defaults.
     """
-    from kesoku.model import Role, Status
+    from kesoku.vocab.model import Role, Status
 
     with open_store(config) as (_, store):
         s = find_session(store, session_id)
@@ -212,8 +212,8 @@ def fork(
         at: The id of the last message to copy (kesoku sessions show lists them). Default: all of them.
         config: The TOML file. Default: $KESOKU_CONFIG, else ./kesoku.toml, else built-in defaults.
     """
-    from kesoku.daemon import INTERACTIVE_ADAPTER
-    from kesoku.errors import UnknownSessionError
+    from kesoku.host.daemon import INTERACTIVE_ADAPTER
+    from kesoku.vocab.errors import UnknownSessionError
 
     with open_store(config) as (cfg, store):
         s = find_session(store, session_id)

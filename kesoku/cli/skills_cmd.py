@@ -39,13 +39,13 @@ def list_skills(
         platform: Show only the skills offered on this OS (linux, darwin, windows). Default: every
             skill, marking those this host does not get.
     """
-    from kesoku.config import default_config_path, load_config
-    from kesoku.skills import HOST_PLATFORM, SkillLibrary, normalize_platform
+    from kesoku.config.settings import default_config_path, load_config
+    from kesoku.tools.skill_library import HOST_PLATFORM, SkillLibrary, normalize_platform
 
     path = config if config is not None else default_config_path()
     cfg = load_config(path)
     # The warnings are printed below; without this, logging's last-resort handler would print them twice.
-    logging.getLogger("kesoku.skills").addHandler(logging.NullHandler())
+    logging.getLogger("kesoku.tools.skill_library").addHandler(logging.NullHandler())
     library = SkillLibrary.from_config(cfg)
     skills, warnings = library.scan()
     wanted = normalize_platform(platform) if platform else None

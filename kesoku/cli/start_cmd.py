@@ -21,6 +21,6 @@ def start(*, config: Annotated[Path | None, Parameter(name=["--config", "-c"])] 
     Args:
         config: The TOML file. Default: $KESOKU_CONFIG, else ./kesoku.toml, else built-in defaults.
     """
-    from kesoku.daemon import run
+    from kesoku.host.daemon import run
 
     raise SystemExit(run(config))

@@ -37,8 +37,8 @@ def trace(
             kesoku-trace-SESSION_ID[-turn-N].html here.
         config: The TOML file. Default: $KESOKU_CONFIG, else ./kesoku.toml, else built-in defaults.
     """
-    from kesoku.errors import OperatorError
-    from kesoku.trace import render_trace
+    from kesoku.observe.trace import render_trace
+    from kesoku.vocab.errors import OperatorError
 
     with open_store(config) as (cfg, store):
         gates = output_gates(cfg, config)

@@ -27,8 +27,8 @@ from typing import Any, ClassVar
 import msgspec
 import trio
 
-from kesoku.errors import BackendError
-from kesoku.llm.ir import (
+from kesoku.vocab.errors import BackendError
+from kesoku.vocab.ir import (
     DocumentBlock,
     ImageBlock,
     LLMEvent,
@@ -44,8 +44,8 @@ from kesoku.llm.ir import (
     signed,
     valid_event,
 )
-from kesoku.model import Message
-from kesoku.transcript import TranscriptError, TurnChecker, shared_prefix, to_turns
+from kesoku.vocab.model import Message
+from kesoku.vocab.transcript import TranscriptError, TurnChecker, shared_prefix, to_turns
 
 MAX_RETRIES = 4
 """Retries of a retryable failure before the error reaches the turn (``agent.max_retries``)."""
@@ -179,7 +179,7 @@ class BaseLLM(ABC):
 
         Yields:
             Text and thought deltas, complete tool calls, usage; their text valid UTF-8
-            (:func:`~kesoku.llm.ir.valid_event`), whatever the provider sent.
+            (:func:`~kesoku.vocab.ir.valid_event`), whatever the provider sent.
 
         Raises:
             BackendError: The call failed and was not retried (not retryable, the retries ran out, or
@@ -252,7 +252,7 @@ class BaseLLM(ABC):
         return larger if larger > current else None
 
     def _own_signatures(self, request: LLMRequest) -> LLMRequest:
-        """:func:`~kesoku.llm.ir.without_foreign_signatures`, reusing the last request's turns by identity.
+        """:func:`~kesoku.vocab.ir.without_foreign_signatures`, reusing the last request's turns by identity.
 
         A session's requests grow by a step per call with the earlier turns the same objects, so only
         the new turns are looked at: the cost of a call must not grow with the history.

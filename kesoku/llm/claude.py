@@ -46,9 +46,9 @@ import httpx2
 import msgspec
 import trio
 
-from kesoku.errors import BackendError, ConfigError
 from kesoku.llm.base import MAX_RETRIES, BaseLLM, retry_after_s
-from kesoku.llm.ir import (
+from kesoku.vocab.errors import BackendError, ConfigError
+from kesoku.vocab.ir import (
     DocumentBlock,
     ImageBlock,
     LLMEvent,
@@ -68,12 +68,12 @@ from kesoku.llm.ir import (
     head_tokens,
     turn_tokens,
 )
-from kesoku.model import Usage
-from kesoku.text import decode_json
-from kesoku.transcript import CONTINUE_PROMPT, OMITTED_OPENING
+from kesoku.vocab.model import Usage
+from kesoku.vocab.text import decode_json
+from kesoku.vocab.transcript import CONTINUE_PROMPT, OMITTED_OPENING
 
 if TYPE_CHECKING:
-    from kesoku.config import Config, ThinkingLevel
+    from kesoku.config.settings import Config, ThinkingLevel
 
 MAX_RETRY_OUTPUT_TOKENS = 32_000
 """The largest ``max_tokens`` of the retry after a reply cut at its limit (every Claude 4 model takes it)."""

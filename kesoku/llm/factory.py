@@ -12,11 +12,11 @@ import importlib
 import logging
 from typing import TYPE_CHECKING, get_args
 
-from kesoku.config import Backend
-from kesoku.errors import ConfigError, OperatorError
+from kesoku.config.settings import Backend
+from kesoku.vocab.errors import ConfigError, OperatorError
 
 if TYPE_CHECKING:
-    from kesoku.config import Config
+    from kesoku.config.settings import Config
     from kesoku.llm.base import BaseLLM
 
 log = logging.getLogger(__name__)

@@ -6,9 +6,9 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 from typing import Any
 
-from kesoku.errors import BackendError
 from kesoku.llm.base import BaseLLM
-from kesoku.llm.ir import LLMEvent, LLMRequest
+from kesoku.vocab.errors import BackendError
+from kesoku.vocab.ir import LLMEvent, LLMRequest
 
 log = logging.getLogger(__name__)
 

@@ -41,15 +41,15 @@ from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types
 
-from kesoku.errors import BackendError, ConfigError
 from kesoku.llm import gemini_convert as conv
 from kesoku.llm.base import MAX_RETRIES, BaseLLM
-from kesoku.llm.ir import DocumentBlock, ImageBlock, LLMEvent, LLMRequest, LLMTurn, head_tokens
+from kesoku.vocab.errors import BackendError, ConfigError
+from kesoku.vocab.ir import DocumentBlock, ImageBlock, LLMEvent, LLMRequest, LLMTurn, head_tokens
 
 if TYPE_CHECKING:
     from google.auth.credentials import Credentials
 
-    from kesoku.config import Config
+    from kesoku.config.settings import Config
 
 log = logging.getLogger(__name__)
 

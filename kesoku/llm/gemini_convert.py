@@ -35,8 +35,8 @@ import msgspec
 import pydantic
 from google.genai import types
 
-from kesoku.errors import BackendError
-from kesoku.llm.ir import (
+from kesoku.vocab.errors import BackendError
+from kesoku.vocab.ir import (
     DocumentBlock,
     ImageBlock,
     LLMEvent,
@@ -52,8 +52,8 @@ from kesoku.llm.ir import (
     ToolSpec,
     UsageEvent,
 )
-from kesoku.llm.ir import turn_tokens as ir_turn_tokens
-from kesoku.model import Usage
+from kesoku.vocab.ir import turn_tokens as ir_turn_tokens
+from kesoku.vocab.model import Usage
 
 THINKING_BUDGETS_TOKENS: dict[str, int] = {"minimal": 0, "low": 1024, "medium": 8192, "high": 24576}
 """Thinking budget per ``thinking_level``: minimal turns thinking off (where the model allows it)."""
@@ -181,7 +181,7 @@ def to_tools(specs: Sequence[ToolSpec]) -> list[types.Tool]:
 
 
 def turn_tokens(turn: LLMTurn) -> int:
-    """Estimate a turn's tokens (:func:`kesoku.llm.ir.turn_tokens`, every attachment one image's cost)."""
+    """Estimate a turn's tokens (:func:`kesoku.vocab.ir.turn_tokens`, every attachment one image's cost)."""
     return ir_turn_tokens(turn, image_tokens=ATTACHMENT_TOKENS, document_tokens=ATTACHMENT_TOKENS)
 
 

@@ -54,9 +54,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import msgspec
 import trio
 
-from kesoku.errors import BackendError, OperatorError
 from kesoku.llm.base import STALL_TIMEOUT_S, BaseLLM
-from kesoku.llm.ir import (
+from kesoku.vocab.errors import BackendError, OperatorError
+from kesoku.vocab.ir import (
     DocumentBlock,
     ImageBlock,
     LLMEvent,
@@ -73,10 +73,10 @@ from kesoku.llm.ir import (
     UsageEvent,
     estimate_tokens,
 )
-from kesoku.model import Usage
+from kesoku.vocab.model import Usage
 
 if TYPE_CHECKING:
-    from kesoku.config import Config
+    from kesoku.config.settings import Config
 
 log = logging.getLogger(__name__)
 

@@ -40,9 +40,10 @@ import msgspec
 import openai as openai_sdk
 import trio
 
-from kesoku.errors import BackendError, ConfigError
 from kesoku.llm.base import MAX_RETRIES, BaseLLM, retry_after_s
-from kesoku.llm.ir import (
+from kesoku.llm.windows import ask_window
+from kesoku.vocab.errors import BackendError, ConfigError
+from kesoku.vocab.ir import (
     DocumentBlock,
     ImageBlock,
     LLMEvent,
@@ -60,12 +61,11 @@ from kesoku.llm.ir import (
     ToolSpec,
     UsageEvent,
 )
-from kesoku.llm.windows import ask_window
-from kesoku.model import Usage
-from kesoku.text import decode_json
+from kesoku.vocab.model import Usage
+from kesoku.vocab.text import decode_json
 
 if TYPE_CHECKING:
-    from kesoku.config import Config
+    from kesoku.config.settings import Config
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 """The endpoint when none is configured; passed explicitly so the SDK never reads ``OPENAI_BASE_URL``."""

@@ -48,10 +48,10 @@ import msgspec
 import trio
 import yaml
 
-from kesoku.config_errors import unknown_key
-from kesoku.errors import BackendError, ConfigError
+from kesoku.config.explain import unknown_key
 from kesoku.llm.base import MAX_RETRIES, STALL_TIMEOUT_S, BaseLLM
-from kesoku.llm.ir import (
+from kesoku.vocab.errors import BackendError, ConfigError
+from kesoku.vocab.ir import (
     LLMEvent,
     LLMRequest,
     StopEvent,
@@ -62,7 +62,7 @@ from kesoku.llm.ir import (
     ToolCallEvent,
     UsageEvent,
 )
-from kesoku.model import Usage
+from kesoku.vocab.model import Usage
 
 NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
 NonNegativeSeconds = Annotated[float, msgspec.Meta(ge=0)]
@@ -156,7 +156,7 @@ class Step(_Strict, frozen=True, kw_only=True):
         error: The call fails after the events above (at once when there are none).
         events: An explicit order instead of the keys above (not combined with them).
         delay_s: A pause before each event of the step.
-        stop: The stop reason sent after the events (:class:`~kesoku.llm.ir.StopReason` values), or
+        stop: The stop reason sent after the events (:class:`~kesoku.vocab.ir.StopReason` values), or
             ``none`` for none.
     """
 

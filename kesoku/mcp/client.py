@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 import trio
 
 from kesoku import __version__
-from kesoku.errors import OperatorError
-from kesoku.text import decode_json
+from kesoku.vocab.errors import OperatorError
+from kesoku.vocab.text import decode_json
 
 if TYPE_CHECKING:
     from mcp import Client
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from mcp_types import Prompt, Resource, ResourceTemplate
     from mcp_types import Tool as McpTool
 
-    from kesoku.config import McpHttpServer, McpStdioServer
+    from kesoku.config.settings import McpHttpServer, McpStdioServer
     from kesoku.tools.sandbox import Sandbox
 
     McpServerConfig = McpStdioServer | McpHttpServer
@@ -314,7 +314,7 @@ class Connection:
             log.debug("MCP server %s stderr: %s", self.name, line)
 
     async def _transport(self, stack: AsyncExitStack, nursery: trio.Nursery) -> Transport:
-        from kesoku.config import McpStdioServer
+        from kesoku.config.settings import McpStdioServer
 
         cfg = self.config
         if isinstance(cfg, McpStdioServer):

@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import trio
 
-from kesoku.config import McpConfig, McpStdioServer, ShellConfig
-from kesoku.errors import ToolError
+from kesoku.config.settings import McpConfig, McpStdioServer, ShellConfig
 from kesoku.mcp import convert
 from kesoku.mcp.client import Connection, describe, open_connection
 from kesoku.tools.base import Tool, ToolContext
 from kesoku.tools.output import cap_output
+from kesoku.vocab.errors import ToolError
 
 if TYPE_CHECKING:
     from mcp_types import Prompt
@@ -115,7 +115,7 @@ def first_line(text: str | None) -> str:
 
 
 class McpManager:
-    """The tool source of the MCP servers (:class:`kesoku.runtime.ToolSource`).
+    """The tool source of the MCP servers (:class:`kesoku.agent.runtime.ToolSource`).
 
     Args:
         config: ``[mcp]`` of kesoku.toml.

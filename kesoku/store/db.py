@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import apsw
 
-from kesoku.errors import StoreError
+from kesoku.vocab.errors import StoreError
 
 BUSY_TIMEOUT_MS = 5_000
 """How long a write waits for another connection's write lock before failing."""

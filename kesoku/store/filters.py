@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from kesoku.model import Kind, Message, Role, Status
+from kesoku.vocab.model import Kind, Message, Role, Status
 
 # Filter keys → the column they test. ``adapter`` is a messages column copied from the session.
 _COLUMNS = ("session_id", "role", "kind", "status", "sender", "adapter")

@@ -5,7 +5,7 @@ a 10,000-message history about 15 ms (bench/history_bench.py), both well inside 
 the event loop may take. It is not thread-safe; give each process (or thread) its own Store. (Its one
 helper thread, the WAL checkpointer of :mod:`kesoku.store.checkpoint`, has a connection of its own.)
 
-What it writes is first made valid UTF-8 (:mod:`kesoku.text`): SQLite and msgspec refuse lone
+What it writes is first made valid UTF-8 (:mod:`kesoku.vocab.text`): SQLite and msgspec refuse lone
 surrogates, and a message, a session's title or metadata, or a taint label may come from a chat
 platform, a tool or a model.
 """
@@ -22,8 +22,11 @@ from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
 import apsw
 import msgspec
 
-from kesoku.errors import AmbiguousSessionError, StoreBusyError, UnknownSessionError
-from kesoku.model import (
+from kesoku.store.checkpoint import WAL_LIMIT_PAGES, Checkpointer
+from kesoku.store.db import BUSY_TIMEOUT_MS, open_connection, write_lock_holder
+from kesoku.store.filters import MessageFilter
+from kesoku.vocab.errors import AmbiguousSessionError, StoreBusyError, UnknownSessionError
+from kesoku.vocab.model import (
     EMPTY_METADATA,
     Kind,
     Message,
@@ -34,10 +37,7 @@ from kesoku.model import (
     TaintSource,
     valid_message,
 )
-from kesoku.store.checkpoint import WAL_LIMIT_PAGES, Checkpointer
-from kesoku.store.db import BUSY_TIMEOUT_MS, open_connection, write_lock_holder
-from kesoku.store.filters import MessageFilter
-from kesoku.text import valid_data, valid_text
+from kesoku.vocab.text import valid_data, valid_text
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -119,7 +119,7 @@ def _writes(method: Callable[Concatenate[Store, _P], _R]) -> Callable[Concatenat
     """Mark a write of the store, whose lock wait may run out.
 
     SQLite's ``BusyError`` (another connection held the write lock past the busy timeout) becomes
-    :class:`~kesoku.errors.StoreBusyError` naming the database and the lock's holder, so no caller
+    :class:`~kesoku.vocab.errors.StoreBusyError` naming the database and the lock's holder, so no caller
     shows a raw apsw traceback.
     """
 
@@ -296,7 +296,7 @@ class Store:
         ``ts`` of 0 becomes now, ``root_ts`` of 0 becomes ``ts``, and ``root_id`` of 0 becomes the
         message's own id (a message that opens its turn). A message whose (adapter, external_id) is
         already stored is not written again: the stored one is returned with ``new=False``.
-        Text is made valid UTF-8 first (:func:`~kesoku.model.valid_message`: a lone surrogate becomes
+        Text is made valid UTF-8 first (:func:`~kesoku.vocab.model.valid_message`: a lone surrogate becomes
         U+FFFD); the returned messages hold what was written.
 
         Args:

@@ -1,8 +1,8 @@
 """What a tool is to the runtime: a name, a JSON schema, a timeout and an async ``run``.
 
-The runtime (kesoku.turn) runs a model step's tool calls as one concurrent batch in a shielded scope;
+The runtime (kesoku.agent.turn) runs a model step's tool calls as one concurrent batch in a shielded scope;
 each call gets its own ``timeout_s``. A tool reports failure the model should read by raising
-:class:`~kesoku.errors.ToolError`; any other exception is a bug, reported to the model as a failed
+:class:`~kesoku.vocab.errors.ToolError`; any other exception is a bug, reported to the model as a failed
 result and logged with its traceback.
 """
 
@@ -18,9 +18,9 @@ from typing import Any, Protocol
 
 import trio
 
-from kesoku.llm.ir import ToolSpec
-from kesoku.model import Session, TaintSource
-from kesoku.text import valid_data, valid_text
+from kesoku.vocab.ir import ToolSpec
+from kesoku.vocab.model import Session, TaintSource
+from kesoku.vocab.text import valid_data, valid_text
 
 _FIRST_SENTENCE = re.compile(r"(?<=[.!?])\s")
 """Where a description's first sentence ends (a line break inside it is not an end)."""
@@ -45,7 +45,7 @@ class Approval:
 class Guard(Protocol):
     """A session's trust state as tools see it: its taint sources, and a way to ask the user.
 
-    The runtime's implementation is :class:`kesoku.guard.SessionGuard`.
+    The runtime's implementation is :class:`kesoku.agent.guard.SessionGuard`.
     """
 
     @property
@@ -206,7 +206,7 @@ class Tool:
 
     def __post_init__(self) -> None:
         # An MCP server's description and schema are JSON from outside: made valid UTF-8 here, once,
-        # since they go into every request, the system prompt and the turn log (kesoku.text).
+        # since they go into every request, the system prompt and the turn log (kesoku.vocab.text).
         object.__setattr__(self, "description", valid_text(self.description))
         object.__setattr__(self, "parameters", valid_data(self.parameters))
         object.__setattr__(self, "_spec", ToolSpec(self.name, self.description, self.parameters))

@@ -1,6 +1,6 @@
 """Run one tool call and type its outcome: the one place a tool's failures become results the model reads.
 
-Used by the turn loop (kesoku.turn) and by subagents (kesoku.subagent), so both report a timeout, a
+Used by the turn loop (kesoku.agent.turn) and by subagents (kesoku.agent.subagent), so both report a timeout, a
 refusal or a bug in a tool the same way.
 """
 
@@ -12,13 +12,13 @@ from collections.abc import Iterable, Mapping
 
 import trio
 
-from kesoku.errors import ToolError
-from kesoku.model import Outcome
-from kesoku.text import valid_text
 from kesoku.tools.base import Tool, ToolContext
 from kesoku.tools.output import cap_output
+from kesoku.vocab.errors import ToolError
+from kesoku.vocab.model import Outcome
+from kesoku.vocab.text import valid_text
 
-log = logging.getLogger("kesoku.turn")
+log = logging.getLogger("kesoku.agent.turn")
 
 WRAPPER_BYTES = 512
 """What a tool may add around output it capped itself (the shell's ``$ command`` and exit code line)."""
@@ -38,9 +38,9 @@ async def run_tool(
 
     Returns:
         ``completed`` with the tool's text (capped at ``ctx.max_output_bytes``); ``timed_out`` after
-        ``timeout_s``; ``failed`` for a :class:`~kesoku.errors.ToolError` (its message) or any other
+        ``timeout_s``; ``failed`` for a :class:`~kesoku.vocab.errors.ToolError` (its message) or any other
         exception (a bug, logged with its traceback). The text is valid UTF-8
-        (:func:`kesoku.text.valid_text`): a file name the OS decoded with ``surrogateescape``, an MCP
+        (:func:`kesoku.vocab.text.valid_text`): a file name the OS decoded with ``surrogateescape``, an MCP
         server's JSON or an exception's message may hold a lone surrogate, and a subagent's result
         goes to the model without passing the store.
 

@@ -4,7 +4,7 @@ Every path goes through :mod:`kesoku.tools.paths` first: reads pass inside the w
 directory and the session workspace) and the readable roots; writes pass inside the workspace; secret
 paths (``~/.ssh``, ``.env``, Kesoku's config and database …) are denied to every tool. A write outside
 the workspace (or into ``.git/hooks``) asks the user first (:func:`approve_write`, through the call's
-guard) and is refused with a :class:`~kesoku.errors.ToolError` unless the user allows it. A read
+guard) and is refused with a :class:`~kesoku.vocab.errors.ToolError` unless the user allows it. A read
 outside the workspace (a readable root) marks the session tainted. Files are opened with
 :func:`~kesoku.tools.paths.open_checked`, which re-checks what was opened, so a symlink swapped in
 after the check does not lead outside.
@@ -25,7 +25,6 @@ from typing import Any
 
 import trio
 
-from kesoku.errors import ToolError
 from kesoku.tools.base import Tool, ToolContext
 from kesoku.tools.output import cap_output
 from kesoku.tools.paths import (
@@ -40,6 +39,7 @@ from kesoku.tools.paths import (
     require_write,
     workspaces,
 )
+from kesoku.vocab.errors import ToolError
 
 DEFAULT_MAX_OUTPUT_BYTES = 32_000
 """Bytes of text a file tool returns at most (the shell's ``max_output_bytes`` is a good value)."""

@@ -38,11 +38,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kesoku.errors import ToolError
 from kesoku.tools.base import ToolContext
+from kesoku.vocab.errors import ToolError
 
 if TYPE_CHECKING:
-    from kesoku.config import Config
+    from kesoku.config.settings import Config
 
 SECRET_HOME_PATHS: tuple[str, ...] = (
     ".ssh",
@@ -111,7 +111,7 @@ class PathGates:
         """The gates of a loaded config.
 
         Args:
-            cfg: The config (its paths absolute, as :func:`kesoku.config.load_config` returns them).
+            cfg: The config (its paths absolute, as :func:`kesoku.config.settings.load_config` returns them).
             config_file: The file it was loaded from, denied to the tools.
             readable_roots: Readable folders besides ``workspace.readable_roots``.
             shareable_roots: Shareable folders besides ``workspace.shareable_roots``.

@@ -28,8 +28,8 @@ from collections.abc import Iterator, Mapping
 
 import trio
 
-from kesoku.errors import ToolError
 from kesoku.tools.output import CappedBuffer
+from kesoku.vocab.errors import ToolError
 
 DRAIN_S = 0.5
 """After the command has ended, how long output still held open by an escaped process is read."""
@@ -174,7 +174,7 @@ async def run_command(
 def _bare_cancelled() -> Iterator[None]:
     """Let a cancellation leave as one ``trio.Cancelled``, not as the group a nursery makes of them.
 
-    The runtime tells a killed tool by catching ``trio.Cancelled`` around ``run`` (kesoku.turn), and
+    The runtime tells a killed tool by catching ``trio.Cancelled`` around ``run`` (kesoku.agent.turn), and
     a nursery with strict exception groups wraps even a lone cancellation.
     """
     try:

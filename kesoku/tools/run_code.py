@@ -25,14 +25,14 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from kesoku.errors import ToolError
 from kesoku.tools.base import Tool, ToolContext
 from kesoku.tools.paths import workspaces
 from kesoku.tools.process import run_command
 from kesoku.tools.shell import TIMEOUT_GRACE_S
+from kesoku.vocab.errors import ToolError
 
 if TYPE_CHECKING:
-    from kesoku.config import RunCodeConfig
+    from kesoku.config.settings import RunCodeConfig
     from kesoku.tools.sandbox import Sandbox
 
 MAX_CODE_BYTES = 200_000

@@ -50,11 +50,11 @@ from typing import TYPE_CHECKING, Literal
 
 import trio
 
-from kesoku.errors import OperatorError, ToolError
 from kesoku.tools.paths import SECRET_HOME_PATHS, SECRET_SYSTEM_PATHS, PathGates
+from kesoku.vocab.errors import OperatorError, ToolError
 
 if TYPE_CHECKING:
-    from kesoku.config import Config, SandboxConfig
+    from kesoku.config.settings import Config, SandboxConfig
     from kesoku.tools.base import ToolContext
 
 Mechanism = Literal["bwrap", "landlock", "off"]

@@ -11,7 +11,7 @@ context parameter is optional). :func:`schema_from_function` reads:
 A parameter with a default, or typed ``X | None``, is not required. :func:`tool_from_function` wraps the
 function as a :class:`~kesoku.tools.base.Tool` whose ``run`` converts the model's arguments with
 ``msgspec.convert`` against the same types before the call; a mismatch is a
-:class:`~kesoku.errors.ToolError` naming the argument, so the model reads what to fix.
+:class:`~kesoku.vocab.errors.ToolError` naming the argument, so the model reads what to fix.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from typing import Annotated, Any, Union
 
 import msgspec
 
-from kesoku.errors import ToolError
 from kesoku.tools.base import DEFAULT_TOOL_TIMEOUT_S, Tool, ToolContext
+from kesoku.vocab.errors import ToolError
 
 # Google style guide, "3.8.3 Functions and Methods": the section headers a docstring may hold.
 _SECTION = re.compile(

@@ -1,8 +1,8 @@
 """The shell tool: one command line, checked by the policy, run in the OS sandbox.
 
 A line runs as ``/bin/sh -c LINE`` (``shell.use_shell = true``) or as the argv ``shlex.split``
-makes of it, with no shell (``false``). :mod:`kesoku.policy` checks it first either way (the
-operator's intent: which programs), and a refusal is a :class:`~kesoku.errors.ToolError` whose
+makes of it, with no shell (``false``). :mod:`kesoku.tools.policy.check` checks it first either way (the
+operator's intent: which programs), and a refusal is a :class:`~kesoku.vocab.errors.ToolError` whose
 message is the policy's reason. The sandbox (:mod:`kesoku.tools.sandbox`) then decides what the
 command can touch: it may write only the working directory and the session workspace, sees no
 secrets, and has no network unless ``[sandbox] network = true``.
@@ -24,14 +24,14 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import trio
 
-from kesoku.errors import ToolError
 from kesoku.tools.base import Tool, ToolContext
 from kesoku.tools.paths import workspaces
 from kesoku.tools.process import SHOWN_MAX_CHARS, run_command
+from kesoku.vocab.errors import ToolError
 
 if TYPE_CHECKING:
-    from kesoku.config import ShellConfig
-    from kesoku.policy import PolicyDecision
+    from kesoku.config.settings import ShellConfig
+    from kesoku.tools.policy.check import PolicyDecision
     from kesoku.tools.sandbox import Sandbox
 
 SHELL = "/bin/sh"
@@ -150,7 +150,7 @@ def _check(line: str, argv: list[str], config: ShellConfig) -> PolicyDecision:
     """The policy's decision (parsing a long line takes a while: run it in a thread)."""
     # Imported here, in the worker thread: bashlex's parser import stays off `kesoku chat`'s
     # start-up and off the event loop.
-    from kesoku.policy import check_argv, check_command
+    from kesoku.tools.policy.check import check_argv, check_command
 
     if config.use_shell:
         return check_command(line, config)

@@ -1,7 +1,7 @@
-"""The skill tools: ``list_skills`` and ``use_skill`` over a :class:`~kesoku.skills.SkillLibrary`.
+"""The skill tools: ``list_skills`` and ``use_skill`` over a :class:`~kesoku.tools.skill_library.SkillLibrary`.
 
 Skills are filtered by the host platform (``platform.system().lower()``), as the seed specifies; the
-system prompt lists the same skills through :meth:`~kesoku.skills.SkillLibrary.summaries`.
+system prompt lists the same skills through :meth:`~kesoku.tools.skill_library.SkillLibrary.summaries`.
 ``use_skill`` returns the skill's instructions under a header naming the skill folder's absolute path
 and telling the model to use absolute paths in commands (the working directory is the session's, not
 the skill's), followed by the other files of the folder. Both tools read the disk in a worker thread.
@@ -17,10 +17,10 @@ from typing import Any
 
 import trio
 
-from kesoku.errors import ToolError
-from kesoku.skills import HOST_PLATFORM, Skill, SkillError, SkillLibrary, read_body
 from kesoku.tools.base import Tool, ToolContext
 from kesoku.tools.output import cap_output
+from kesoku.tools.skill_library import HOST_PLATFORM, Skill, SkillError, SkillLibrary, read_body
+from kesoku.vocab.errors import ToolError
 
 DEFAULT_MAX_OUTPUT_BYTES = 32_000
 """The most bytes use_skill returns (header included); a longer body is cut in the middle, marked."""

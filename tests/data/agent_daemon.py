@@ -15,12 +15,12 @@ from typing import Any
 
 import trio
 
+from kesoku.agent.runtime import Runtime
 from kesoku.gateway import Gateway
-from kesoku.llm.ir import LLMRequest, ToolResultBlock
-from kesoku.runtime import Runtime
 from kesoku.store import Store
 from kesoku.testing import ScriptedLLM, Step
 from kesoku.tools.base import Tool, ToolContext
+from kesoku.vocab.ir import LLMRequest, ToolResultBlock
 
 
 def respond(request: LLMRequest) -> Step | dict[str, Any]:

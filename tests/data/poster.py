@@ -8,8 +8,8 @@ import sys
 import trio
 
 from kesoku.gateway import Gateway
-from kesoku.model import user_text
 from kesoku.store import Store
+from kesoku.vocab.model import user_text
 
 
 async def main(db_path: str, sessions_dir: str, channel: str, count: int, pause_every: int) -> None:

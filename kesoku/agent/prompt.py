@@ -1,0 +1,86 @@
+"""The system prompt of a turn: persona, rules, tool snippets, skills, project notes, cwd and date.
+
+Project notes are the AGENTS.md and CLAUDE.md files of the working directory, the convention coding
+agents share; each is capped at :data:`MAX_NOTES_BYTES` so a huge file cannot crowd out the history.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from pathlib import Path
+
+from kesoku.tools.base import Tool
+from kesoku.vocab.text import valid_text
+
+NOTES_FILES = ("AGENTS.md", "CLAUDE.md")
+"""Project notes read from the working directory, in this order."""
+MAX_NOTES_BYTES = 32 * 1024
+"""The most of one notes file that goes into the prompt."""
+
+RULES = """\
+Rules:
+- Act with your tools when that helps; never claim to have done what you did not do.
+- A tool result carries its outcome: completed, failed, timed_out, skipped (never started), killed
+  (by the user or a shutdown; the result says why) or lost (Kesoku restarted while it ran; its
+  effect is unknown, check before repeating anything with side effects).
+- A message ending in [interrupted] was cut off: the user sent something new or stopped you. Read the
+  newest message and answer that.
+- To send a file from the workspace, write [file: /absolute/path] on its own line.
+- To ask the user to choose, write [question: Your question? | choice 1 | choice 2] on its own line.
+- [redacted:…] stands for a secret (a key, token or password) hidden from you. It is not the value:
+  never write it into a file or a command; edit around it, or ask the user to set the value."""
+
+
+def read_notes(cwd: Path) -> list[tuple[str, str]]:
+    """Return ``(file name, text)`` of each project notes file in ``cwd`` (capped, UTF-8, lenient)."""
+    notes: list[tuple[str, str]] = []
+    for name in NOTES_FILES:
+        path = cwd / name
+        try:
+            with path.open("rb") as fh:
+                data = fh.read(MAX_NOTES_BYTES + 1)
+        except OSError:
+            continue
+        text = data[:MAX_NOTES_BYTES].decode("utf-8", "replace")
+        if len(data) > MAX_NOTES_BYTES:
+            text += f"\n[… {name} cut at {MAX_NOTES_BYTES} bytes]"
+        notes.append((name, text.strip()))
+    return notes
+
+
+def build_system_prompt(
+    *,
+    persona: str,
+    tools: Sequence[Tool],
+    skills: Sequence[tuple[str, str]],
+    notes: Sequence[tuple[str, str]],
+    cwd: Path,
+    now: dt.datetime,
+) -> str:
+    """Assemble the system prompt.
+
+    Args:
+        persona: ``agent.persona``.
+        tools: The tools offered this turn (one snippet line each; the full schemas go with the request).
+        skills: ``(name, description)`` of each available skill.
+        notes: From :func:`read_notes`.
+        cwd: The working directory.
+        now: The local date and time.
+
+    Returns:
+        The prompt text, valid UTF-8 (:func:`kesoku.vocab.text.valid_text`): a working directory whose
+        name holds a byte that is not UTF-8 (the OS gives it as a lone surrogate) would otherwise
+        fail every request.
+    """
+    parts = [persona.strip(), RULES]
+    if tools:
+        parts.append("Tools:\n" + "\n".join(f"- {t.snippet}" for t in tools))
+    if skills:
+        parts.append(
+            "Skills (call use_skill with the name to read one):\n" + "\n".join(f"- {n}: {d}" for n, d in skills)
+        )
+    for name, text in notes:
+        parts.append(f"<{name}>\n{text}\n</{name}>")
+    parts.append(f"Working directory: {cwd}\nDate: {now:%A %Y-%m-%d %H:%M %Z}".rstrip())
+    return valid_text("\n\n".join(parts))

@@ -1,0 +1,123 @@
+"""The repeat guard: one turn's identical tool calls that keep returning the same thing are not run again.
+
+Small models loop: asked a simple question, a 135M model made 28 identical ``list_skills()`` calls
+until its context overflowed, and 50 identical failing ``grep`` calls until the step cap. A call is
+identified by its tool name and its arguments as canonical JSON (keys sorted). Once one call has run
+``max_identical`` times in a turn and every run returned the same text with the same outcome, the next
+identical call is not run: its result says so and repeats, briefly, what the earlier runs returned.
+A call whose result changed (a poll) runs again, and so does every call after a new call or a changed
+result (an edit, then the tests again: the edit may have changed what the tests return); a loop of
+calls that all keep returning the same is refused all the same. When the model makes a refused call
+once more, it is stuck: the turn (or the subagent) ends as ``repeating``.
+
+Used by the turn loop (kesoku.agent.turn) and by subagents (kesoku.agent.subagent), so both refuse the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+
+import msgspec
+
+from kesoku.tools.output import MARKER, MARKER_PATTERN
+from kesoku.vocab.model import Outcome
+
+MAX_IDENTICAL_CALLS = 2
+"""``agent.max_identical_calls``: runs of one identical call, returning the same each time, in a turn."""
+EXCERPT_CHARS = 200
+"""How much of the earlier result a refusal quotes."""
+
+
+class _Seen:
+    __slots__ = ("digest", "excerpt", "outcome", "refused", "runs", "told")
+
+    def __init__(self) -> None:
+        self.runs = 0  # runs in a row that returned the same text and outcome
+        self.digest = b""
+        self.outcome = Outcome.COMPLETED
+        self.excerpt = ""
+        self.refused = False
+        self.told = False  # the model has read a refusal of this call
+
+
+class RepeatGuard:
+    """One turn's record of the tool calls it ran.
+
+    Args:
+        max_identical: Runs allowed of one identical call that returns the same each time; the next
+            identical call is refused. 0 turns the guard off.
+
+    Attributes:
+        stuck: The name of a call the model made again after it was refused (the turn should end),
+            else None.
+    """
+
+    def __init__(self, max_identical: int = MAX_IDENTICAL_CALLS) -> None:
+        self.max_identical = max_identical
+        self.stuck: str | None = None
+        self._seen: dict[bytes, _Seen] = {}
+
+    def refusals(self, calls: Sequence[tuple[str, Mapping[str, object]]]) -> list[str | None]:
+        """For one step's calls (name, arguments): the result text of each call that must not run, else None.
+
+        A refusal is remembered: the same call made again in a later step sets :attr:`stuck` (two
+        identical calls in one step are both refused, but the model had not been told yet).
+        """
+        out = [self._refusal(name, arguments) for name, arguments in calls]
+        for seen in self._seen.values():
+            seen.told = seen.told or seen.refused
+        return out
+
+    def _refusal(self, name: str, arguments: Mapping[str, object]) -> str | None:
+        if self.max_identical <= 0:
+            return None
+        seen = self._seen.get(call_key(name, arguments))
+        if seen is None or seen.runs < self.max_identical:
+            return None
+        if seen.told:
+            self.stuck = name
+        seen.refused = True
+        failed = "failed" if seen.outcome is not Outcome.COMPLETED else "returned"
+        return (
+            f"[repeated] Not run: this call ({name} with the same arguments) already ran {_times(seen.runs)} "
+            f"in this turn and {failed} the same each time: {seen.excerpt} — running it again would give the "
+            "same result. Use what it returned, try something different, or answer."
+        )
+
+    def record(self, name: str, arguments: Mapping[str, object], content: str, outcome: Outcome) -> None:
+        """Note a call that ran and what it returned."""
+        if self.max_identical <= 0:
+            return
+        seen = self._seen.setdefault(call_key(name, arguments), _Seen())
+        # Two capped outputs that differ only in how much was cut (a listing that grew by a line) are
+        # the same to the model: it reads the same head and tail.
+        kept = MARKER_PATTERN.sub(MARKER.format(cut="N"), content)
+        digest = hashlib.blake2b(f"{outcome}\0{kept}".encode(errors="replace"), digest_size=16).digest()
+        if digest == seen.digest:  # what it returned last time: a repeat, even after a reset
+            seen.runs += 1
+            return
+        # Something new happened (a call not made before, or one whose result changed): it may have
+        # changed what every other call returns (an edit, then the tests again), so they may run again.
+        for other in self._seen.values():
+            other.runs, other.refused, other.told = 0, False, False  # its digest is kept
+        seen.runs, seen.digest, seen.outcome = 1, digest, outcome
+        seen.excerpt = _excerpt(content)
+
+
+def call_key(name: str, arguments: Mapping[str, object]) -> bytes:
+    """A call's identity: its tool name and its arguments as canonical JSON (keys sorted)."""
+    try:
+        canonical = msgspec.json.encode(arguments, order="sorted")
+    except (TypeError, ValueError, OverflowError):  # arguments JSON cannot hold: fall back to repr
+        canonical = repr(sorted(arguments.items(), key=lambda kv: str(kv[0]))).encode(errors="replace")
+    return name.encode(errors="replace") + b"\0" + canonical
+
+
+def _times(n: int) -> str:
+    return "once" if n == 1 else f"{n} times"
+
+
+def _excerpt(content: str) -> str:
+    flat = " ".join(content.split())
+    return flat if len(flat) <= EXCERPT_CHARS else flat[: EXCERPT_CHARS - 1] + "…"

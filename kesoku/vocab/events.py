@@ -1,0 +1,164 @@
+"""Live, in-memory turn events for adapters: streamed text, tool progress, the end of a turn.
+
+The gateway carries the durable messages; these events carry what is too fine-grained to persist
+(text deltas) or only matters while a process watches (a tool started). They are lossy by design: a
+subscriber that falls behind its buffer misses events (counted in ``dropped``), never messages.
+"""
+
+from __future__ import annotations
+
+import weakref
+from types import TracebackType
+from typing import Self
+
+import msgspec
+import trio
+
+from kesoku.vocab.ir import LLMEvent
+from kesoku.vocab.metrics import TurnMetrics
+from kesoku.vocab.model import Message
+from kesoku.vocab.view import ViewState
+
+SUBSCRIBER_BUFFER = 512
+"""Events one subscriber may hold before newer ones are dropped (a few seconds of fast streaming)."""
+
+
+class TurnStarted(msgspec.Struct, frozen=True, tag="turn_started"):
+    """A turn opened on ``root`` (the newest of the pending user messages)."""
+
+    session_id: str
+    root: Message
+
+
+class ModelDelta(msgspec.Struct, frozen=True, tag="model_delta"):
+    """A streamed model event (text or thought delta, tool call, usage)."""
+
+    session_id: str
+    event: LLMEvent
+
+
+class ToolStarted(msgspec.Struct, frozen=True, tag="tool_started"):
+    """A tool call started running."""
+
+    session_id: str
+    call: Message
+
+
+class ToolFinished(msgspec.Struct, frozen=True, tag="tool_finished"):
+    """A tool call ended; ``result`` is its persisted tool_result."""
+
+    session_id: str
+    result: Message
+
+
+class TurnEnded(msgspec.Struct, frozen=True, tag="turn_ended"):
+    """A turn ended; adapters render ``metrics``."""
+
+    session_id: str
+    metrics: TurnMetrics
+
+
+class QuestionAsked(msgspec.Struct, frozen=True, tag="question_asked"):
+    """A tool asks the user to Allow or Deny; ``question`` is the persisted question message."""
+
+    session_id: str
+    question: Message
+
+
+_STAGES = {
+    1: "evicted old tool results",
+    2: "archived old turns",
+    3: "summarized",
+    4: "left the oldest out",
+    5: "shortened this turn's tool results",
+}
+
+
+class Compacted(msgspec.Struct, frozen=True, tag="compacted"):
+    """A compaction ended: ``view`` is the stored view, or None when nothing was old enough to compact."""
+
+    session_id: str
+    view: ViewState | None
+    reason: str
+
+    def render(self) -> str:
+        """One line for a chat: what was compacted and the estimated tokens before and after."""
+        view = self.view
+        if view is None:
+            # The current turn is never compacted: a long one (a big paste, many tool rounds) can fill
+            # the window on its own, which "the history is short" would misreport.
+            return (
+                f"🗜 nothing to compact ({self.reason}): nothing before the current turn is left to shorten"
+                " (earlier turns are few, or compacted already)"
+            )
+        stages = ", ".join(_STAGES[s] for s in view.stages)
+        tokens = f"{view.tokens_before / 1000:.1f}K → {view.tokens_after / 1000:.1f}K tokens"
+        return f"🗜 compacted ({self.reason}): {tokens}; {stages}"
+
+
+TurnEvent = TurnStarted | ModelDelta | ToolStarted | ToolFinished | QuestionAsked | Compacted | TurnEnded
+
+
+class EventHub:
+    """Fan turn events out to subscribers, never blocking the publisher."""
+
+    def __init__(self) -> None:
+        self._subscribers: weakref.WeakSet[Subscription] = weakref.WeakSet()
+
+    def subscribe(self, session_id: str | None = None, *, buffer: int = SUBSCRIBER_BUFFER) -> Subscription:
+        """Receive the events of one session (or of all when None) from now on.
+
+        Use as ``with hub.subscribe(sid) as events: async for event in events: ...``.
+        """
+        sub = Subscription(self, session_id, buffer)
+        self._subscribers.add(sub)
+        return sub
+
+    def publish(self, event: TurnEvent) -> None:
+        """Hand an event to every matching subscriber; a full subscriber drops it."""
+        for sub in self._subscribers:
+            if sub.session_id is None or sub.session_id == event.session_id:
+                try:
+                    sub._send.send_nowait(event)
+                except trio.WouldBlock:
+                    sub.dropped += 1
+                except trio.ClosedResourceError:
+                    pass
+
+
+class Subscription:
+    """A subscriber's bounded queue of events; an async iterator."""
+
+    def __init__(self, hub: EventHub, session_id: str | None, buffer: int) -> None:
+        self.session_id = session_id
+        self.dropped = 0
+        """Events lost because the buffer was full."""
+        self._hub = hub
+        self._send, self._receive = trio.open_memory_channel[TurnEvent](buffer)
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> TurnEvent:
+        """Return the next event.
+
+        Raises:
+            StopAsyncIteration: After :meth:`close`.
+        """
+        try:
+            return await self._receive.receive()
+        except trio.EndOfChannel:
+            raise StopAsyncIteration from None
+
+    def close(self) -> None:
+        """Unsubscribe; an iteration in progress ends once the buffered events are read."""
+        self._hub._subscribers.discard(self)
+        self._send.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

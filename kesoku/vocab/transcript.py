@@ -1,0 +1,353 @@
+"""History → provider-neutral turns, and the transcript invariant (ARCHITECTURE.md, "Guarantees").
+
+The log is append-only and written by concurrent parts (a tool batch finishing after an interruption, a
+crash between a call and its result), so the history as stored need not be a valid request. Two
+functions keep every request valid:
+
+- :func:`to_turns` builds the IR from history in ``(root_ts, ts, id)`` order and repairs what the log
+  allows but no provider accepts: results moved right after their calls, duplicate call ids made
+  distinct, a ``lost`` result for a call that has none, orphan and duplicate results dropped, empty
+  text dropped, roles merged so user and assistant alternate, starting and ending with the user.
+- :func:`check_turns` states the invariant; the base backend calls it before every request and the
+  property tests call it on every request the scripted model receives.
+
+:func:`missing_results` is the persisting side: the runtime posts a real result (``skipped``,
+``killed``, ``lost``) for each call that has none, so the log itself heals.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from collections.abc import Iterable, Sequence
+
+from kesoku.vocab.ir import (
+    DocumentBlock,
+    ImageBlock,
+    LLMBlock,
+    LLMTurn,
+    TextBlock,
+    ThoughtBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+)
+from kesoku.vocab.model import (
+    ANSWER_KEY,
+    DEFAULT_USER_SENDER,
+    QUESTION_KEY,
+    SYSTEM_SENDER,
+    Kind,
+    Message,
+    Outcome,
+    Role,
+    Status,
+)
+
+INTERRUPTED_SUFFIX = "\n[interrupted]"
+"""Appended to a partial answer that a new message or a stop cut off, so the model knows."""
+OMITTED_OPENING = "(The earlier conversation is omitted.)"
+"""Opens a history whose first kept message is the model's (after compaction)."""
+CONTINUE_PROMPT = "(Continue.)"
+"""Closes a history that ends with the model's message, so a request always ends with the user."""
+LOST_RESULT = "[lost] No result was recorded for this call: Kesoku stopped while it ran; its effect is unknown."
+
+
+def shared_prefix(a: Sequence[object], b: Sequence[object]) -> int:
+    """How many leading items ``a`` and ``b`` share by identity (C-level iteration: cheap for long lists)."""
+    return next(itertools.compress(itertools.count(), map(operator.is_not, a, b)), min(len(a), len(b)))
+
+
+class TranscriptError(AssertionError):
+    """A request breaks the transcript invariant; a bug in Kesoku, never the user's fault."""
+
+
+def call_id_of(message: Message) -> str:
+    """The provider call id of a tool_call message (``call_<id>`` when the provider gave none)."""
+    return message.metadata.call_id or f"call_{message.id}"
+
+
+def missing_results(history: Iterable[Message]) -> list[Message]:
+    """Return the tool_call messages that have no tool_result, in history order."""
+    calls: dict[int, Message] = {}
+    answered: set[int] = set()
+    for msg in history:
+        if msg.kind is Kind.TOOL_CALL:
+            calls[msg.id] = msg
+        elif msg.kind is Kind.TOOL_RESULT and msg.parent_id is not None:
+            answered.add(msg.parent_id)
+    return [call for call_id, call in calls.items() if call_id not in answered]
+
+
+def _user_blocks(msg: Message) -> list[LLMBlock]:
+    blocks: list[LLMBlock] = []
+    content = msg.content
+    if msg.role is Role.SYSTEM:
+        content = f"[{SYSTEM_SENDER}] {content}"
+    elif msg.sender != DEFAULT_USER_SENDER:
+        content = f"{msg.sender}: {content}"  # a group chat: the model must know who is speaking
+    if msg.content.strip():
+        blocks.append(TextBlock(content))
+    for att in msg.metadata.attachments:
+        if att.mime_type.startswith("image/"):
+            blocks.append(ImageBlock(att.path, att.mime_type))
+        else:
+            blocks.append(DocumentBlock(att.path, att.mime_type, att.filename))
+    return blocks
+
+
+class _Builder:
+    """Walks history once, emitting turns; results are placed by their call, not by where they were stored."""
+
+    def __init__(self, results: dict[int, Message]) -> None:
+        self.turns: list[LLMTurn] = []
+        self.results = results
+        self.role: str = "user"
+        self.blocks: list[LLMBlock] = []
+        self.open_calls: list[tuple[Message, ToolCallBlock]] = []
+        self.answered = False  # a result of the open calls was seen: the next call starts a new step
+        self.call_ids: set[str] = set()
+        # The turns the last finish() closed early (the open step and its results). When the same turn
+        # is closed for real, that object is kept, so turns stay identical from one request to the next.
+        self.finished: list[LLMTurn] = []
+
+    def _flush(self) -> None:
+        if not self.blocks:
+            return
+        if self.turns and self.turns[-1].role == self.role:
+            prev = self.turns.pop()
+            self.blocks = [*prev.blocks, *self.blocks]
+        blocks = tuple(self.blocks)
+        at, finished = len(self.turns), self.finished
+        if at < len(finished) and finished[at].role == self.role and finished[at].blocks == blocks:
+            self.turns.append(finished[at])
+        else:
+            self.turns.append(LLMTurn(self.role, blocks))  # type: ignore[arg-type]
+        self.blocks = []
+
+    def _close_calls(self) -> None:
+        """End the assistant step that made calls: its results form the next user turn, in call order."""
+        if not self.open_calls:
+            return
+        self._flush()
+        self.role = "user"
+        for call_msg, call in self.open_calls:
+            result = self.results.get(call_msg.id)
+            if result is None:
+                self.blocks.append(ToolResultBlock(call.id, call.name, LOST_RESULT, Outcome.LOST))
+            else:
+                outcome = result.metadata.outcome or Outcome.COMPLETED
+                self.blocks.append(ToolResultBlock(call.id, call.name, result.content, outcome))
+        self.open_calls = []
+        self.answered = False
+
+    def _switch(self, role: str) -> None:
+        if role != self.role:
+            self._flush()
+            self.role = role
+
+    def add(self, msg: Message) -> None:
+        if msg.role is Role.SYSTEM and (QUESTION_KEY in msg.metadata.extra or ANSWER_KEY in msg.metadata.extra):
+            return  # between the user and the adapter: the tool's result tells the model what was decided
+        if msg.role in (Role.USER, Role.SYSTEM):
+            blocks = _user_blocks(msg)
+            if blocks:
+                self._close_calls()
+                self._switch("user")
+                self.blocks.extend(blocks)
+            return
+        if msg.kind is Kind.TOOL_RESULT:
+            if any(call_msg.id == msg.parent_id for call_msg, _ in self.open_calls):
+                self.answered = True
+            return  # placed by _close_calls, right after its call
+        if msg.status is Status.FAILED:
+            return
+        block: LLMBlock
+        if msg.kind is Kind.TOOL_CALL:
+            meta = msg.metadata
+            name, arguments = meta.tool_name or "", meta.tool_arguments or {}
+            call_id = call_id_of(msg)
+            if call_id in self.call_ids:  # a provider (or a restarted replay) reused an id: keep pairs distinct
+                call_id = f"{call_id}_{msg.id}"
+            self.call_ids.add(call_id)
+            block = ToolCallBlock(call_id, name, arguments, meta.thought_signature, meta.signed_by)
+        elif msg.kind is Kind.THOUGHT:
+            if not msg.content and msg.metadata.thought_signature is None:
+                return
+            block = ThoughtBlock(msg.content, msg.metadata.thought_signature, msg.metadata.signed_by)
+        else:
+            if not msg.content.strip():
+                return
+            text = msg.content + (INTERRUPTED_SUFFIX if msg.status is Status.INTERRUPTED else "")
+            block = TextBlock(text)
+        if not isinstance(block, ToolCallBlock) or self.answered:
+            # Calls end an assistant step: text after them, or calls after their results, start the next.
+            self._close_calls()
+        self._switch("assistant")
+        self.blocks.append(block)
+        if isinstance(block, ToolCallBlock):
+            self.open_calls.append((msg, block))
+
+    def finish(self) -> list[LLMTurn]:
+        self._close_calls()
+        self._flush()
+        turns = self.turns
+        self.finished = turns[:]
+        if turns and turns[0].role == "assistant":
+            turns.insert(0, LLMTurn("user", (TextBlock(OMITTED_OPENING),)))
+        if not turns or turns[-1].role == "assistant":
+            turns.append(LLMTurn("user", (TextBlock(CONTINUE_PROMPT),)))
+        return turns
+
+
+def to_turns(history: Sequence[Message]) -> list[LLMTurn]:
+    """Build the IR of a request from history, repairing it so it satisfies :func:`check_turns`.
+
+    Args:
+        history: Messages of one session in ``(root_ts, ts, id)`` order (as :meth:`Store.history`).
+
+    Returns:
+        Alternating turns, first and last from the user.
+    """
+    return Transcript(history).turns()
+
+
+class Transcript:
+    """:func:`to_turns` kept up to date as a running turn appends its own messages.
+
+    A turn posts its tool calls, then their results, then the next step: all at the end of the
+    history. Re-translating the whole history for every model call would make each step cost more
+    than the last; instead the built turns are kept and only the new messages are folded in, so the
+    turns of earlier steps stay the same objects (the turn log caches their rendering by identity).
+
+    Args:
+        history: The session's history in ``(root_ts, ts, id)`` order.
+    """
+
+    def __init__(self, history: Sequence[Message]) -> None:
+        call_ids = {m.id for m in history if m.kind is Kind.TOOL_CALL}
+        results: dict[int, Message] = {}
+        for msg in history:
+            # The first result of a call wins; a result whose call is not in the history is an orphan.
+            if msg.kind is Kind.TOOL_RESULT and msg.parent_id in call_ids and msg.parent_id not in results:
+                results[msg.parent_id] = msg
+        self._builder = _Builder(results)
+        for msg in history:
+            self._builder.add(msg)
+
+    def extend(self, messages: Iterable[Message]) -> bool:
+        """Fold in messages appended at the end of the history.
+
+        Returns:
+            False when a message cannot be folded in incrementally (a result whose call is no longer
+            open); the caller must build a new Transcript from the whole history.
+        """
+        builder = self._builder
+        for msg in messages:
+            if msg.kind is Kind.TOOL_RESULT:
+                open_ids = {call_msg.id for call_msg, _ in builder.open_calls}
+                if msg.parent_id not in open_ids or msg.parent_id in builder.results:
+                    return False
+                builder.results[msg.parent_id] = msg
+            builder.add(msg)
+        return True
+
+    def turns(self) -> list[LLMTurn]:
+        """The repaired turns of the history so far (the builder itself is left open)."""
+        b = self._builder
+        saved = (list(b.turns), b.role, list(b.blocks), list(b.open_calls), b.answered)
+        try:
+            return b.finish()
+        finally:
+            b.turns, b.role, b.blocks, b.open_calls, b.answered = saved
+
+
+def check_turns(turns: Sequence[LLMTurn]) -> list[str]:
+    """List every way ``turns`` break the transcript invariant (an empty list: valid).
+
+    The invariant: turns alternate user/assistant, first and last from the user; no empty turn or
+    empty text; in an assistant turn tool calls come last, with unique ids; the next turn opens with
+    exactly their results, same count and order (Gemini's grouping rule, Claude's pairing rule); no
+    result anywhere else.
+    """
+    return TurnChecker().check(turns)
+
+
+class TurnChecker:
+    """:func:`check_turns` that re-checks only what changed since its last call.
+
+    The turns of a growing request are the same objects from one model call to the next (see
+    :class:`Transcript`), so the checker keeps the state after each turn it checked and resumes from
+    the longest prefix it has seen (by identity): each check costs about the new turns, not all.
+    """
+
+    def __init__(self) -> None:
+        self._turns: list[LLMTurn] = []
+        # After each checked turn: (call ids seen so far, ids the next turn must answer, its problems,
+        # attachment blocks so far).
+        self._states: list[tuple[int, tuple[str, ...], tuple[str, ...], int]] = []
+        self._ids: list[str] = []
+        self._id_set: set[str] = set()
+        self._bad = 0  # checked turns that have problems
+
+    @property
+    def attachments(self) -> int:
+        """Image and document blocks in the turns of the last check."""
+        return self._states[-1][3] if self._states else 0
+
+    def check(self, turns: Sequence[LLMTurn]) -> list[str]:
+        """List every way ``turns`` break the invariant (see :func:`check_turns`)."""
+        if not turns:
+            return ["no turns"]
+        shared = shared_prefix(self._turns, turns)
+        n_ids = self._states[shared - 1][0] if shared else 0
+        for dropped in self._ids[n_ids:]:
+            self._id_set.discard(dropped)
+        self._bad -= sum(1 for state in self._states[shared:] if state[2])
+        del self._ids[n_ids:], self._turns[shared:], self._states[shared:]
+        for i in range(shared, len(turns)):
+            expected, attachments = (self._states[i - 1][1], self._states[i - 1][3]) if i else ((), 0)
+            previous_role = turns[i - 1].role if i else None
+            problems, calls = self._check_one(i, turns[i], previous_role, expected)
+            attachments += sum(1 for b in turns[i].blocks if isinstance(b, ImageBlock | DocumentBlock))
+            self._turns.append(turns[i])
+            self._states.append((len(self._ids), calls, tuple(problems), attachments))
+            self._bad += bool(problems)
+        problems = [p for state in self._states for p in state[2]] if self._bad else []
+        if turns[0].role != "user":
+            problems.insert(0, "the first turn is not the user's")
+        if turns[-1].role != "user":
+            problems.append("the last turn is not the user's")
+        if self._states[-1][1]:
+            problems.append(f"calls {list(self._states[-1][1])} of the last turn have no results")
+        return problems
+
+    def _check_one(
+        self, i: int, turn: LLMTurn, previous_role: str | None, expected: tuple[str, ...]
+    ) -> tuple[list[str], tuple[str, ...]]:
+        problems: list[str] = []
+        if turn.role == previous_role:
+            problems.append(f"turn {i}: two {turn.role} turns in a row")
+        if not turn.blocks:
+            problems.append(f"turn {i}: empty")
+        results = [b for b in turn.blocks if isinstance(b, ToolResultBlock)]
+        if tuple(b.call_id for b in results) != expected:
+            problems.append(f"turn {i}: results {[b.call_id for b in results]} do not answer calls {list(expected)}")
+        if results and turn.blocks[: len(results)] != tuple(results):
+            problems.append(f"turn {i}: tool results do not come first")
+        calls: list[str] = []
+        for block in turn.blocks:
+            if isinstance(block, TextBlock) and not block.text.strip():
+                problems.append(f"turn {i}: empty text")
+            if isinstance(block, ToolCallBlock):
+                if turn.role != "assistant":
+                    problems.append(f"turn {i}: a tool call in a user turn")
+                if block.id in self._id_set:
+                    problems.append(f"turn {i}: call id {block.id} used twice")
+                self._id_set.add(block.id)
+                self._ids.append(block.id)
+                calls.append(block.id)
+            elif calls:
+                problems.append(f"turn {i}: a {type(block).__name__} after the tool calls")
+            if isinstance(block, ToolResultBlock) and turn.role != "user":
+                problems.append(f"turn {i}: a tool result in an assistant turn")
+        return problems, tuple(calls)
