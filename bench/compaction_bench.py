@@ -5,9 +5,9 @@ Run: .venv/bin/python bench/compaction_bench.py [--turns 500] [--window 32000]
 Each turn: a user message (~60 words), one model step calling a tool whose result is ~1,500
 characters, then a short answer; the model is scripted (it answers instantly), the store is a real
 SQLite file. Printed for both runs: the largest request (estimated tokens, and as a fraction of the
-window), the total input tokens sent over the session, and, with compaction, how many compactions ran
-and the median / max time of one. Without compaction the requests grow until one would not fit the
-window; such a turn is not sent (it fails with a notice), and the run counts those turns.
+window), the total input tokens sent over the session, and, with compaction, how many compactions
+ran and the median / max time of one. Without compaction the requests grow until one would not fit
+the window; such a turn is not sent (it fails with a notice), and the run counts those turns.
 
 Then one long turn at a small window (``--steps``, ``--small-window``): the model calls a tool whose
 result is as large as the window's share allows, step after step, then answers; printed: whether the
@@ -48,8 +48,14 @@ def responder(request: LLMRequest) -> Mapping[str, Any]:
     """Call the tool once per turn, then answer."""
     last = request.turns[-1].blocks[-1]
     if isinstance(last, ToolResultBlock):
-        return {"text": "The step `link` failed: a missing symbol in libfoo.", "usage": {"output_tokens": 20}}
-    return {"tool_calls": [{"name": "fetch_log", "arguments": {"lines": 40}}], "usage": {"output_tokens": 12}}
+        return {
+            "text": "The step `link` failed: a missing symbol in libfoo.",
+            "usage": {"output_tokens": 20},
+        }
+    return {
+        "tool_calls": [{"name": "fetch_log", "arguments": {"lines": 40}}],
+        "usage": {"output_tokens": 12},
+    }
 
 
 async def fetch_log(arguments: Mapping[str, Any], ctx: ToolContext) -> str:
@@ -110,7 +116,10 @@ async def long_turn(steps: int, window: int) -> dict[str, float]:
     def step(request: LLMRequest) -> Mapping[str, Any]:
         done = sum(isinstance(b, ToolResultBlock) for t in request.turns for b in t.blocks)
         if done < steps:
-            return {"tool_calls": [{"name": "dump", "arguments": {"n": done}}], "usage": {"output_tokens": 12}}
+            return {
+                "tool_calls": [{"name": "dump", "arguments": {"n": done}}],
+                "usage": {"output_tokens": 12},
+            }
         return {"text": f"read {done} outputs", "usage": {"output_tokens": 8}}
 
     async def dump(arguments: Mapping[str, Any], ctx: ToolContext) -> str:
@@ -122,7 +131,9 @@ async def long_turn(steps: int, window: int) -> dict[str, float]:
         store = Store(Path(tmp) / "kesoku.db")
         gateway = Gateway(store, Path(tmp) / "sessions")
         llm = ScriptedLLM(responder=step, context_window=window)
-        rt = Runtime(gateway, llm, tools=[Tool("dump", "Dump some output.", dump)], worker_idle_s=3600)
+        rt = Runtime(
+            gateway, llm, tools=[Tool("dump", "Dump some output.", dump)], worker_idle_s=3600
+        )
         session = gateway.open_session("terminal", "bench")
         started = time.perf_counter()
         async with trio.open_nursery() as nursery:
@@ -158,9 +169,16 @@ def main(argv: list[str]) -> None:
     for enabled in (True, False):
         r = trio.run(functools.partial(run, args.turns, args.window, enabled=enabled))
         label = "with compaction" if enabled else "without compaction"
-        report(f"{label}: largest request", r["largest"], "tokens", f"< {limit:,.0f}" if enabled else "")
+        report(
+            f"{label}: largest request",
+            r["largest"],
+            "tokens",
+            f"< {limit:,.0f}" if enabled else "",
+        )
         report(f"{label}: largest request / window", r["largest"] / args.window, "x")
-        report(f"{label}: total input over {r['requests']:.0f} requests", r["total"] / 1e6, "M tokens")
+        report(
+            f"{label}: total input over {r['requests']:.0f} requests", r["total"] / 1e6, "M tokens"
+        )
         if enabled:
             report("compactions", r["compactions"], "")
             report("time per compaction, median", r["median_ms"], "ms")

@@ -2,9 +2,8 @@
 
 Run: .venv/bin/python bench/gateway_bench.py [--posts N] [--rounds R]
 
-Prints medians over R rounds. Targets (issue 2): >= 25,000 posts/s with 3 listeners, p99 post <= 1 ms,
-messages from another process delivered within 200 ms.
-"""
+Prints medians over R rounds. Targets (issue 2): >= 25,000 posts/s with 3 listeners, p99 post <= 1
+ms, messages from another process delivered within 200 ms."""
 
 from __future__ import annotations
 
@@ -97,14 +96,24 @@ async def cross_process_latency(path: Path, n: int) -> list[float]:
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(listen, gateway.listen(adapter="proc"))
-        argv = [sys.executable, str(POSTER), str(path), str(path.parent / "sessions"), "x", str(n), "1"]
+        argv = [
+            sys.executable,
+            str(POSTER),
+            str(path),
+            str(path.parent / "sessions"),
+            "x",
+            str(n),
+            "1",
+        ]
         await trio.run_process(argv, stdout=subprocess.DEVNULL)
     gateway.store.close()
     return delays
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--posts", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
@@ -112,15 +121,21 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
             raw.append(raw_apsw_commits(Path(tmp) / f"raw{r}.db", args.posts))
-            rate, latencies, biggest = trio.run(gateway_round, Path(tmp) / f"gw{r}" / "k.db", args.posts)
+            rate, latencies, biggest = trio.run(
+                gateway_round, Path(tmp) / f"gw{r}" / "k.db", args.posts
+            )
             rates.append(rate)
             p50s.append(pct(latencies, 50))
             p99s.append(pct(latencies, 99))
             buffered.append(biggest)
         delays = trio.run(cross_process_latency, Path(tmp) / "xp" / "k.db", 300)
-    print(f"gateway benchmark: {args.posts:,} posts x {args.rounds} rounds, medians (Python {sys.version.split()[0]})")
+    print(
+        f"gateway benchmark: {args.posts:,} posts x {args.rounds} rounds, medians (Python {sys.version.split()[0]})"
+    )
     report("raw apsw single-row commits (WAL, synchronous=NORMAL)", median(raw), "commits/s")
-    report("gateway.post with 3 listeners receiving everything", median(rates), "posts/s", ">= 25,000")
+    report(
+        "gateway.post with 3 listeners receiving everything", median(rates), "posts/s", ">= 25,000"
+    )
     report("  ratio to raw apsw commits", median(rates) / median(raw), "x")
     report("gateway.post latency p50", median(p50s) * 1e6, "µs")
     report("gateway.post latency p99", median(p99s) * 1e6, "µs", "<= 1,000 µs")

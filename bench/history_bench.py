@@ -25,14 +25,29 @@ def build(path: Path, n: int) -> str:
     session = store.create_session("bench", "c", workspace_root=path.parent)
     written = 0
     while written < n:
-        [root] = [i.message for i in store.insert_messages([user_text(session.id, f"question {written}")])]
+        [root] = [
+            i.message for i in store.insert_messages([user_text(session.id, f"question {written}")])
+        ]
         call = in_turn(
-            root, Role.ASSISTANT, Kind.TOOL_CALL, "", metadata=Metadata(tool_name="sh", tool_arguments={"cmd": "ls"})
+            root,
+            Role.ASSISTANT,
+            Kind.TOOL_CALL,
+            "",
+            metadata=Metadata(tool_name="sh", tool_arguments={"cmd": "ls"}),
         )
         [call] = [i.message for i in store.insert_messages([call])]
         meta = Metadata(tool_name="sh", outcome=Outcome.COMPLETED)
         store.insert_messages(
-            [in_turn(root, Role.TOOL, Kind.TOOL_RESULT, "a.txt\nb.txt", parent_id=call.id, metadata=meta)]
+            [
+                in_turn(
+                    root,
+                    Role.TOOL,
+                    Kind.TOOL_RESULT,
+                    "a.txt\nb.txt",
+                    parent_id=call.id,
+                    metadata=meta,
+                )
+            ]
         )
         written += 3
     store.close()
@@ -40,7 +55,9 @@ def build(path: Path, n: int) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--messages", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=21)
     args = parser.parse_args()
@@ -56,10 +73,13 @@ def main() -> None:
             ours.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
             rows = raw.execute(
-                "SELECT * FROM messages WHERE session_id = ? ORDER BY root_ts, ts, id", (session_id,)
+                "SELECT * FROM messages WHERE session_id = ? ORDER BY root_ts, ts, id",
+                (session_id,),
             ).fetchall()
             bare.append(time.perf_counter() - t0)
-        print(f"history benchmark: {len(history):,} messages ({len(rows):,} raw rows), medians of {args.rounds}")
+        print(
+            f"history benchmark: {len(history):,} messages ({len(rows):,} raw rows), medians of {args.rounds}"
+        )
     report("raw apsw SELECT in (root_ts, ts, id) order", median(bare) * 1e3, "ms")
     report("store.history() -> Message structs", median(ours) * 1e3, "ms", "<= 30 ms")
     report("  ratio to raw", median(ours) / median(bare), "x")

@@ -3,11 +3,11 @@
 Run: .venv/bin/python bench/local_bench.py [--rounds R] [--max-tokens N]   (needs kesoku[local])
 
 Both sides load the default SmolLM2 model with the same settings and get the same messages, greedy
-decoding and max_tokens, so they generate the same tokens; the rounds alternate which side goes first.
-Tokens/s is output tokens over the wall time of the whole call (prompt included; after the first round
-llama.cpp reuses the cached prompt, so it is mostly generation). Prints medians over R rounds.
-Targets: the backend >= 90% of raw tokens/s; a cancel stops the generation thread within 100 ms.
-"""
+decoding and max_tokens, so they generate the same tokens; the rounds alternate which side goes
+first. Tokens/s is output tokens over the wall time of the whole call (prompt included; after the
+first round llama.cpp reuses the cached prompt, so it is mostly generation). Prints medians over R
+rounds. Targets: the backend >= 90% of raw tokens/s; a cancel stops the generation thread within 100
+ms."""
 
 from __future__ import annotations
 
@@ -27,7 +27,10 @@ from _util import median, report
 STORY_SYSTEM = "You are a storyteller."
 STORY = "Tell a long story about a cat."
 QUESTION = "What is the capital of France?"
-LONG_PROMPT = "Please summarise these notes. " + "The meeting moved to Tuesday and the budget was approved. " * 130
+LONG_PROMPT = (
+    "Please summarise these notes. "
+    + "The meeting moved to Tuesday and the budget was approved. " * 130
+)
 TOOLS = (
     ToolSpec(
         "bash",
@@ -110,7 +113,9 @@ async def timed(llm: LocalLLM, req: LLMRequest) -> tuple[float, int, int, str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--max-tokens", type=int, default=128)
     args = parser.parse_args()
@@ -156,9 +161,16 @@ def main() -> None:
     report("  ratio to raw (median of per-round ratios)", median(ratios), "x", ">= 0.90")
     report("time to first token, raw", median(raw_firsts) * 1e3, "ms")
     report("time to first delta, LocalLLM.stream", median(firsts) * 1e3, "ms")
-    report("cancel mid-generation -> thread ended (median)", median(cancels) * 1e3, "ms", "<= 100 ms")
+    report(
+        "cancel mid-generation -> thread ended (median)", median(cancels) * 1e3, "ms", "<= 100 ms"
+    )
     report("cancel mid-generation -> thread ended (max)", max(cancels) * 1e3, "ms", "<= 100 ms")
-    report("cancel during prompt evaluation -> thread ended (max)", max(prompt_cancels) * 1e3, "ms", "<= 100 ms")
+    report(
+        "cancel during prompt evaluation -> thread ended (max)",
+        max(prompt_cancels) * 1e3,
+        "ms",
+        "<= 100 ms",
+    )
     for name, (seconds, tokens_in, tokens_out, what) in (
         ("plain mode, capital of France", plain_answer),
         ("tools mode, capital of France", tools_answer),

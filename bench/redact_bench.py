@@ -24,7 +24,9 @@ from kesoku.vocab.model import Kind, Metadata, Role, in_turn, user_text
 from _util import median, per_call, report
 
 OUTPUT_CHARS = 32_000
-SHORT = "The tests pass now; I changed `parse_reply` in kesoku/vocab/markup.py and ran pytest again."
+SHORT = (
+    "The tests pass now; I changed `parse_reply` in kesoku/vocab/markup.py and ran pytest again."
+)
 
 
 def _secrets(rng: random.Random) -> dict[str, str]:

@@ -1,13 +1,14 @@
 """Runtime benchmark: interrupt latency, and agent-loop overhead per tool round trip.
 
-Run: .venv/bin/python bench/runtime_bench.py [--interrupts N] [--round-trips N] [--rounds R] [--no-turnlog]
+Run: .venv/bin/python bench/runtime_bench.py [--interrupts N] [--round-trips N] [--rounds R]
+[--no-turnlog]
 
 1. Interrupt latency: a model streams forever; a new user message is posted; we time (a) post → the
    old stream closed and (b) post → the new model call started. Target: p99 of (b) <= 5 ms.
 2. Loop overhead: one turn of N round trips (model → a no-op tool → result → next call), with a real
-   SQLite file and turn logs on. The overhead of a round trip is the time between two model calls (the
-   model and the tool take ~0 s). Reported for the first and the last 10% of the turn: the target is
-   <= 1 ms and flat (the cost must not grow with the history).
+   SQLite file and turn logs on. The overhead of a round trip is the time between two model calls
+   (the model and the tool take ~0 s). Reported for the first and the last 10% of the turn: the
+   target is <= 1 ms and flat (the cost must not grow with the history).
 """
 
 from __future__ import annotations
@@ -118,7 +119,9 @@ async def interrupt_round(folder: Path, n: int) -> tuple[list[float], list[float
     return to_closed, to_started
 
 
-async def loop_round(folder: Path, round_trips: int, turnlog: bool) -> tuple[list[float], float, int]:
+async def loop_round(
+    folder: Path, round_trips: int, turnlog: bool
+) -> tuple[list[float], float, int]:
     """One turn of round_trips tool round trips; returns (gaps between model calls in s, total s, logs)."""
     store = Store(folder / "kesoku.db")
     llm = LoopLLM(round_trips)
@@ -147,11 +150,15 @@ async def loop_round(folder: Path, round_trips: int, turnlog: bool) -> tuple[lis
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--interrupts", type=int, default=200)
     parser.add_argument("--round-trips", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--no-turnlog", action="store_true", help="measure the loop without turn logs")
+    parser.add_argument(
+        "--no-turnlog", action="store_true", help="measure the loop without turn logs"
+    )
     args = parser.parse_args()
     closed_p50, closed_p99, started_p50, started_p99 = [], [], [], []
     first, last, totals = [], [], []
@@ -163,7 +170,9 @@ def main() -> None:
             closed_p99.append(pct(to_closed, 99))
             started_p50.append(pct(to_started, 50))
             started_p99.append(pct(to_started, 99))
-            gaps, total, logs = trio.run(loop_round, Path(tmp) / f"l{r}", args.round_trips, not args.no_turnlog)
+            gaps, total, logs = trio.run(
+                loop_round, Path(tmp) / f"l{r}", args.round_trips, not args.no_turnlog
+            )
             tenth = max(1, len(gaps) // 10)
             first.append(median(gaps[:tenth]))
             last.append(median(gaps[-tenth:]))
@@ -172,9 +181,16 @@ def main() -> None:
     report("interrupt: post -> old stream closed, p50", median(closed_p50) * 1e3, "ms")
     report("interrupt: post -> old stream closed, p99", median(closed_p99) * 1e3, "ms")
     report("interrupt: post -> new model call started, p50", median(started_p50) * 1e3, "ms")
-    report("interrupt: post -> new model call started, p99", median(started_p99) * 1e3, "ms", "<= 5 ms")
+    report(
+        "interrupt: post -> new model call started, p99", median(started_p99) * 1e3, "ms", "<= 5 ms"
+    )
     on = "off" if args.no_turnlog else f"on, {logs} logs"
-    report(f"loop overhead per round trip, first 10% (turn logs {on})", median(first) * 1e3, "ms", "<= 1 ms")
+    report(
+        f"loop overhead per round trip, first 10% (turn logs {on})",
+        median(first) * 1e3,
+        "ms",
+        "<= 1 ms",
+    )
     report("loop overhead per round trip, last 10%", median(last) * 1e3, "ms", "<= 1 ms, flat")
     report("  growth, last / first", median(last) / median(first), "x", "~1.0")
     report(f"whole turn of {args.round_trips} round trips", median(totals), "s")

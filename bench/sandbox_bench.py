@@ -28,12 +28,15 @@ from _util import median, pct, report
 
 
 async def measure(mode: str, root: Path, calls: int) -> list[float] | None:
-    sandbox = Sandbox(SandboxConfig(mode=mode), PathGates(home=root / "home"), sessions_dir=root / "sessions")  # type: ignore[arg-type]
+    config = SandboxConfig(mode=mode)  # type: ignore[arg-type]
+    sandbox = Sandbox(config, PathGates(home=root / "home"), sessions_dir=root / "sessions")
     if sandbox.probe().mechanism != mode:
         print(f"{mode}: not available here ({sandbox.probe().detail})")
         return None
     workspace = root / "sessions" / "s1"
-    session = Session(id="s1", adapter="bench", channel_id="c", created_at=0, workspace=str(workspace))
+    session = Session(
+        id="s1", adapter="bench", channel_id="c", created_at=0, workspace=str(workspace)
+    )
     ctx = ToolContext(session=session, cwd=workspace, call_id="c")
     tool = shell_tool(ShellConfig(), sandbox)
     await tool.run({"command": "true"}, ctx)  # warm: the policy's parser import, the probe

@@ -36,7 +36,10 @@ SCENARIO = Path(__file__).resolve().parent.parent / "tests" / "data" / "scenario
 def seed(folder: Path, count: int) -> None:
     store = Store(folder / "kesoku.db")
     try:
-        sessions = [store.create_session("bench", f"c{i}", workspace_root=folder / "sessions") for i in range(count)]
+        sessions = [
+            store.create_session("bench", f"c{i}", workspace_root=folder / "sessions")
+            for i in range(count)
+        ]
         store.insert_messages([user_text(s.id, f"hello {i}") for i, s in enumerate(sessions)])
     finally:
         store.close()
@@ -50,7 +53,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=10_000)
     parser.add_argument("--open-files", type=int, default=1024)
-    parser.add_argument("--idle", type=float, default=600.0, help="agent.worker_idle_s of the daemon")
+    parser.add_argument(
+        "--idle", type=float, default=600.0, help="agent.worker_idle_s of the daemon"
+    )
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="kesoku-sessions-bench-"))
     try:
@@ -88,7 +93,10 @@ def main() -> int:
                 left = open_messages(store)
                 live_fds = len(os.listdir(f"/proc/{proc.pid}/fd")) if proc.poll() is None else 0
                 done = sum(
-                    1 for s in store.list_sessions() for m in store.history(s.id)[:1] if m.status is Status.DONE
+                    1
+                    for s in store.list_sessions()
+                    for m in store.history(s.id)[:1]
+                    if m.status is Status.DONE
                 )
             finally:
                 store.close()
@@ -98,7 +106,9 @@ def main() -> int:
             log.seek(0)
             text = log.read()
         rss_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # KiB on Linux
-        print(f"{args.sessions:,} sessions, RLIMIT_NOFILE {limit} (soft and hard), worker_idle_s {args.idle:g}")
+        print(
+            f"{args.sessions:,} sessions, RLIMIT_NOFILE {limit} (soft and hard), worker_idle_s {args.idle:g}"
+        )
         report("seeding the database", seeded_s, "s")
         report("daemon start → last message answered", drained_s, "s")
         report("rate", args.sessions / drained_s if drained_s else 0.0, "sessions/s")

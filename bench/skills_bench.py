@@ -31,7 +31,9 @@ def main() -> None:
             root = Path(tmp)
             for i in range(args.skills):
                 (root / f"skill-{i:02d}").mkdir()
-                (root / f"skill-{i:02d}" / "SKILL.md").write_text(SKILL.format(name=f"skill-{i:02d}", i=i))
+                (root / f"skill-{i:02d}" / "SKILL.md").write_text(
+                    SKILL.format(name=f"skill-{i:02d}", i=i)
+                )
             library = SkillLibrary([root])
             start = time.perf_counter()
             assert len(library.summaries(None)) == args.skills
@@ -42,7 +44,9 @@ def main() -> None:
                 library.summaries("linux")
             warms.append((time.perf_counter() - start) / calls)
     report(f"summaries(), {args.skills} skills, first call", median(colds) * 1000, "ms")
-    report(f"summaries(), {args.skills} skills, cached", median(warms) * 1000, "ms", "well under 1 ms")
+    report(
+        f"summaries(), {args.skills} skills, cached", median(warms) * 1000, "ms", "well under 1 ms"
+    )
 
 
 if __name__ == "__main__":

@@ -25,7 +25,9 @@ from kesoku.vocab.text import valid_text
 from _util import median, per_call, report
 
 OUTPUT_CHARS = 32_000
-SHORT = "The tests pass now; I changed `parse_reply` in kesoku/vocab/markup.py and ran pytest again."
+SHORT = (
+    "The tests pass now; I changed `parse_reply` in kesoku/vocab/markup.py and ran pytest again."
+)
 
 
 def main() -> None:

@@ -7,20 +7,21 @@ restarted from a saved cursor, or the message was written by another process.
 How delivery stays both fast and lossless:
 
 - Fast path: a message posted in this process is handed straight to each matching listener's buffer.
-- Each buffer is bounded (``listener_buffer``). A listener that falls further behind drops its buffer and
-  becomes *stale*: it catches up by reading the store from its cursor, one bounded batch at a time. A slow
-  listener therefore costs at most one buffer of memory.
+- Each buffer is bounded (``listener_buffer``). A listener that falls further behind drops its
+  buffer and becomes *stale*: it catches up by reading the store from its cursor, one bounded batch
+  at a time. A slow listener therefore costs at most one buffer of memory.
 - Ids come from SQLite's AUTOINCREMENT, so they only grow. When a freshly assigned id is not the
-  previous one plus one, some other connection wrote in between (or a duplicate insert consumed an id):
-  every listener turns stale and reads the store, which sees the other writer's rows in order.
+  previous one plus one, some other connection wrote in between (or a duplicate insert consumed an
+  id): every listener turns stale and reads the store, which sees the other writer's rows in order.
 - While any listener waits, one of them is woken every ``poll_interval_s`` to check ``PRAGMA
   data_version``, which changes when another connection commits; that is how messages from another
-  process arrive without a post of ours. The timer is the gateway's only task: a trio system task started
-  by the first listener that waits, so that the many listeners of a busy process do not each pay for a
-  cancel scope with a deadline on every wait.
+  process arrive without a post of ours. The timer is the gateway's only task: a trio system task
+  started by the first listener that waits, so that the many listeners of a busy process do not each
+  pay for a cancel scope with a deadline on every wait.
 
 Everything here runs on the trio thread and never awaits between reading the store and updating a
-listener, so a post cannot slip between a listener's catch-up query and its switch back to the fast path.
+listener, so a post cannot slip between a listener's catch-up query and its switch back to the fast
+path.
 """
 
 from __future__ import annotations
@@ -70,8 +71,8 @@ def make_workspace(path: str | os.PathLike[str]) -> None:
     """Create a session's workspace folder (and its parents) if it is missing.
 
     Raises:
-        OperatorError: The folder cannot be made (a parent is a file, no permission, a full disk): one
-            line naming it, for the person who set ``workspace.sessions_dir``, not a traceback.
+        OperatorError: The folder cannot be made (a parent is a file, no permission, a full disk):
+            one line naming it, for the person who set ``workspace.sessions_dir``, not a traceback.
     """
     try:
         Path(path).mkdir(parents=True, exist_ok=True)
@@ -85,8 +86,8 @@ class Gateway:
     """Post messages durably and deliver them to listeners.
 
     Posting and waking happen in the caller's task, and each listener does its own catching up; the
-    gateway's only task is the poll timer (see the module docstring). Create one per process over one
-    :class:`~kesoku.store.Store`.
+    gateway's only task is the poll timer (see the module docstring). Create one per process over
+    one :class:`~kesoku.store.Store`.
 
     Args:
         store: The store; the gateway uses it from the trio thread only.
@@ -123,16 +124,19 @@ class Gateway:
         self._yielded_at = 0.0  # time.perf_counter() when a post last yielded
         # Weak: a listener dropped without being closed unregisters itself when it is collected.
         self._listeners: weakref.WeakSet[Listener] = weakref.WeakSet()
-        # The same listeners as tuples of weak references, for _deliver: iterating a WeakSet costs more
-        # than the rest of a hand-over. Rebuilt on listen() and close(); a dead reference is skipped.
-        # Listeners of given sessions (every worker's history) are kept by session, so a post wakes
-        # only its own session's: with thousands of live sessions a scan of all would cost O(sessions).
+        # The same listeners as tuples of weak references, for _deliver: iterating a WeakSet costs
+        # more than the rest of a hand-over. Rebuilt on listen() and close(); a dead reference is
+        # skipped. Listeners of given sessions (every worker's history) are kept by session, so a
+        # post wakes only its own session's: with thousands of live sessions a scan of all would
+        # cost O(sessions).
         self._fanout: tuple[weakref.ref[Listener], ...] = ()
         self._by_session: dict[str, tuple[weakref.ref[Listener], ...]] = {}
         self._last_id = store.last_message_id()
         self._data_version = store.data_version()
         self._stop_handler: Callable[..., bool] | None = None
-        self._timer_token: trio.lowlevel.TrioToken | None = None  # the run whose poll timer is running
+        self._timer_token: trio.lowlevel.TrioToken | None = (
+            None  # the run whose poll timer is running
+        )
         self._timer_idle: trio.Event | None = None  # set to restart the timer once a listener waits
 
     # -- posting ----------------------------------------------------------------------------------
@@ -140,9 +144,9 @@ class Gateway:
     async def post(self, message: Message) -> Message:
         """Persist a message, then wake the listeners it matches.
 
-        A message whose ``(adapter, external_id)`` is already stored is not written again: the stored
-        message is returned and no listener is woken. With a ``redactor``, what is stored, delivered
-        and returned is the masked message (see :meth:`post_many`).
+        A message whose ``(adapter, external_id)`` is already stored is not written again: the
+        stored message is returned and no listener is woken. With a ``redactor``, what is stored,
+        delivered and returned is the masked message (see :meth:`post_many`).
 
         Args:
             message: A new message (``id == 0``) of an existing session.
@@ -159,12 +163,13 @@ class Gateway:
             Once the write starts the post completes and returns: it is never half done.
 
         Scheduling:
-            A post yields to the other tasks (the listeners it woke among them) unless a post yielded
-            less than ``post_yield_s`` ago. A lone post therefore behaves as a full checkpoint, while a
-            task posting in a loop lets the listeners run once per ``post_yield_s`` and take all the
-            messages of that slice in one step each, instead of three trips through the scheduler per
-            post. The store is written and the listeners' buffers filled before ``post()`` returns
-            either way; only when the listener tasks run changes.
+            A post yields to the other tasks (the listeners it woke among them) unless a post
+            yielded less than ``post_yield_s`` ago. A lone post therefore behaves as a full
+            checkpoint, while a task posting in a loop lets the listeners run once per
+            ``post_yield_s`` and take all the messages of that slice in one step each, instead of
+            three trips through the scheduler per post. The store is written and the listeners'
+            buffers filled before ``post()`` returns either way; only when the listener tasks run
+            changes.
         """
         (stored,) = await self.post_many((message,))
         return stored
@@ -203,9 +208,11 @@ class Gateway:
         for inserted in results:
             if inserted.new:
                 self._deliver(inserted.message, inserted.adapter)
-        # Wall time, not trio's clock: under a test's autojump clock trio time stands still while tasks run.
+        # Wall time, not trio's clock: under a test's autojump clock trio time stands still while
+        # tasks run.
         if time.perf_counter() - self._yielded_at >= self.post_yield_s:
-            # Shielded: the rows are committed, so the caller must get them back rather than Cancelled.
+            # Shielded: the rows are committed, so the caller must get them back rather than
+            # Cancelled.
             await trio.lowlevel.cancel_shielded_checkpoint()
             self._yielded_at = time.perf_counter()
         return [inserted.message for inserted in results]
@@ -275,7 +282,9 @@ class Gateway:
             self._fanout = tuple(ref for ref in self._fanout if ref() not in (listener, None))
             return
         for session_id in sessions:
-            refs = tuple(ref for ref in self._by_session.get(session_id, ()) if ref() not in (listener, None))
+            refs = tuple(
+                ref for ref in self._by_session.get(session_id, ()) if ref() not in (listener, None)
+            )
             if refs:
                 self._by_session[session_id] = refs
             else:
@@ -285,8 +294,8 @@ class Gateway:
         """Make sure the poll timer runs in this trio run; a listener calls this before it waits."""
         token = trio.lowlevel.current_trio_token()
         if token is not self._timer_token:
-            # A system task: it lives as long as this trio.run, not as long as some caller's nursery.
-            # (A gateway may outlive a run: the previous run's timer ended with it.)
+            # A system task: it lives as long as this trio.run, not as long as some caller's
+            # nursery. (A gateway may outlive a run: the previous run's timer ended with it.)
             self._timer_token = token
             self._timer_idle = None
             trio.lowlevel.spawn_system_task(self._poll_timer, name="kesoku gateway poll timer")
@@ -305,7 +314,9 @@ class Gateway:
                 event = self._timer_idle = trio.Event()
                 await event.wait()  # no deadline while nothing waits: an idle process stays asleep
             await trio.sleep(self.poll_interval_s)
-            waiting = next((listener for listener in self._listeners if listener._task is not None), None)
+            waiting = next(
+                (listener for listener in self._listeners if listener._task is not None), None
+            )
             if waiting is not None:
                 waiting._poll()
 
@@ -314,9 +325,9 @@ class Gateway:
     def listen(self, *, after: int | None = None, **filters: Any) -> Listener:
         """Iterate over messages as they are posted, from a cursor on.
 
-        Use it as ``async for msg in gateway.listen(role="user"):`` or, to unregister at a known point,
-        ``with gateway.listen(...) as messages:``. Save ``msg.id`` as the cursor of a listener that
-        must resume after a restart (:meth:`Store.set_cursor`).
+        Use it as ``async for msg in gateway.listen(role="user"):`` or, to unregister at a known
+        point, ``with gateway.listen(...) as messages:``. Save ``msg.id`` as the cursor of a
+        listener that must resume after a restart (:meth:`Store.set_cursor`).
 
         Args:
             after: Yield messages with an id greater than this; None starts after the newest message
@@ -367,16 +378,24 @@ class Gateway:
             The session; its workspace folder exists.
 
         Raises:
-            OperatorError: The workspace folder cannot be made; a session this call created is removed.
+            OperatorError: The workspace folder cannot be made; a session this call created is
+                removed.
         """
         existing = self.store.find_session(adapter, channel_id)
         session = existing or self.store.create_session(
-            adapter, channel_id, workspace_root=self.sessions_dir, created_at=created_at, title=title, llm=llm
+            adapter,
+            channel_id,
+            workspace_root=self.sessions_dir,
+            created_at=created_at,
+            title=title,
+            llm=llm,
         )
         try:
             make_workspace(session.workspace)
         except OperatorError:
-            if existing is None:  # else every list would show an empty "untitled" session no one can use
+            if (
+                existing is None
+            ):  # else every list would show an empty "untitled" session no one can use
                 self.store.delete_session(session.id)
             raise
         return session
@@ -411,9 +430,9 @@ class Gateway:
     def stop(self, session_id: str, *, force: bool = False) -> bool:
         """Stop the running turn of a session; any adapter may call this (a stop button, /stop, Ctrl-C).
 
-        The model stream is cut and the turn ends without pivoting to another message; a running tool
-        finishes (or hits its timeout). A second stop, or ``force=True``, kills running tools: their
-        results say ``killed``.
+        The model stream is cut and the turn ends without pivoting to another message; a running
+        tool finishes (or hits its timeout). A second stop, or ``force=True``, kills running tools:
+        their results say ``killed``.
 
         Args:
             session_id: The session.
@@ -433,8 +452,8 @@ class Listener:
 
     Scheduling: a message already in the buffer is returned without yielding to other tasks (only
     cancellation is checked), so a listener drains what was handed to it without a trip through the
-    scheduler per message. It yields whenever it waits and before every read of the store, so at least
-    once per ``listener_buffer`` messages.
+    scheduler per message. It yields whenever it waits and before every read of the store, so at
+    least once per ``listener_buffer`` messages.
     """
 
     def __init__(self, gateway: Gateway, flt: MessageFilter, cursor: int) -> None:
@@ -507,7 +526,8 @@ class Listener:
 
         Cancellation:
             Safe at any point: the cursor only moves when a message is returned. A cancelled caller
-            gets ``trio.Cancelled`` even when a message is buffered; the message stays for the next call.
+            gets ``trio.Cancelled`` even when a message is buffered; the message stays for the next
+            call.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         while not self._closed:
@@ -567,6 +587,9 @@ class Listener:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         self.close()

@@ -8,4 +8,12 @@ from __future__ import annotations
 from kesoku.host.blocking import BlockingDetector
 from kesoku.llm.scripted import ScriptedLLM, Step, StepError, StepEvent, StepToolCall, StepUsage
 
-__all__ = ["BlockingDetector", "ScriptedLLM", "Step", "StepError", "StepEvent", "StepToolCall", "StepUsage"]
+__all__ = [
+    "BlockingDetector",
+    "ScriptedLLM",
+    "Step",
+    "StepError",
+    "StepEvent",
+    "StepToolCall",
+    "StepUsage",
+]

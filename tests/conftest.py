@@ -55,7 +55,10 @@ def session(gateway: Gateway) -> Session:
 
 
 def _run_watched(
-    fn: Callable[[], Any], *, clock: trio.abc.Clock | None, instruments: Sequence[trio.abc.Instrument]
+    fn: Callable[[], Any],
+    *,
+    clock: trio.abc.Clock | None,
+    instruments: Sequence[trio.abc.Instrument],
 ) -> Any:
     """trio.run with a BlockingDetector; fails the test on any step over the threshold."""
     detector = BlockingDetector()
@@ -73,8 +76,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    # llama-cpp-python opens os.devnull twice at import and never closes it (llama_cpp/_utils.py), so
-    # the interpreter's exit printed two ResourceWarnings after the summary. Nothing writes there now.
+    # llama-cpp-python opens os.devnull twice at import and never closes it (llama_cpp/_utils.py),
+    # so the interpreter's exit printed two ResourceWarnings after the summary. Nothing writes there
+    # now.
     utils = sys.modules.get("llama_cpp._utils")
     for name in ("outnull_file", "errnull_file"):
         file = getattr(utils, name, None)

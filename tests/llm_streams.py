@@ -1,8 +1,7 @@
 """Drain a backend's stream in tests: every event, or the events before the error it ends with.
 
-The stop reason that ends a reply (:class:`StopEvent`) is left out unless ``stops`` is set: the tests
-of content compare whole event lists, the tests of stop reasons ask for it.
-"""
+The stop reason that ends a reply (:class:`StopEvent`) is left out unless ``stops`` is set: the
+tests of content compare whole event lists, the tests of stop reasons ask for it."""
 
 from __future__ import annotations
 

@@ -98,8 +98,8 @@ def test_an_unseen_step_that_used_the_disk_is_not_blamed_and_one_that_did_not_is
     assert len(no_disk.violations) == 1  # no disk operation: the wait is the step's own
 
 
-# Runs in a child process pinned to one CPU at the lowest priority, next to a busy process on the same
-# CPU: the step gets a small share of the CPU, so its wall time is mostly run-queue delay.
+# Runs in a child process pinned to one CPU at the lowest priority, next to a busy process on the
+# same CPU: the step gets a small share of the CPU, so its wall time is mostly run-queue delay.
 DESCHEDULED_STEP = """
 import os, subprocess, sys, time
 import trio
@@ -137,7 +137,11 @@ print(f"{steps[0]:.3f} {len(detector.violations)}")
 def test_a_step_descheduled_by_another_process_is_not_blamed() -> None:
     cpu = min(os.sched_getaffinity(0))
     out = subprocess.run(
-        [sys.executable, "-c", DESCHEDULED_STEP, str(cpu)], capture_output=True, text=True, timeout=60, check=True
+        [sys.executable, "-c", DESCHEDULED_STEP, str(cpu)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
     wall_s, violations = out.stdout.split()
     assert float(wall_s) > 0.25  # the step's wall time alone would have been a violation

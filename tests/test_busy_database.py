@@ -34,7 +34,10 @@ conn.execute("ROLLBACK")
 
 def hold_write_lock(db: Path) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
-        [sys.executable, "-c", LOCKER, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", LOCKER, str(db)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert proc.stdout is not None and proc.stdout.readline() == "held\n"
     return proc
@@ -47,7 +50,9 @@ def release(proc: subprocess.Popen[str]) -> None:
     proc.stdout.close()
 
 
-def chat_on_a_locked_database(tmp_path: Path) -> tuple[subprocess.Popen[str], subprocess.Popen[str]]:
+def chat_on_a_locked_database(
+    tmp_path: Path,
+) -> tuple[subprocess.Popen[str], subprocess.Popen[str]]:
     """A session with one answered turn, its database's write lock held by another process, and a
     ``kesoku chat --session`` started to ask "second" in it: (the chat, the lock holder)."""
     setup(tmp_path, "echo.yaml")
@@ -58,12 +63,16 @@ def chat_on_a_locked_database(tmp_path: Path) -> tuple[subprocess.Popen[str], su
     return start_chat(tmp_path, "--session", session[:8], "second"), locker
 
 
-def test_a_chat_waits_visibly_for_a_locked_database_and_its_answer_is_stored(tmp_path: Path) -> None:
+def test_a_chat_waits_visibly_for_a_locked_database_and_its_answer_is_stored(
+    tmp_path: Path,
+) -> None:
     proc, locker = chat_on_a_locked_database(tmp_path)
     try:
         assert proc.stderr is not None
         line = proc.stderr.readline()
-        assert line.startswith(f"kesoku: database busy (held by pid {locker.pid}?), waiting… ("), line
+        assert line.startswith(f"kesoku: database busy (held by pid {locker.pid}?), waiting… ("), (
+            line
+        )
         assert line.rstrip().endswith("kesoku.db)")
     finally:
         release(locker)
@@ -143,7 +152,9 @@ async def test_an_answer_that_cannot_be_stored_ends_a_one_shot_chat_with_one_lin
     await close_store(store)
 
 
-def test_a_new_chat_on_a_database_locked_past_the_busy_timeout_says_so_in_one_line(tmp_path: Path) -> None:
+def test_a_new_chat_on_a_database_locked_past_the_busy_timeout_says_so_in_one_line(
+    tmp_path: Path,
+) -> None:
     """Any write, not only a message's post: here the new session's row, after the 5 s busy timeout."""
     setup(tmp_path, "echo.yaml")
     assert chat(tmp_path, "first").returncode == 0  # the database and its schema exist
@@ -155,7 +166,9 @@ def test_a_new_chat_on_a_database_locked_past_the_busy_timeout_says_so_in_one_li
         release(locker)
     assert result.returncode == 2  # an operator's error, as an unreadable database is
     assert "Traceback" not in result.stderr
-    assert result.stderr.splitlines() == [f"kesoku: {db}: database is locked (held by pid {locker.pid}?)"]
+    assert result.stderr.splitlines() == [
+        f"kesoku: {db}: database is locked (held by pid {locker.pid}?)"
+    ]
     assert [row[3] for row in history(tmp_path)] == ["first", "noted."]  # nothing half-written
 
 

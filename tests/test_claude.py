@@ -108,7 +108,10 @@ async def test_the_request_body_maps_every_block_and_merges_turns() -> None:
         ]
     (sent,) = fake.log.requests
     assert sent.path == "/v1/messages"
-    assert sent.headers["authorization"] == f"Bearer {fake.api_key}" and "anthropic-version" in sent.headers
+    assert (
+        sent.headers["authorization"] == f"Bearer {fake.api_key}"
+        and "anthropic-version" in sent.headers
+    )
     assert sent.body == {
         "model": "claude-haiku-4-5",
         "max_tokens": 16384,
@@ -118,7 +121,11 @@ async def test_the_request_body_maps_every_block_and_merges_turns() -> None:
             {
                 "name": "weather",
                 "description": "Get the weather.",
-                "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+                "input_schema": {
+                    "type": "object",
+                    "properties": {"city": {"type": "string"}},
+                    "required": ["city"],
+                },
             }
         ],
         "messages": [
@@ -127,15 +134,35 @@ async def test_the_request_body_maps_every_block_and_merges_turns() -> None:
                 "role": "assistant",
                 "content": [
                     {"type": "text", "text": "Checking."},
-                    {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {"city": "Paris"}},
-                    {"type": "tool_use", "id": "toolu_2", "name": "weather", "input": {"city": "Rome"}},
+                    {
+                        "type": "tool_use",
+                        "id": "toolu_1",
+                        "name": "weather",
+                        "input": {"city": "Paris"},
+                    },
+                    {
+                        "type": "tool_use",
+                        "id": "toolu_2",
+                        "name": "weather",
+                        "input": {"city": "Rome"},
+                    },
                 ],
             },
             {
                 "role": "user",
                 "content": [
-                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny", "is_error": False},
-                    {"type": "tool_result", "tool_use_id": "toolu_2", "content": "timed out", "is_error": True},
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "toolu_1",
+                        "content": "sunny",
+                        "is_error": False,
+                    },
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "toolu_2",
+                        "content": "timed out",
+                        "is_error": True,
+                    },
                     {"type": "text", "text": "And tomorrow?"},
                 ],
             },
@@ -158,7 +185,9 @@ async def test_the_prompt_is_cached_above_the_threshold_only() -> None:
         await events_of(llm, long)
     below, above = fake.bodies
     assert "cache_control" not in str(below)
-    assert above["system"] == [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
+    assert above["system"] == [
+        {"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}
+    ]
     assert above["tools"][-1]["cache_control"] == {"type": "ephemeral"}
     assert above["messages"][-1]["content"] == [
         {
@@ -193,7 +222,9 @@ async def test_images_and_documents_go_as_base64_or_text_sources(tmp_path: Path)
                     DocumentBlock(str(tmp_path / "paper.pdf"), "application/pdf", "paper.pdf"),
                     DocumentBlock(str(tmp_path / "notes.txt"), "text/plain", "notes.txt"),
                     ImageBlock(str(tmp_path / "scan.bmp"), "image/bmp"),
-                    DocumentBlock(str(tmp_path / "blob.bin"), "application/octet-stream", "blob.bin"),
+                    DocumentBlock(
+                        str(tmp_path / "blob.bin"), "application/octet-stream", "blob.bin"
+                    ),
                 )
             ],
             system="",
@@ -202,16 +233,29 @@ async def test_images_and_documents_go_as_base64_or_text_sources(tmp_path: Path)
     (body,) = fake.bodies
     assert "system" not in body
     b64 = {name: base64.b64encode(data).decode() for name, data in files.items()}
-    scan_note = f"[attachment {tmp_path / 'scan.bmp'} (image/bmp): an image type Claude cannot read]"
+    scan_note = (
+        f"[attachment {tmp_path / 'scan.bmp'} (image/bmp): an image type Claude cannot read]"
+    )
     assert body["messages"] == [
         {
             "role": "user",
             "content": [
                 {"type": "text", "text": "Look."},
-                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64["chart.png"]}},
+                {
+                    "type": "image",
+                    "source": {
+                        "type": "base64",
+                        "media_type": "image/png",
+                        "data": b64["chart.png"],
+                    },
+                },
                 {
                     "type": "document",
-                    "source": {"type": "base64", "media_type": "application/pdf", "data": b64["paper.pdf"]},
+                    "source": {
+                        "type": "base64",
+                        "media_type": "application/pdf",
+                        "data": b64["paper.pdf"],
+                    },
                     "title": "paper.pdf",
                 },
                 {
@@ -262,7 +306,10 @@ async def test_thinking_streams_with_its_signature_and_goes_back_signed() -> Non
     fake = AnthropicFake()
     fake.push(
         Reply(
-            [Thinking("Paris first.", "c2lnLTE="), ToolUse("toolu_1", "weather", {"city": "Paris"})],
+            [
+                Thinking("Paris first.", "c2lnLTE="),
+                ToolUse("toolu_1", "weather", {"city": "Paris"}),
+            ],
             usage={"input_tokens": 30, "output_tokens": 200, "thinking_tokens": 150},
         ),
         text_reply("Sunny."),
@@ -278,7 +325,8 @@ async def test_thinking_streams_with_its_signature_and_goes_back_signed() -> Non
         follow_up = request(
             user(TextBlock("hi")),
             assistant(
-                ThoughtBlock("Paris first.", b"c2lnLTE="), ToolCallBlock("toolu_1", "weather", {"city": "Paris"})
+                ThoughtBlock("Paris first.", b"c2lnLTE="),
+                ToolCallBlock("toolu_1", "weather", {"city": "Paris"}),
             ),
             user(ToolResultBlock("toolu_1", "weather", "sunny")),
             tools=(WEATHER,),
@@ -297,10 +345,15 @@ async def test_thinking_streams_with_its_signature_and_goes_back_signed() -> Non
 
 async def test_redacted_thinking_round_trips_as_the_same_block() -> None:
     fake = AnthropicFake()
-    fake.push(Reply([Redacted("EncryptedBlob=="), ToolUse("toolu_1", "weather", {"city": "Oslo"})]), text_reply("ok"))
+    fake.push(
+        Reply([Redacted("EncryptedBlob=="), ToolUse("toolu_1", "weather", {"city": "Oslo"})]),
+        text_reply("ok"),
+    )
     async with claude(fake, thinking_level="medium") as llm:
         first = await events_of(llm, request(tools=(WEATHER,)))
-        assert first[0] == ThoughtDelta("", signature=b"redacted_thinking:EncryptedBlob==", signed_by="claude")
+        assert first[0] == ThoughtDelta(
+            "", signature=b"redacted_thinking:EncryptedBlob==", signed_by="claude"
+        )
         follow_up = request(
             user(TextBlock("hi")),
             assistant(
@@ -311,7 +364,10 @@ async def test_redacted_thinking_round_trips_as_the_same_block() -> None:
             tools=(WEATHER,),
         )
         await events_of(llm, follow_up)
-    assert fake.bodies[1]["messages"][1]["content"][0] == {"type": "redacted_thinking", "data": "EncryptedBlob=="}
+    assert fake.bodies[1]["messages"][1]["content"][0] == {
+        "type": "redacted_thinking",
+        "data": "EncryptedBlob==",
+    }
     assert fake.bodies[1]["thinking"] == {"type": "enabled", "budget_tokens": 10_000}
     assert fake.rejections == []
 
@@ -325,7 +381,9 @@ async def test_thinking_is_left_off_in_a_tool_loop_that_opened_without_signed_th
         user(ToolResultBlock("toolu_1", "weather", "snow")),
         tools=(WEATHER,),
     )
-    closed = request(*loop.turns, assistant(TextBlock("Snow in Oslo.")), user(TextBlock("Thanks. And Bergen?")))
+    closed = request(
+        *loop.turns, assistant(TextBlock("Snow in Oslo.")), user(TextBlock("Thanks. And Bergen?"))
+    )
     async with claude(fake, thinking_level="high") as llm:
         await events_of(llm, loop)
         await events_of(llm, closed)
@@ -334,7 +392,10 @@ async def test_thinking_is_left_off_in_a_tool_loop_that_opened_without_signed_th
     assert in_loop["messages"][1]["content"] == [
         {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {"city": "Oslo"}}
     ]
-    assert after_loop["thinking"] == {"type": "enabled", "budget_tokens": 15_360}  # 24000 capped to 16384 - 1024
+    assert after_loop["thinking"] == {
+        "type": "enabled",
+        "budget_tokens": 15_360,
+    }  # 24000 capped to 16384 - 1024
     assert fake.rejections == []
 
 
@@ -358,17 +419,29 @@ def test_model_versions_choose_the_thinking_form() -> None:
         "claude-sonnet-5",
         "claude-fable-5-1",
     ]
-    budget = ["claude-sonnet-4-5", "claude-haiku-4-5-20251001", "claude-3-7-sonnet-20250219", "claude-opus-4-20250514"]
+    budget = [
+        "claude-sonnet-4-5",
+        "claude-haiku-4-5-20251001",
+        "claude-3-7-sonnet-20250219",
+        "claude-opus-4-20250514",
+    ]
     assert [uses_adaptive_thinking(m) for m in adaptive] == [True] * len(adaptive)
     assert [uses_adaptive_thinking(m) for m in budget] == [False] * len(budget)
     assert uses_adaptive_thinking("my-proxy-model") is False
 
 
 def test_budget_thinking_is_off_when_max_tokens_leave_no_room() -> None:
-    llm = ClaudeLLM(model="claude-haiku-4-5", api_key="k", thinking_level="low", max_output_tokens=2000)
+    llm = ClaudeLLM(
+        model="claude-haiku-4-5", api_key="k", thinking_level="low", max_output_tokens=2000
+    )
     assert "thinking" not in llm._build_native_input(request())
-    llm = ClaudeLLM(model="claude-haiku-4-5", api_key="k", thinking_level="low", max_output_tokens=3000)
-    assert llm._build_native_input(request())["thinking"] == {"type": "enabled", "budget_tokens": 1976}
+    llm = ClaudeLLM(
+        model="claude-haiku-4-5", api_key="k", thinking_level="low", max_output_tokens=3000
+    )
+    assert llm._build_native_input(request())["thinking"] == {
+        "type": "enabled",
+        "budget_tokens": 1976,
+    }
 
 
 def test_the_tool_loop_rule() -> None:
@@ -419,7 +492,11 @@ async def test_vertex_calls_stream_raw_predict_with_the_access_token() -> None:
         "claude-haiku-4-5@20251001:streamRawPredict"
     )
     assert sent.headers["authorization"] == f"Bearer {fake.access_token}"
-    assert "model" not in sent.body and "anthropic_version" in sent.body and sent.body["stream"] is True
+    assert (
+        "model" not in sent.body
+        and "anthropic_version" in sent.body
+        and sent.body["stream"] is True
+    )
 
 
 async def test_vertex_rejecting_the_token_is_an_auth_error() -> None:
@@ -437,7 +514,9 @@ async def test_vertex_rejecting_the_token_is_an_auth_error() -> None:
             _, error = await events_until_error(llm, request())
         finally:
             await llm.aclose()
-    assert str(error) == "claude (vertex): HTTP 401: Request had invalid authentication credentials."
+    assert (
+        str(error) == "claude (vertex): HTTP 401: Request had invalid authentication credentials."
+    )
     assert error.auth and not error.retryable
 
 
@@ -450,7 +529,9 @@ def test_from_config() -> None:
         30,
         30,
     )
-    vertex = ClaudeLLM.from_config(Config(claude=ClaudeConfig(project_id="p", location="europe-west1")))
+    vertex = ClaudeLLM.from_config(
+        Config(claude=ClaudeConfig(project_id="p", location="europe-west1"))
+    )
     assert (vertex.vertex, vertex.project_id, vertex.location) == (True, "p", "europe-west1")
     with pytest.raises(ConfigError, match=r"^claude.api_key: not set"):
         ClaudeLLM.from_config(Config(claude=ClaudeConfig(auth_mode="api_key")))
@@ -477,16 +558,24 @@ async def test_a_runtime_turn_with_a_tool_round_trip(tmp_path: Path) -> None:
         results = [b for b in last if b["type"] == "tool_result"]
         if results:
             return Reply(
-                [Text(f"The echo said: {results[0]['content']}")], usage={"input_tokens": 80, "output_tokens": 9}
+                [Text(f"The echo said: {results[0]['content']}")],
+                usage={"input_tokens": 80, "output_tokens": 9},
             )
         return Reply(
-            [Thinking("Echo it.", "c2lnLWVjaG8="), Text("Echoing."), ToolUse("toolu_echo", "echo", {"text": "pong"})],
+            [
+                Thinking("Echo it.", "c2lnLWVjaG8="),
+                Text("Echoing."),
+                ToolUse("toolu_echo", "echo", {"text": "pong"}),
+            ],
             usage={"input_tokens": 60, "output_tokens": 30},
         )
 
     fake.handler = handler
     tools = [tool_from_function(echo)]
-    async with claude(fake, thinking_level="low") as llm, serve_runtime(tmp_path, llm, tools=tools) as h:
+    async with (
+        claude(fake, thinking_level="low") as llm,
+        serve_runtime(tmp_path, llm, tools=tools) as h,
+    ):
         await h.say("Echo pong, please.")
         metrics = await h.turn_end()
         history = h.history()

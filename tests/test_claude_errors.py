@@ -54,7 +54,9 @@ async def test_rate_limit_is_retried_after_retry_after(autojump_clock: Clock) ->
 
 
 @pytest.mark.parametrize("failure", [overloaded(), server_error()], ids=["529", "500"])
-async def test_overload_and_server_errors_are_retried(failure: ErrorReply, autojump_clock: Clock) -> None:
+async def test_overload_and_server_errors_are_retried(
+    failure: ErrorReply, autojump_clock: Clock
+) -> None:
     fake = AnthropicFake()
     fake.push(failure, failure, text_reply("finally"))
     async with claude(fake) as llm:
@@ -73,7 +75,9 @@ async def test_retries_run_out_with_a_one_line_error(autojump_clock: Clock) -> N
 
 async def test_an_overloaded_error_event_in_the_stream_is_retried(autojump_clock: Clock) -> None:
     fake = AnthropicFake()
-    fake.push(Reply([Text("x")], error_after=(2, "overloaded_error", "Overloaded")), text_reply("second"))
+    fake.push(
+        Reply([Text("x")], error_after=(2, "overloaded_error", "Overloaded")), text_reply("second")
+    )
     async with claude(fake) as llm:
         events = await events_of(llm, request())
     assert events[0] == TextDelta("second") and llm.calls == 2
@@ -108,9 +112,12 @@ async def test_stream_cut_after_events_is_not_retried() -> None:
     assert len(fake.log.requests) == 1
 
 
-# httpx2's ResponseStream.__aiter__ does not close httpcore2's PoolByteStream iterator when a body is left
-# early, so trio warns about that one generator at garbage collection (harmless: trio closes it).
-@pytest.mark.filterwarnings("ignore::ResourceWarning", "ignore::pytest.PytestUnraisableExceptionWarning")
+# httpx2's ResponseStream.__aiter__ does not close httpcore2's PoolByteStream iterator when a body
+# is left early, so trio warns about that one generator at garbage collection (harmless: trio closes
+# it).
+@pytest.mark.filterwarnings(
+    "ignore::ResourceWarning", "ignore::pytest.PytestUnraisableExceptionWarning"
+)
 async def test_closing_the_stream_early_releases_the_connection() -> None:
     fake = AnthropicFake()
     fake.push(Reply([Text("one two three", chunks=3)]), text_reply("next"))
@@ -144,25 +151,37 @@ async def test_a_bad_request_is_final_and_names_the_api_message() -> None:
 
 def test_the_fake_refuses_what_the_api_refuses() -> None:
     hi = {"role": "user", "content": [{"type": "text", "text": "hi"}]}
-    call = {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "n", "input": {}}]}
-    result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "r"}]}
+    call = {
+        "role": "assistant",
+        "content": [{"type": "tool_use", "id": "t1", "name": "n", "input": {}}],
+    }
+    result = {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "r"}],
+    }
     base = {"model": "m", "max_tokens": 2000}
     ok = base | {"messages": [hi, call, result]}
     assert validate(ok, vertex=False) is None
     text_then_result = {"role": "user", "content": [hi["content"][0], result["content"][0]]}
     unsigned = {"role": "assistant", "content": [{"type": "thinking", "thinking": "t"}]}
-    five_breakpoints = {"role": "user", "content": [{"type": "text", "text": "x", "cache_control": {}}] * 5}
+    five_breakpoints = {
+        "role": "user",
+        "content": [{"type": "text", "text": "x", "cache_control": {}}] * 5,
+    }
     cases = {
         "max_tokens: Field required": {"model": "m", "messages": [hi]},
         'first message must use the "user" role': base | {"messages": [call, result]},
         'found multiple "user" roles in a row': base | {"messages": [hi, hi]},
         "`tool_use` ids were found without `tool_result`": base | {"messages": [hi, call, hi]},
         "tool_result blocks must come before": base | {"messages": [hi, call, text_then_result]},
-        "non-whitespace text": base | {"messages": [{"role": "user", "content": [{"type": "text", "text": " "}]}]},
+        "non-whitespace text": base
+        | {"messages": [{"role": "user", "content": [{"type": "text", "text": " "}]}]},
         "must have non-empty content": base | {"messages": [{"role": "user", "content": []}]},
         "thinking.signature: Field required": base | {"messages": [hi, unsigned, hi]},
-        "greater than `thinking.budget_tokens`": ok | {"thinking": {"type": "enabled", "budget_tokens": 4096}},
-        "must start with a thinking block": ok | {"thinking": {"type": "enabled", "budget_tokens": 1024}},
+        "greater than `thinking.budget_tokens`": ok
+        | {"thinking": {"type": "enabled", "budget_tokens": 4096}},
+        "must start with a thinking block": ok
+        | {"thinking": {"type": "enabled", "budget_tokens": 1024}},
         "A maximum of 4 blocks with cache_control": base | {"messages": [five_breakpoints]},
     }
     for expected, body in cases.items():

@@ -33,12 +33,20 @@ from kesoku.vocab.model import Kind, Message, Role, Status
 
 REPO = Path(__file__).resolve().parent.parent
 SCENARIOS = Path(__file__).resolve().parent / "data" / "scenarios"
-CLEARED = ("KESOKU_CONFIG", "GEMINI_API_KEY", "GOOGLE_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_API_KEY")
+CLEARED = (
+    "KESOKU_CONFIG",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "OPENAI_API_KEY",
+)
 
 
 def setup(tmp_path: Path, scenario: str | Path, *, agent_llm: bool = True) -> Path:
     """A folder with a kesoku.toml replaying a scenario; the database lands beside it."""
-    shutil.copy(SCENARIOS / scenario if isinstance(scenario, str) else scenario, tmp_path / "scenario.yaml")
+    shutil.copy(
+        SCENARIOS / scenario if isinstance(scenario, str) else scenario, tmp_path / "scenario.yaml"
+    )
     llm = 'llm = "scripted"\n' if agent_llm else ""
     (tmp_path / "kesoku.toml").write_text(f'[agent]\n{llm}[scripted]\npath = "scenario.yaml"\n')
     return tmp_path / "kesoku.toml"
@@ -49,7 +57,9 @@ def environ(tmp_path: Path, **extra: str) -> dict[str, str]:
     return env | {"XDG_STATE_HOME": str(tmp_path / "state"), **extra}
 
 
-def chat(tmp_path: Path, *args: str, stdin: str = "", timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+def chat(
+    tmp_path: Path, *args: str, stdin: str = "", timeout_s: float = 60
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "kesoku", "chat", "-c", str(tmp_path / "kesoku.toml"), *args],
         cwd=tmp_path,
@@ -166,7 +176,9 @@ class Recorder:
         self._add("turn_ended", metrics.state)
 
 
-async def test_a_view_that_lags_a_whole_turn_still_shows_each_step_once_in_order(tmp_path: Path) -> None:
+async def test_a_view_that_lags_a_whole_turn_still_shows_each_step_once_in_order(
+    tmp_path: Path,
+) -> None:
     llm = ScriptedLLM(
         [
             {
@@ -263,10 +275,15 @@ def test_nothing_to_ask_and_unknown_session_are_one_line(tmp_path: Path) -> None
     assert empty.stderr == "kesoku: chat: nothing to ask; give a PROMPT or pipe text on stdin\n"
     unknown = chat(tmp_path, "--session", "nope1234", "hi")
     assert unknown.returncode == 2
-    assert unknown.stderr == "kesoku: --session nope1234: no such session (/sessions in kesoku chat lists them)\n"
+    assert (
+        unknown.stderr
+        == "kesoku: --session nope1234: no such session (/sessions in kesoku chat lists them)\n"
+    )
     assert chat(tmp_path, "first").returncode == 0
     (sid, *_) = history(tmp_path)[0]
-    short = chat(tmp_path, "--session", sid[:1], "hi")  # the start of a real id, but too short to try
+    short = chat(
+        tmp_path, "--session", sid[:1], "hi"
+    )  # the start of a real id, but too short to try
     assert (short.returncode, short.stdout) == (2, "")
     assert short.stderr == (
         f"kesoku: --session {sid[:1]}: no such session; give at least 4 characters of the id"
@@ -283,7 +300,12 @@ def test_each_one_shot_is_a_new_session_unless_resumed(tmp_path: Path) -> None:
     first = history(tmp_path)[0][0]
     resumed = chat(tmp_path, "--session", first[:6], "third")  # a unique prefix is enough
     assert resumed.returncode == 0, resumed.stderr
-    assert [r[3] for r in history(tmp_path) if r[0] == first] == ["first", "noted.", "third", "noted."]
+    assert [r[3] for r in history(tmp_path) if r[0] == first] == [
+        "first",
+        "noted.",
+        "third",
+        "noted.",
+    ]
     # The model saw the earlier exchange: the second turn's log holds the whole history.
     store = Store(tmp_path / "kesoku.db")
     workspace = Path(next(s.workspace for s in store.list_sessions() if s.id == first))
@@ -406,7 +428,9 @@ def test_interactive_streams_the_answer_and_exits_on_ctrl_d(tmp_path: Path) -> N
         term.wait_for("📥 shell · completed · hi")
         term.wait_for("The capital of France is Paris.")
         term.wait_for("⚡ turn 1 · context 2K · 1 tool call · 3K tokens")
-        assert term.screen.count("The capital of France is Paris.") == 1  # streamed, then never again
+        assert (
+            term.screen.count("The capital of France is Paris.") == 1
+        )  # streamed, then never again
         term.type("/compact\r")
         term.wait_for("🗜 nothing to compact (/compact)")
         term.type("\x04")  # Ctrl-D on an empty line
@@ -494,7 +518,10 @@ def test_a_one_shot_without_a_terminal_denies_questions(tmp_path: Path) -> None:
     assert result.stdout == "Finished.\n"
     target = tmp_path / "outside.txt"
     lines = result.stderr.splitlines()
-    assert lines[1] == f"❓ write_file wants to write {target} ({target} is outside the workspace). Allow?"
+    assert (
+        lines[1]
+        == f"❓ write_file wants to write {target} ({target} is outside the workspace). Allow?"
+    )
     assert lines[2] == "✘ Deny: denied by nobody (one-shot chat without a terminal)"
     assert lines[3].startswith("📥 write_file · failed · writing")
     assert not target.exists()
@@ -520,7 +547,9 @@ def test_interactive_asks_and_y_allows(tmp_path: Path) -> None:
     finally:
         term.kill()
     assert (tmp_path / "outside.txt").read_text() == "written with consent\n"
-    assert "y" not in [r[3] for r in history(tmp_path) if r[1] == Role.USER]  # an answer, not a message
+    assert "y" not in [
+        r[3] for r in history(tmp_path) if r[1] == Role.USER
+    ]  # an answer, not a message
 
 
 def test_a_setup_error_leaves_no_database_behind(tmp_path: Path) -> None:
@@ -531,7 +560,9 @@ def test_a_setup_error_leaves_no_database_behind(tmp_path: Path) -> None:
     assert not (tmp_path / "kesoku.db").exists()
 
 
-def test_a_session_folder_that_cannot_be_made_is_one_line_and_leaves_no_session(tmp_path: Path) -> None:
+def test_a_session_folder_that_cannot_be_made_is_one_line_and_leaves_no_session(
+    tmp_path: Path,
+) -> None:
     config = setup(tmp_path, "echo.yaml")
     assert chat(tmp_path, "first").returncode == 0
     # A parent that is a regular file stops mkdir even for root, where permission bits do not.
@@ -539,7 +570,9 @@ def test_a_session_folder_that_cannot_be_made_is_one_line_and_leaves_no_session(
     config.write_text(config.read_text() + '[workspace]\nsessions_dir = "blocker/sessions"\n')
     result = chat(tmp_path, "hi")
     assert (result.returncode, result.stdout) == (2, "")
-    assert result.stderr.startswith(f"kesoku: cannot create the session folder {tmp_path / 'blocker' / 'sessions'}/")
+    assert result.stderr.startswith(
+        f"kesoku: cannot create the session folder {tmp_path / 'blocker' / 'sessions'}/"
+    )
     assert result.stderr.endswith(": Not a directory (workspace.sessions_dir)\n")
     assert len(result.stderr.splitlines()) == 1
     store = Store(tmp_path / "kesoku.db")
@@ -555,12 +588,17 @@ def test_a_session_folder_that_cannot_be_made_is_one_line_and_leaves_no_session(
         locked = chat(tmp_path, *args)
         assert (locked.returncode, locked.stdout) == (2, "")
         assert locked.stderr.startswith("kesoku: cannot lock session ")
-        assert locked.stderr.endswith(" (workspace.sessions_dir)\n") and len(locked.stderr.splitlines()) == 1
+        assert (
+            locked.stderr.endswith(" (workspace.sessions_dir)\n")
+            and len(locked.stderr.splitlines()) == 1
+        )
     assert len({r[0] for r in history(tmp_path)}) == 1
 
 
 @pytest.mark.parametrize("command", [("chat", "hi"), ("start",)])
-def test_a_database_folder_that_cannot_be_made_is_one_line(tmp_path: Path, command: tuple[str, ...]) -> None:
+def test_a_database_folder_that_cannot_be_made_is_one_line(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
     config = setup(tmp_path, "echo.yaml")
     (tmp_path / "blocker").write_text("")  # a parent that is a file stops mkdir even for root
     config.write_text(config.read_text() + '[workspace]\ndb_path = "blocker/k.db"\n')

@@ -1,7 +1,7 @@
 """`kesoku chat` against other processes and signals: a session another process runs is refused, and
 SIGTERM or SIGHUP (``timeout``, a closed terminal) stop the turn and kill its tools, in one-shot and
-interactive mode alike, and a `kill -9` leaves no process of a running tool behind. Real CLI processes
-with the scripted model."""
+interactive mode alike, and a `kill -9` leaves no process of a running tool behind. Real CLI
+processes with the scripted model."""
 
 from __future__ import annotations
 
@@ -19,7 +19,9 @@ from kesoku.store import Store
 from kesoku.vocab.model import Kind, Role, Status
 
 
-def test_a_session_another_process_is_running_is_refused_and_nothing_is_lost(tmp_path: Path) -> None:
+def test_a_session_another_process_is_running_is_refused_and_nothing_is_lost(
+    tmp_path: Path,
+) -> None:
     setup(tmp_path, "tool.yaml")  # a shell call that runs 4 s, then an answer
     first = start_chat(tmp_path, "run it")
     try:
@@ -48,7 +50,9 @@ def test_a_session_another_process_is_running_is_refused_and_nothing_is_lost(tmp
 def test_sigterm_stops_a_one_shot_turn_and_kills_its_tool(tmp_path: Path) -> None:
     setup(tmp_path, "tool.yaml")  # a shell call that runs 4 s
     marker = tmp_path / "marker"
-    scenario = (tmp_path / "scenario.yaml").read_text().replace("echo slept", f"echo slept > {marker}")
+    scenario = (
+        (tmp_path / "scenario.yaml").read_text().replace("echo slept", f"echo slept > {marker}")
+    )
     (tmp_path / "scenario.yaml").write_text(scenario)
     proc = start_chat(tmp_path, "run it")
     assert proc.stderr is not None
@@ -66,7 +70,9 @@ def test_sigterm_stops_a_one_shot_turn_and_kills_its_tool(tmp_path: Path) -> Non
     finally:
         store.close()
     assert Status.PROCESSING not in statuses  # not left half-run for a later start to resume
-    threading.Event().wait(5)  # past the tool's 4 s: a surviving shell would have written the marker
+    threading.Event().wait(
+        5
+    )  # past the tool's 4 s: a surviving shell would have written the marker
     assert not marker.exists()
 
 
@@ -74,7 +80,11 @@ def test_sigterm_or_a_closed_terminal_stops_the_turn_and_kills_its_tool(tmp_path
     marker = tmp_path / "marker"
     for signum in (signal.SIGTERM, signal.SIGHUP):
         setup(tmp_path, "tool.yaml")
-        scenario = (tmp_path / "scenario.yaml").read_text().replace("echo slept", f"echo slept >> {marker}")
+        scenario = (
+            (tmp_path / "scenario.yaml")
+            .read_text()
+            .replace("echo slept", f"echo slept >> {marker}")
+        )
         (tmp_path / "scenario.yaml").write_text(scenario)
         term = Terminal(tmp_path)
         try:
@@ -90,18 +100,26 @@ def test_sigterm_or_a_closed_terminal_stops_the_turn_and_kills_its_tool(tmp_path
     assert len(results) == 2 and all("killed" in r for r in results)
     store = Store(tmp_path / "kesoku.db")
     try:
-        statuses = {m.status for s in store.list_sessions() for m in store.history(s.id) if m.role is Role.USER}
+        statuses = {
+            m.status
+            for s in store.list_sessions()
+            for m in store.history(s.id)
+            if m.role is Role.USER
+        }
     finally:
         store.close()
     assert Status.PROCESSING not in statuses  # not left half-run for a later start to resume
-    threading.Event().wait(5)  # past the tools' 4 s: a surviving shell would have written the marker
+    threading.Event().wait(
+        5
+    )  # past the tools' 4 s: a surviving shell would have written the marker
     assert not marker.exists()
 
 
 @pytest.mark.parametrize("mode", CONFINED)
 def test_kill_9_of_a_chat_leaves_no_process_of_its_tool(tmp_path: Path, mode: str) -> None:
     # SIGKILL cannot be caught: the sandbox itself must take the tool's processes down with the chat
-    # (bubblewrap's --die-with-parent and pid namespace; the Landlock launcher's parent-death signal).
+    # (bubblewrap's --die-with-parent and pid namespace; the Landlock launcher's parent-death
+    # signal).
     mark = marker()
     (tmp_path / "scenario.yaml").write_text(
         "steps:\n"
@@ -118,7 +136,9 @@ def test_kill_9_of_a_chat_leaves_no_process_of_its_tool(tmp_path: Path, mode: st
         deadline = time.monotonic() + 10
         while len(running(mark, exact=True)) < 2 and time.monotonic() < deadline:
             threading.Event().wait(0.02)
-        assert len(running(mark, exact=True)) >= 2  # the sleep in the background and the one in front
+        assert (
+            len(running(mark, exact=True)) >= 2
+        )  # the sleep in the background and the one in front
         proc.kill()
         proc.communicate(timeout=10)
         deadline = time.monotonic() + 5

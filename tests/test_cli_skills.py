@@ -19,7 +19,9 @@ def make_workspace(tmp_path: Path) -> Path:
         "---\nname: writing-skills\ndescription: Our own way of writing skills.\n---\n"
     )
     (skills / "broken").mkdir()
-    (skills / "broken" / "SKILL.md").write_text("---\nname: broken\ndescription: Use when: never\n---\n")
+    (skills / "broken" / "SKILL.md").write_text(
+        "---\nname: broken\ndescription: Use when: never\n---\n"
+    )
     config = tmp_path / "kesoku.toml"
     config.write_text('[workspace]\nskills_dir = "my-skills"\n')
     return config
@@ -38,7 +40,9 @@ def test_list_shows_sources_platforms_and_warnings(tmp_path: Path) -> None:
     skills_dir = (tmp_path / "my-skills").resolve()
     assert f"add a skill: {skills_dir}/<name>/SKILL.md" in result.stdout
     [warning] = result.stderr.splitlines()
-    assert warning.startswith(f"warning: {skills_dir / 'broken' / 'SKILL.md'}:3: invalid YAML frontmatter")
+    assert warning.startswith(
+        f"warning: {skills_dir / 'broken' / 'SKILL.md'}:3: invalid YAML frontmatter"
+    )
 
 
 def test_list_for_one_platform(tmp_path: Path) -> None:
@@ -56,13 +60,22 @@ def test_a_bad_config_is_one_line(tmp_path: Path) -> None:
     line = assert_operator_error(kesoku("skills", "list", "-c", str(path)))
     assert line == f"kesoku: {path}:4: discord.channels[0].auto_thread: expected bool, got str"
     missing = tmp_path / "missing.toml"
-    assert assert_operator_error(kesoku("skills", "list", "-c", str(missing))) == f"kesoku: {missing}: no such file"
+    assert (
+        assert_operator_error(kesoku("skills", "list", "-c", str(missing)))
+        == f"kesoku: {missing}: no such file"
+    )
 
 
 def test_help_teaches_the_format_and_imports_nothing_heavy(tmp_path: Path) -> None:
     result = kesoku("skills", "list", "--help")
     assert result.returncode == 0
-    for words in ("workspace.skills_dir", "SKILL.md", "name: my-skill", "description:", "platforms"):
+    for words in (
+        "workspace.skills_dir",
+        "SKILL.md",
+        "name: my-skill",
+        "description:",
+        "platforms",
+    ):
         assert words in result.stdout, words
     assert present(loaded_modules(["skills", "list", "--help"], tmp_path), HELP_NEEDS_NONE_OF) == []
     assert "\n  skills  " in kesoku("--help").stdout

@@ -23,7 +23,14 @@ from kesoku.vocab.model import Kind, Outcome, Role, Status, user_text
 
 REPO = Path(__file__).resolve().parent.parent
 SCENARIOS = Path(__file__).resolve().parent / "data" / "scenarios"
-CLEARED = ("KESOKU_CONFIG", "GEMINI_API_KEY", "GOOGLE_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "JOURNAL_STREAM")
+CLEARED = (
+    "KESOKU_CONFIG",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "OPENAI_API_KEY",
+    "JOURNAL_STREAM",
+)
 
 
 def setup(tmp_path: Path, scenario: str, extra: str = "") -> Path:
@@ -70,7 +77,9 @@ class Daemon:
 
     def wait_line(self, text: str, timeout_s: float = 20) -> str:
         with self._changed:
-            found = self._changed.wait_for(lambda: next((ln for ln in self.lines if text in ln), None), timeout_s)
+            found = self._changed.wait_for(
+                lambda: next((ln for ln in self.lines if text in ln), None), timeout_s
+            )
         assert found, f"no log line with {text!r}:\n" + "\n".join(self.lines)
         return found
 
@@ -92,7 +101,9 @@ def post(tmp_path: Path, adapter: str, text: str) -> tuple[str, int]:
     """Write a user message as another process would; returns (session id, message id)."""
     store = Store(tmp_path / "kesoku.db")
     try:
-        session = store.create_session(adapter, f"{adapter}-chan", workspace_root=tmp_path / "sessions")
+        session = store.create_session(
+            adapter, f"{adapter}-chan", workspace_root=tmp_path / "sessions"
+        )
         (inserted,) = store.insert_messages([user_text(session.id, text)])
         return session.id, inserted.message.id
     finally:
@@ -107,13 +118,18 @@ def messages(tmp_path: Path, session_id: str) -> list[Any]:
         store.close()
 
 
-def test_the_daemon_answers_other_processes_and_logs_one_plain_line_per_event(tmp_path: Path) -> None:
+def test_the_daemon_answers_other_processes_and_logs_one_plain_line_per_event(
+    tmp_path: Path,
+) -> None:
     setup(tmp_path, "echo.yaml")
     daemon = Daemon(tmp_path)
     try:
         daemon.wait_line("ready: backend scripted")
         sandbox = daemon.wait_line("daemon: sandbox")  # one line saying what confines the tools
-        assert sandbox.endswith("tools write only their workspace, no network") or "none works" in sandbox
+        assert (
+            sandbox.endswith("tools write only their workspace, no network")
+            or "none works" in sandbox
+        )
         terminal, _ = post(tmp_path, "terminal", "for the chat process")
         other, _ = post(tmp_path, "test", "hello")
         line = daemon.wait_line(f"session {other} (test): ⚡ turn 1")
@@ -127,7 +143,9 @@ def test_the_daemon_answers_other_processes_and_logs_one_plain_line_per_event(tm
         daemon.kill()
     assert daemon.lines[-1].endswith("info daemon: stopped")
     assert "daemon: SIGTERM: stopping" in "\n".join(daemon.lines)
-    for line in daemon.lines:  # a pipe, not a terminal: ISO time, level, source; no colour, no traceback
+    for (
+        line
+    ) in daemon.lines:  # a pipe, not a terminal: ISO time, level, source; no colour, no traceback
         assert "\x1b" not in line and "Traceback" not in line
         assert line[:4].isdigit() and line[10] == "T" and " info " in line
 
@@ -144,7 +162,9 @@ def test_under_journald_each_line_carries_its_syslog_priority(tmp_path: Path) ->
     assert daemon.lines[-1] == "<6>info daemon: stopped"
 
 
-def test_sighup_applies_live_keys_names_the_others_and_survives_a_broken_file(tmp_path: Path) -> None:
+def test_sighup_applies_live_keys_names_the_others_and_survives_a_broken_file(
+    tmp_path: Path,
+) -> None:
     config = setup(tmp_path, "echo.yaml")
     daemon = Daemon(tmp_path)
     try:
@@ -153,7 +173,9 @@ def test_sighup_applies_live_keys_names_the_others_and_survives_a_broken_file(tm
         daemon.wait_line("SIGHUP: ")
         assert daemon.lines[-1].endswith("reloaded, nothing changed")
         config.write_text(
-            config.read_text().replace("[agent]\n", '[agent]\npersona = "You are new."\nmax_retries = 1\n')
+            config.read_text().replace(
+                "[agent]\n", '[agent]\npersona = "You are new."\nmax_retries = 1\n'
+            )
         )
         daemon.proc.send_signal(signal.SIGHUP)
         daemon.wait_line("applied agent.persona; restart to apply agent.max_retries")
@@ -168,7 +190,9 @@ def test_sighup_applies_live_keys_names_the_others_and_survives_a_broken_file(tm
         daemon.kill()
 
 
-def test_stop_lets_a_running_tool_finish_and_the_turn_resumes_at_the_next_start(tmp_path: Path) -> None:
+def test_stop_lets_a_running_tool_finish_and_the_turn_resumes_at_the_next_start(
+    tmp_path: Path,
+) -> None:
     setup(tmp_path, "tool.yaml")
     daemon = Daemon(tmp_path)
     try:
@@ -184,7 +208,9 @@ def test_stop_lets_a_running_tool_finish_and_the_turn_resumes_at_the_next_start(
     history = messages(tmp_path, session)
     assert history[-1].metadata.outcome is Outcome.COMPLETED
     assert history[-1].content.splitlines()[1] == "slept"
-    assert history[0].status is Status.PROCESSING  # cut while thinking: it resumes at the next start
+    assert (
+        history[0].status is Status.PROCESSING
+    )  # cut while thinking: it resumes at the next start
     again = Daemon(tmp_path)
     try:
         again.wait_line(f"session {session} (test): ⚡ turn 1", timeout_s=30)
@@ -265,7 +291,10 @@ def fake_distribution(tmp_path: Path) -> Path:
 def test_each_adapter_failure_is_one_line_and_the_others_keep_running(tmp_path: Path) -> None:
     setup(tmp_path, "echo.yaml")
     site = fake_distribution(tmp_path)
-    daemon = Daemon(tmp_path, PYTHONPATH=os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])))
+    daemon = Daemon(
+        tmp_path,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])),
+    )
     try:
         daemon.wait_line("ready")
         daemon.wait_line("adapter good: started")
@@ -273,7 +302,9 @@ def test_each_adapter_failure_is_one_line_and_the_others_keep_running(tmp_path: 
         assert daemon.stop() == 0
     finally:
         daemon.kill()
-    adapter_lines = sorted(ln.split(" daemon: ", 1)[1] for ln in daemon.lines if " daemon: adapter " in ln)
+    adapter_lines = sorted(
+        ln.split(" daemon: ", 1)[1] for ln in daemon.lines if " daemon: adapter " in ln
+    )
     # The broken adapter is restarted with backoff; each failure is one line, traceback folded in.
     broken = [ln for ln in adapter_lines if ln.startswith("adapter broken ")]
     assert broken and broken[0].startswith(
@@ -358,7 +389,9 @@ def test_a_turn_whose_tool_a_shutdown_killed_is_answered_after_the_restart(tmp_p
     try:
         daemon.wait_line("ready")
         session, root = post(tmp_path, "test", "run the slow one")
-        eventually(lambda: len(messages(tmp_path, session)) == 2)  # the call is posted: the tool runs
+        eventually(
+            lambda: len(messages(tmp_path, session)) == 2
+        )  # the call is posted: the tool runs
         assert daemon.stop() == 0  # the grace (0.5 s) runs out: the tool is killed
     finally:
         daemon.kill()
@@ -369,7 +402,9 @@ def test_a_turn_whose_tool_a_shutdown_killed_is_answered_after_the_restart(tmp_p
         "[killed] shell was killed: Kesoku shut down (agent.shutdown_grace_s = 0.5 s ran out); "
         "the turn resumes after the restart."
     )
-    assert messages(tmp_path, session)[0].status is Status.PROCESSING  # left to resume, not interrupted
+    assert (
+        messages(tmp_path, session)[0].status is Status.PROCESSING
+    )  # left to resume, not interrupted
     (tmp_path / "scenario.yaml").write_text(AFTER_RESTART)
     again = Daemon(tmp_path)
     try:

@@ -44,13 +44,23 @@ async def seed(h: Harness, turns: int, *, result_chars: int = 3000, user_chars: 
     """Write ``turns`` finished turns: a question, a read_file call, its (long) result, an answer."""
     for i in range(turns):
         root = await h.gateway.post(
-            msgspec.structs.replace(user_text(h.session.id, f"question {i}: " + "q" * user_chars), status=Status.DONE)
+            msgspec.structs.replace(
+                user_text(h.session.id, f"question {i}: " + "q" * user_chars), status=Status.DONE
+            )
         )
-        meta = Metadata(tool_name="read_file", tool_arguments={"path": f"notes/{i}.txt"}, call_id=f"c{i}")
-        call = await h.gateway.post(in_turn(root, Role.ASSISTANT, Kind.TOOL_CALL, f"read_file {i}", metadata=meta))
+        meta = Metadata(
+            tool_name="read_file", tool_arguments={"path": f"notes/{i}.txt"}, call_id=f"c{i}"
+        )
+        call = await h.gateway.post(
+            in_turn(root, Role.ASSISTANT, Kind.TOOL_CALL, f"read_file {i}", metadata=meta)
+        )
         result_meta = Metadata(tool_name="read_file", call_id=f"c{i}", outcome=Outcome.COMPLETED)
         body = f"result {i} " + "r" * result_chars
-        await h.gateway.post(in_turn(root, Role.TOOL, Kind.TOOL_RESULT, body, parent_id=call.id, metadata=result_meta))
+        await h.gateway.post(
+            in_turn(
+                root, Role.TOOL, Kind.TOOL_RESULT, body, parent_id=call.id, metadata=result_meta
+            )
+        )
         await h.gateway.post(in_turn(root, Role.ASSISTANT, Kind.TEXT, f"answer {i}"))
 
 
@@ -83,7 +93,9 @@ def views(h: Harness) -> ViewState | None:
 async def test_evicting_long_results_is_enough_and_the_active_task_stays(tmp_path: Path) -> None:
     llm = ScriptedLLM([{"text": "done"}])
     async with serve_runtime(tmp_path, llm, compaction=policy()) as h:
-        await seed(h, 50, result_chars=1500)  # ~50 × 390 tokens, mostly results under 2,000 chars: stubs
+        await seed(
+            h, 50, result_chars=1500
+        )  # ~50 × 390 tokens, mostly results under 2,000 chars: stubs
         count = len(h.history())
         await h.say("the new request, verbatim")
         metrics = await h.turn_end()
@@ -102,9 +114,13 @@ async def test_evicting_long_results_is_enough_and_the_active_task_stays(tmp_pat
 
 
 async def test_archive_lines_then_a_model_summary(tmp_path: Path) -> None:
-    llm = ScriptedLLM([{"text": "## Notes\n- questions 0-159 were about notes/N.txt"}, {"text": "done"}])
+    llm = ScriptedLLM(
+        [{"text": "## Notes\n- questions 0-159 were about notes/N.txt"}, {"text": "done"}]
+    )
     async with serve_runtime(tmp_path, llm, compaction=policy(SMALL_WINDOW)) as h:
-        await seed(h, 160, result_chars=50, user_chars=100)  # many small turns: only a summary is small enough
+        await seed(
+            h, 160, result_chars=50, user_chars=100
+        )  # many small turns: only a summary is small enough
         await h.say("latest")
         await h.turn_end()
         view = views(h)
@@ -117,14 +133,18 @@ async def test_archive_lines_then_a_model_summary(tmp_path: Path) -> None:
     head = request.turns[0].blocks[0]
     assert isinstance(head, TextBlock) and head.text.startswith("[Compacted context")
     assert "questions 0-159 were about" in head.text
-    assert "Files read earlier: " in head.text and "notes/110.txt" in head.text  # the newest 50 stay listed
+    assert (
+        "Files read earlier: " in head.text and "notes/110.txt" in head.text
+    )  # the newest 50 stay listed
     assert check_turns(request.turns) == []
     assert tokens(request) < 0.85 * SMALL_WINDOW
     assert request.turns[-1].blocks[-1] == TextBlock("latest")
 
 
 async def test_a_failed_summary_falls_back_to_the_archive_and_cools_down(tmp_path: Path) -> None:
-    llm = ScriptedLLM([{"error": {"message": "overloaded", "status": 400}}, {"text": "done"}, {"text": "two"}])
+    llm = ScriptedLLM(
+        [{"error": {"message": "overloaded", "status": 400}}, {"text": "done"}, {"text": "two"}]
+    )
     async with serve_runtime(tmp_path, llm, compaction=policy(SMALL_WINDOW)) as h:
         await seed(h, 160, result_chars=50, user_chars=100)
         await h.say("latest")
@@ -142,7 +162,9 @@ async def test_a_failed_summary_falls_back_to_the_archive_and_cools_down(tmp_pat
 
 
 async def test_a_context_overflow_error_compacts_and_retries_once(tmp_path: Path) -> None:
-    overflow = {"error": {"message": "prompt is too long: 250000 tokens > 200000 maximum", "status": 400}}
+    overflow = {
+        "error": {"message": "prompt is too long: 250000 tokens > 200000 maximum", "status": 400}
+    }
     llm = ScriptedLLM([overflow, {"text": "fits now"}])
     # The window is large, so only the provider's refusal can trigger this compaction.
     async with serve_runtime(tmp_path, llm, compaction=CompactionPolicy()) as h:
@@ -174,7 +196,9 @@ async def test_slash_compact_between_turns_and_its_event(tmp_path: Path) -> None
     assert "[evicted to save context" in repr(request.turns)
 
 
-async def test_a_cancelled_compaction_stores_nothing(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+async def test_a_cancelled_compaction_stores_nothing(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
     slow_summary = {"text": "never used", "delay_s": 60}
     llm = ScriptedLLM([slow_summary, {"text": "done"}])
     async with serve_runtime(tmp_path, llm, compaction=policy(SMALL_WINDOW)) as h:
@@ -187,7 +211,9 @@ async def test_a_cancelled_compaction_stores_nothing(tmp_path: Path, autojump_cl
     h.store.__init__(tmp_path / "kesoku.db")  # type: ignore[misc]
     try:
         assert h.store.latest_view_state(h.session.id) is None
-        assert [m.status for m in h.store.history(h.session.id) if m.content == "latest"] == [Status.PROCESSING]
+        assert [m.status for m in h.store.history(h.session.id) if m.content == "latest"] == [
+            Status.PROCESSING
+        ]
     finally:
         await close_store(h.store)
 
@@ -211,7 +237,9 @@ async def test_a_message_during_compaction_waits_and_is_answered(
     assert second.state is TurnState.DONE
     assert [m.content for m in history if m.role is Role.ASSISTANT][-1] in ("first", "second")
     assert "meanwhile" in repr(llm.requests[-1].turns)
-    results = [b for t in llm.requests[-1].turns for b in t.blocks if isinstance(b, ToolResultBlock)]
+    results = [
+        b for t in llm.requests[-1].turns for b in t.blocks if isinstance(b, ToolResultBlock)
+    ]
     assert all(b.outcome is Outcome.COMPLETED for b in results)
 
 
@@ -230,14 +258,23 @@ async def test_mid_turn_compaction_keeps_the_turns_own_tool_pairs(tmp_path: Path
         view = views(h)
     first, second = llm.requests
     assert view is not None and view.reason == "auto"
-    assert tokens(first) < 0.85 * WINDOW  # the first step fitted; the echo result tipped the second over
-    results = [b for t in second.turns for b in t.blocks if isinstance(b, ToolResultBlock) and b.name == "echo"]
+    assert (
+        tokens(first) < 0.85 * WINDOW
+    )  # the first step fitted; the echo result tipped the second over
+    results = [
+        b
+        for t in second.turns
+        for b in t.blocks
+        if isinstance(b, ToolResultBlock) and b.name == "echo"
+    ]
     assert [b.content for b in results] == [big]  # the active turn's pair is whole
     assert check_turns(second.turns) == []
     assert tokens(second) < 0.85 * WINDOW
 
 
-async def test_a_long_turn_with_nothing_old_tries_compaction_again_only_as_it_grows(tmp_path: Path) -> None:
+async def test_a_long_turn_with_nothing_old_tries_compaction_again_only_as_it_grows(
+    tmp_path: Path,
+) -> None:
     # Each step adds about 600 tokens, in results too short to shorten (SHORTEN_MIN_CHARS): the turn
     # alone outgrows the threshold, and compaction finds nothing to do, until it nears the window.
     # Each call differs (identical ones would be refused by the repeat guard).
@@ -248,7 +285,9 @@ async def test_a_long_turn_with_nothing_old_tries_compaction_again_only_as_it_gr
     async with serve_runtime(tmp_path, llm, tools=[echo()], compaction=policy()) as h:
         await h.say("echo on and on")
         tries: list[int] = []  # the model calls made before each compaction attempt
-        steps = 0  # counted in the event stream, which is in the turn's order (llm.requests runs ahead)
+        steps = (
+            0  # counted in the event stream, which is in the turn's order (llm.requests runs ahead)
+        )
         async for event in h.events:
             if isinstance(event, ToolStarted):
                 steps += 1
@@ -260,7 +299,9 @@ async def test_a_long_turn_with_nothing_old_tries_compaction_again_only_as_it_gr
     limit = 0.85 * WINDOW
     over = [i for i, request in enumerate(llm.requests) if tokens(request) > limit]
     assert len(over) >= 5 and len(tries) < len(over)  # not once per step over the threshold
-    grown = [tokens(llm.requests[b]) - tokens(llm.requests[a]) for a, b in itertools.pairwise(tries)]
+    grown = [
+        tokens(llm.requests[b]) - tokens(llm.requests[a]) for a, b in itertools.pairwise(tries)
+    ]
     assert all(g >= COMPACTION_RETRY_GROWTH * limit * 0.9 for g in grown)
     assert llm.requests[-1].turns[-1].blocks  # the turn ran to its end
     assert max(map(tokens, llm.requests)) <= WINDOW
@@ -273,7 +314,9 @@ async def test_claude_over_the_wire_refuses_a_long_prompt_and_the_compacted_retr
     too_long = "prompt is too long: 212345 tokens > 200000 maximum"
     fake.push(ErrorReply(400, "invalid_request_error", too_long), Reply([Text("It fits now.")]))
     async with fake.serve() as url:
-        llm = ClaudeLLM(base_url=url, api_key=fake.api_key, model="claude-haiku-4-5", thinking_level="minimal")
+        llm = ClaudeLLM(
+            base_url=url, api_key=fake.api_key, model="claude-haiku-4-5", thinking_level="minimal"
+        )
         await llm.connect()
         try:
             async with serve_runtime(tmp_path, llm, compaction=CompactionPolicy()) as h:
@@ -290,4 +333,6 @@ async def test_claude_over_the_wire_refuses_a_long_prompt_and_the_compacted_retr
     refused, retried = fake.bodies
     assert len(str(retried["messages"])) < len(str(refused["messages"]))
     assert "[evicted to save context" in str(retried["messages"])
-    assert "the task in progress" in str(retried["messages"][-1]["content"])  # the active request, verbatim
+    assert "the task in progress" in str(
+        retried["messages"][-1]["content"]
+    )  # the active request, verbatim

@@ -66,7 +66,10 @@ def test_config_is_frozen() -> None:
 
 def test_post_init_errors_come_back_from_msgspec_with_the_section_path() -> None:
     # The error rewriting relies on this msgspec behaviour; an upgrade that changes it fails here.
-    with pytest.raises(msgspec.ValidationError, match=r"^blocklist_patterns\[0\]: invalid regex .* - at `\$\.shell`$"):
+    with pytest.raises(
+        msgspec.ValidationError,
+        match=r"^blocklist_patterns\[0\]: invalid regex .* - at `\$\.shell`$",
+    ):
         msgspec.convert({"shell": {"blocklist_patterns": ["("]}}, Config)
 
 
@@ -97,7 +100,11 @@ include_tools = ["query"]
     assert isinstance(stdio, config_module.McpStdioServer)
     assert (stdio.command, stdio.args, stdio.env) == ("mcp-files", ("--root", "/srv"), {"LOG": "1"})
     assert isinstance(http, config_module.McpHttpServer)
-    assert (http.url, http.include_tools, http.timeout_s) == ("http://localhost:9000/mcp", ("query",), 60.0)
+    assert (http.url, http.include_tools, http.timeout_s) == (
+        "http://localhost:9000/mcp",
+        ("query",),
+        60.0,
+    )
 
 
 # --- the seed's sample and the reference kesoku.toml --------------------------------------------
@@ -113,7 +120,11 @@ def test_the_seed_sample_config_decodes_with_its_meaning() -> None:
     assert cfg.claude.resolved_auth_mode == "vertex"
     assert cfg.discord.user_allowlist == ("allowed_username",)
     (channel,) = cfg.discord.channels
-    assert (channel.channels, channel.llm, channel.auto_thread) == (("channel_id_or_name",), "claude", False)
+    assert (channel.channels, channel.llm, channel.auto_thread) == (
+        ("channel_id_or_name",),
+        "claude",
+        False,
+    )
     # The seed's patterns are the defaults, and they mean what they say.
     assert cfg.shell == Config().shell
     assert re.search(cfg.shell.blocklist_patterns[0], "sudo rm -rf /")
@@ -212,7 +223,8 @@ def test_unreadable_file(tmp_path: Path) -> None:
 
 
 def test_a_file_that_fails_to_read_is_one_line() -> None:
-    # Kesoku targets Linux; this runs as root too (unlike the permission test): /proc/self/mem at offset 0 is EIO.
+    # Kesoku targets Linux; this runs as root too (unlike the permission test): /proc/self/mem at
+    # offset 0 is EIO.
     path = Path("/proc/self/mem")
     assert error_of(path) == f"{path}: cannot read: Input/output error"
 
@@ -283,7 +295,9 @@ def test_kesoku_config_selects_the_file(tmp_path: Path) -> None:
     assert default_config_path({"KESOKU_CONFIG": str(path)}) == path
 
 
-def test_default_path_is_local_kesoku_toml_then_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_path_is_local_kesoku_toml_then_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     assert default_config_path({"KESOKU_CONFIG": ""}) is None
     write(tmp_path, '[agent]\nllm = "openai"\n')
@@ -294,7 +308,9 @@ def test_default_path_is_local_kesoku_toml_then_nothing(tmp_path: Path, monkeypa
 # --- paths ----------------------------------------------------------------------------------------
 
 
-def test_relative_paths_are_relative_to_the_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_relative_paths_are_relative_to_the_config_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     elsewhere = tmp_path / "cwd"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
@@ -316,7 +332,9 @@ model_path = "../models/m.gguf"
     assert cfg.local.model_path == str(conf_dir / ".." / "models" / "m.gguf")
 
 
-def test_a_relative_config_path_still_resolves_absolutely(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_relative_config_path_still_resolves_absolutely(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     write(tmp_path / "conf", "")
     cfg = load_config("conf/kesoku.toml", env={})

@@ -52,10 +52,15 @@ def test_check_bad_config_prints_one_line_and_exits_2() -> None:
 
 
 def test_check_invalid_toml_and_missing_file(tmp_path: Path) -> None:
-    line = assert_operator_error(kesoku("config", "check", "--config", str(BAD / "invalid_toml.toml")))
+    line = assert_operator_error(
+        kesoku("config", "check", "--config", str(BAD / "invalid_toml.toml"))
+    )
     assert line.endswith("invalid_toml.toml:3:7: invalid TOML: Invalid value")
     missing = tmp_path / "missing.toml"
-    assert assert_operator_error(kesoku("config", "check", "-c", str(missing))) == f"kesoku: {missing}: no such file"
+    assert (
+        assert_operator_error(kesoku("config", "check", "-c", str(missing)))
+        == f"kesoku: {missing}: no such file"
+    )
 
 
 def test_check_reads_kesoku_config_from_the_environment() -> None:
@@ -77,18 +82,25 @@ def test_check_reference_config_ok() -> None:
     result = kesoku("config", "check", "-c", "kesoku.toml")
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
-    assert result.stdout.startswith(f"ok: {REPO / 'kesoku.toml'} (sections set: agent, claude, compaction,")
+    assert result.stdout.startswith(
+        f"ok: {REPO / 'kesoku.toml'} (sections set: agent, claude, compaction,"
+    )
 
 
 def test_check_without_any_file_uses_defaults(tmp_path: Path) -> None:
     result = kesoku("config", "check", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert result.stdout == f"ok: no kesoku.toml and no $KESOKU_CONFIG; all defaults, db {tmp_path / 'kesoku.db'}\n"
+    assert (
+        result.stdout
+        == f"ok: no kesoku.toml and no $KESOKU_CONFIG; all defaults, db {tmp_path / 'kesoku.db'}\n"
+    )
 
 
 def test_check_never_prints_secrets(tmp_path: Path) -> None:
     path = tmp_path / "kesoku.toml"
-    path.write_text('[gemini]\napi_key = "sk-XYZZY-file"\n[discord]\nbot_token = "tok-XYZZY-file"\n')
+    path.write_text(
+        '[gemini]\napi_key = "sk-XYZZY-file"\n[discord]\nbot_token = "tok-XYZZY-file"\n'
+    )
     for result in (
         kesoku("config", "check", "-c", str(path), ANTHROPIC_API_KEY="sk-XYZZY-env"),
         kesoku("config", "check", cwd=tmp_path, DISCORD_TOKEN="tok-XYZZY-env"),
@@ -99,7 +111,11 @@ def test_check_never_prints_secrets(tmp_path: Path) -> None:
 
 
 def test_usage_error_exits_non_zero_without_traceback() -> None:
-    for args in (("config", "check", "--bogus"), ("config", "check", "extra-positional"), ("config", "nope")):
+    for args in (
+        ("config", "check", "--bogus"),
+        ("config", "check", "extra-positional"),
+        ("config", "nope"),
+    ):
         result = kesoku(*args)
         assert result.returncode not in (0, None), args
         assert "Traceback" not in result.stderr + result.stdout, args

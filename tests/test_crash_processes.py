@@ -43,7 +43,10 @@ async def test_kill_9_mid_tool_then_restart_answers_exactly_once(tmp_path: Path)
         if first.returncode is None:
             first.kill()
     history = store.history(session.id)
-    assert [(m.role, m.kind) for m in history] == [(Role.USER, Kind.TEXT), (Role.ASSISTANT, Kind.TOOL_CALL)]
+    assert [(m.role, m.kind) for m in history] == [
+        (Role.USER, Kind.TEXT),
+        (Role.ASSISTANT, Kind.TOOL_CALL),
+    ]
     assert store.get_message(root.id).status is Status.PROCESSING  # type: ignore[union-attr]
 
     second = await trio.lowlevel.open_process(argv)

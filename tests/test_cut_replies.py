@@ -1,10 +1,10 @@
 """Cut and malformed replies run none of their tool calls; empty answers are failed calls.
 
 Each backend's own stop reason is served by its wire fake to the real SDK on loopback, in a whole
-turn with the real ``write_file`` tool: a reply cut at its output limit (OpenAI, llama.cpp and Ollama
-``finish_reason: "length"``, Claude ``stop_reason: "max_tokens"``, Gemini ``MAX_TOKENS``) or flagged
-malformed (Gemini ``MALFORMED_FUNCTION_CALL``) must leave the file unwritten, store the call with a
-``truncated`` result that tells the model its reply was cut, and go on with the next step.
+turn with the real ``write_file`` tool: a reply cut at its output limit (OpenAI, llama.cpp and
+Ollama ``finish_reason: "length"``, Claude ``stop_reason: "max_tokens"``, Gemini ``MAX_TOKENS``) or
+flagged malformed (Gemini ``MALFORMED_FUNCTION_CALL``) must leave the file unwritten, store the call
+with a ``truncated`` result that tells the model its reply was cut, and go on with the next step.
 """
 
 from __future__ import annotations
@@ -67,7 +67,9 @@ def assert_not_run(h: Harness, history: list[Message], cut: str) -> None:
 # -- OpenAI-compatible: OpenAI, llama.cpp, Ollama --------------------------------------------------
 
 
-@pytest.mark.parametrize("style", ["split", "whole"])  # OpenAI / llama.cpp fragments; Ollama's whole calls
+@pytest.mark.parametrize(
+    "style", ["split", "whole"]
+)  # OpenAI / llama.cpp fragments; Ollama's whole calls
 async def test_openai_length_runs_no_call(tmp_path: Path, style: Any) -> None:
     fake = OpenAIFake()
     cut = OpenAIReply(
@@ -112,14 +114,19 @@ async def test_openai_finish_reasons_map_to_the_ir() -> None:
         assert (response.stop_reason, response.stop_detail) == (reason, finish)
 
 
-# -- Claude -----------------------------------------------------------------------------------------
+# -- Claude
+# -----------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("cut_at", [None, 20])  # complete JSON, and JSON cut inside the block
-async def test_claude_max_tokens_runs_no_call_and_the_retry_asks_for_more(tmp_path: Path, cut_at: int | None) -> None:
+async def test_claude_max_tokens_runs_no_call_and_the_retry_asks_for_more(
+    tmp_path: Path, cut_at: int | None
+) -> None:
     fake = AnthropicFake()
     usage_ = {"input_tokens": 40, "output_tokens": 16384}
-    cut = ClaudeReply(blocks=[ToolUse("tu_1", "write_file", WRITE, cut_at=cut_at)], stop_reason="max_tokens")
+    cut = ClaudeReply(
+        blocks=[ToolUse("tu_1", "write_file", WRITE, cut_at=cut_at)], stop_reason="max_tokens"
+    )
     cut.usage = usage_
     fake.push(cut, claude_text("I will write it in parts."))
     async with claude(fake) as llm:
@@ -135,20 +142,28 @@ async def test_claude_max_tokens_runs_no_call_and_the_retry_asks_for_more(tmp_pa
 
 async def test_claude_input_that_is_not_json_without_max_tokens_is_an_error() -> None:
     fake = AnthropicFake()
-    fake.push(ClaudeReply(blocks=[ToolUse("tu_1", "write_file", WRITE, cut_at=12)], stop_reason="tool_use"))
+    fake.push(
+        ClaudeReply(
+            blocks=[ToolUse("tu_1", "write_file", WRITE, cut_at=12)], stop_reason="tool_use"
+        )
+    )
     async with claude(fake) as llm:
         with pytest.raises(BackendError, match="'write_file' are not a JSON object"):
             await llm.generate(request())
 
 
-# -- Gemini -----------------------------------------------------------------------------------------
+# -- Gemini
+# -----------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
     ("finish", "cut"),
     [
         ("MAX_TOKENS", "cut at 7 output tokens (its output limit)"),
-        ("MALFORMED_FUNCTION_CALL", "flagged as malformed by the provider (MALFORMED_FUNCTION_CALL)"),
+        (
+            "MALFORMED_FUNCTION_CALL",
+            "flagged as malformed by the provider (MALFORMED_FUNCTION_CALL)",
+        ),
     ],
 )
 async def test_gemini_cut_or_malformed_runs_no_call(tmp_path: Path, finish: str, cut: str) -> None:
@@ -159,7 +174,12 @@ async def test_gemini_cut_or_malformed_runs_no_call(tmp_path: Path, finish: str,
         ]
     )
     async with serve_app(fake.app) as url:
-        llm = GeminiLLM(model="gemini-2.5-flash", api_key="test-key", base_url=url, context_caching_threshold=None)
+        llm = GeminiLLM(
+            model="gemini-2.5-flash",
+            api_key="test-key",
+            base_url=url,
+            context_caching_threshold=None,
+        )
         await llm.connect()
         try:
             h, history, state = await write_turn(tmp_path, llm)
@@ -171,11 +191,14 @@ async def test_gemini_cut_or_malformed_runs_no_call(tmp_path: Path, finish: str,
     assert all("maxOutputTokens" not in str(r.body) for r in fake.generate_calls)
 
 
-# -- the turn without a wire ------------------------------------------------------------------------
+# -- the turn without a wire
+# ------------------------------------------------------------------------
 
 
 async def test_an_empty_cut_reply_is_asked_again_with_the_larger_limit(tmp_path: Path) -> None:
-    llm = ScriptedLLM([{"stop": "max_tokens"}, {"text": "the answer"}], output_limit=512, max_output_limit=4096)
+    llm = ScriptedLLM(
+        [{"stop": "max_tokens"}, {"text": "the answer"}], output_limit=512, max_output_limit=4096
+    )
     async with serve_runtime(tmp_path, llm) as h:
         await h.say("think hard")
         assert (await h.turn_end()).state is TurnState.DONE
@@ -185,7 +208,9 @@ async def test_an_empty_cut_reply_is_asked_again_with_the_larger_limit(tmp_path:
 
 
 async def test_a_cut_answer_is_kept_and_the_user_told(tmp_path: Path) -> None:
-    llm = ScriptedLLM([{"text": "The first half", "stop": "max_tokens", "usage": {"output_tokens": 512}}])
+    llm = ScriptedLLM(
+        [{"text": "The first half", "stop": "max_tokens", "usage": {"output_tokens": 512}}]
+    )
     async with serve_runtime(tmp_path, llm) as h:
         await h.say("write a lot")
         assert (await h.turn_end()).state is TurnState.DONE
@@ -196,9 +221,14 @@ async def test_a_cut_answer_is_kept_and_the_user_told(tmp_path: Path) -> None:
     ]
 
 
-async def test_the_stop_reason_reaches_the_turn_log_and_the_model_reads_the_result(tmp_path: Path) -> None:
+async def test_the_stop_reason_reaches_the_turn_log_and_the_model_reads_the_result(
+    tmp_path: Path,
+) -> None:
     llm = ScriptedLLM(
-        [{"tool_calls": [{"name": "write_file", "arguments": WRITE}], "stop": "max_tokens"}, {"text": "ok"}]
+        [
+            {"tool_calls": [{"name": "write_file", "arguments": WRITE}], "stop": "max_tokens"},
+            {"text": "ok"},
+        ]
     )
     h, history, _ = await write_turn(tmp_path, llm)
     assert_not_run(h, history, "cut at its output limit")
@@ -207,9 +237,13 @@ async def test_the_stop_reason_reaches_the_turn_log_and_the_model_reads_the_resu
 
 
 async def test_a_subagent_runs_no_call_of_a_cut_reply(tmp_path: Path) -> None:
-    delegate = {"tool_calls": [{"name": "subagent", "arguments": {"task": "write hello to out.txt"}}]}
+    delegate = {
+        "tool_calls": [{"name": "subagent", "arguments": {"task": "write hello to out.txt"}}]
+    }
     cut = {"tool_calls": [{"name": "write_file", "arguments": WRITE}], "stop": "max_tokens"}
-    llm = ScriptedLLM([delegate, cut, {"text": "could not write it"}, {"text": "The subagent could not."}])
+    llm = ScriptedLLM(
+        [delegate, cut, {"text": "could not write it"}, {"text": "The subagent could not."}]
+    )
     tools = file_tools(PathGates(home=tmp_path / "home"))
     async with serve_runtime(tmp_path, llm, tools=tools, subagent_max_steps=5) as h:
         await h.say("delegate it")
@@ -221,9 +255,14 @@ async def test_a_subagent_runs_no_call_of_a_cut_reply(tmp_path: Path) -> None:
     assert result.content.startswith("[truncated] Not run: your reply was cut at its output limit")
 
 
-async def test_a_subagent_asks_an_empty_cut_reply_again_with_the_larger_limit(tmp_path: Path) -> None:
-    # The turn's step loop (kesoku.agent.loop) is the subagent's too: the same retry with a larger limit.
-    delegate: dict[str, Any] = {"tool_calls": [{"name": "subagent", "arguments": {"task": "think hard"}}]}
+async def test_a_subagent_asks_an_empty_cut_reply_again_with_the_larger_limit(
+    tmp_path: Path,
+) -> None:
+    # The turn's step loop (kesoku.agent.loop) is the subagent's too: the same retry with a larger
+    # limit.
+    delegate: dict[str, Any] = {
+        "tool_calls": [{"name": "subagent", "arguments": {"task": "think hard"}}]
+    }
     steps = [delegate, {"stop": "max_tokens"}, {"text": "the conclusion"}, {"text": "Done."}]
     llm = ScriptedLLM(steps, output_limit=512, max_output_limit=4096)
     async with serve_runtime(tmp_path, llm, subagent_max_steps=5) as h:
@@ -235,7 +274,9 @@ async def test_a_subagent_asks_an_empty_cut_reply_again_with_the_larger_limit(tm
     assert result.content == "the conclusion"
 
 
-async def test_a_model_whose_every_reply_is_cut_with_the_same_call_ends_repeating(tmp_path: Path) -> None:
+async def test_a_model_whose_every_reply_is_cut_with_the_same_call_ends_repeating(
+    tmp_path: Path,
+) -> None:
     # A server that always answers at its limit: the same cut call is refused as a repeat, then the
     # turn ends, instead of running to agent.max_steps_per_turn (50 billed calls).
     cut = {"tool_calls": [{"name": "write_file", "arguments": WRITE}], "stop": "max_tokens"}

@@ -45,7 +45,9 @@ def tool_results(request: LLMRequest) -> list[ToolResultBlock]:
     return [b for t in request.turns for b in t.blocks if isinstance(b, ToolResultBlock)]
 
 
-def answers(table: Mapping[str, Callable[[LLMRequest], Step] | Step]) -> Callable[[LLMRequest], Step]:
+def answers(
+    table: Mapping[str, Callable[[LLMRequest], Step] | Step],
+) -> Callable[[LLMRequest], Step]:
     """A responder: the first key found in the last user text picks the step; else an echo."""
 
     def respond(request: LLMRequest) -> Step:
@@ -81,12 +83,20 @@ class Bot:
             await self.fake.wait_for(lambda: len(self.headers_done(channel_id)) >= count)
         except trio.TooSlowError:
             shown = [m["content"][:80] for m in self.fake.bot_messages(channel_id)]
-            logged = [(m.role, m.kind, m.content[:80]) for s in self.sessions() for m in self.h.history(s)]
-            raise AssertionError(f"no finished turn in {channel_id}: {shown}; log: {logged}") from None
+            logged = [
+                (m.role, m.kind, m.content[:80]) for s in self.sessions() for m in self.h.history(s)
+            ]
+            raise AssertionError(
+                f"no finished turn in {channel_id}: {shown}; log: {logged}"
+            ) from None
         return self.fake.bot_messages(channel_id)
 
     def headers_done(self, channel_id: int) -> list[dict[str, Any]]:
-        return [m for m in self.fake.bot_messages(channel_id) if m["content"].startswith(("⚡", "🛑", "⚠ turn"))]
+        return [
+            m
+            for m in self.fake.bot_messages(channel_id)
+            if m["content"].startswith(("⚡", "🛑", "⚠ turn"))
+        ]
 
 
 def custom_ids(message: dict[str, Any]) -> list[str]:
@@ -155,10 +165,16 @@ async def discord_bot(
     (tmp_path / "shared").mkdir(exist_ok=True)
     async with serve_discord() as fake:
         monkeypatch.setattr(discord.http.Route, "BASE", f"{fake.base_url}/api/v10")
-        monkeypatch.setattr(discord.gateway.DiscordWebSocket, "DEFAULT_GATEWAY", yarl.URL(fake.ws_url))
+        monkeypatch.setattr(
+            discord.gateway.DiscordWebSocket, "DEFAULT_GATEWAY", yarl.URL(fake.ws_url)
+        )
         general = fake.add_channel("general")
         quiet = fake.add_channel("quiet")
-        users = fake.add_user(ALICE, "alice"), fake.add_user(BOB, "bob"), fake.add_user(CAROL, "carol")
+        users = (
+            fake.add_user(ALICE, "alice"),
+            fake.add_user(BOB, "bob"),
+            fake.add_user(CAROL, "carol"),
+        )
         llm = ScriptedLLM(responder=answers(table or {}))
         config = config_for(tmp_path, shared=shared, **discord_options)
         gates = PathGates.from_config(config, config_file=config_file)
@@ -185,7 +201,9 @@ async def test_a_conversation_gets_its_own_thread_dated_by_the_first_message(
         header = messages[0]
         assert header["content"].startswith("⚡ turn 1 · context")
         assert any(i.startswith("kesoku:trace:") for i in custom_ids(header))
-        assert not any(i.startswith("kesoku:clear:") for i in custom_ids(header)), "no ♻️ inside a thread"
+        assert not any(i.startswith("kesoku:clear:") for i in custom_ids(header)), (
+            "no ♻️ inside a thread"
+        )
         assert thread in fake.typing
         delivery = bot.adapter.delivery
         assert delivery is not None
@@ -201,14 +219,19 @@ async def test_a_conversation_gets_its_own_thread_dated_by_the_first_message(
         fake.user_says(thread, bot.alice, "and again")
         await bot.reply_in(thread, 2)
         assert len(bot.sessions()) == 1
-        assert [m.content for m in bot.h.history(session) if m.role is Role.USER] == ["hello there", "and again"]
+        assert [m.content for m in bot.h.history(session) if m.role is Role.USER] == [
+            "hello there",
+            "and again",
+        ]
 
 
 async def test_who_gets_answers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     async with discord_bot(tmp_path, monkeypatch) as bot:
         fake = bot.fake
         fake.user_says(bot.quiet, bot.bob, "unlisted, no mention")
-        fake.user_says(bot.quiet, bot.alice, f"{mention(CAROL)} this is for carol", mentions=(bot.carol,))
+        fake.user_says(
+            bot.quiet, bot.alice, f"{mention(CAROL)} this is for carol", mentions=(bot.carol,)
+        )
         robot = fake.add_user(7777, "other-bot", bot=True)
         fake.user_says(bot.quiet, robot, f"{mention(BOT_ID)} from a bot", mentions=(fake.bot,))
         fake.user_says(bot.quiet, bot.bob, f"{mention(BOT_ID)} bob asks", mentions=(fake.bot,))
@@ -237,7 +260,9 @@ async def test_a_channel_override_answers_in_the_channel_and_offers_clear(
         workspace = Path(session.workspace)
         assert workspace.is_dir()
         fake.click(int(header["id"]), clear, bot.alice)
-        await fake.wait_for(lambda: "Session cleared" in fake.messages[int(header["id"])]["content"])
+        await fake.wait_for(
+            lambda: "Session cleared" in fake.messages[int(header["id"])]["content"]
+        )
         assert bot.sessions() == []
         assert not workspace.exists()
         # The next message starts a new session.
@@ -246,7 +271,9 @@ async def test_a_channel_override_answers_in_the_channel_and_offers_clear(
         assert bot.sessions()[0].id != session.id
 
 
-async def test_a_thread_the_user_started_is_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_thread_the_user_started_is_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     async with discord_bot(tmp_path, monkeypatch) as bot:
         fake = bot.fake
         thread = fake.start_thread(bot.general, "alice's thread", owner=ALICE)
@@ -254,10 +281,14 @@ async def test_a_thread_the_user_started_is_used(tmp_path: Path, monkeypatch: py
         await bot.reply_in(thread)
         (session,) = bot.sessions()
         assert session.channel_id == str(thread)
-        assert not [r for r in fake.log.requests if r.path.endswith("/threads")], "no thread was created"
+        assert not [r for r in fake.log.requests if r.path.endswith("/threads")], (
+            "no thread was created"
+        )
 
 
-async def test_a_peer_bot_wins_the_thread_race(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_peer_bot_wins_the_thread_race(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     async with discord_bot(tmp_path, monkeypatch) as bot:
         fake = bot.fake
         fake.peer_wins_thread_race = True
@@ -281,7 +312,10 @@ async def test_rendering_thoughts_tools_long_answers_and_mentions(
     def step(request: LLMRequest) -> Step:
         if tool_results(request):
             return Step(text=_long_answer())
-        return Step(thought="Let me echo it.", tool_calls=(StepToolCall(name="echo", arguments={"text": "echoed"}),))
+        return Step(
+            thought="Let me echo it.",
+            tool_calls=(StepToolCall(name="echo", arguments={"text": "echoed"}),),
+        )
 
     async with discord_bot(tmp_path, monkeypatch, {"render": step}, tools=[echo()]) as bot:
         fake = bot.fake
@@ -301,12 +335,16 @@ async def test_rendering_thoughts_tools_long_answers_and_mentions(
             assert "roles" not in (m["allowed_mentions"] or {}).get("parse", [])
 
 
-async def test_files_are_uploaded_under_the_sharing_rule(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_files_are_uploaded_under_the_sharing_rule(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     shared = tmp_path / "shared"
     shared.mkdir()
     (shared / "report.txt").write_text("the report")
     (shared / "huge.bin").touch()
-    os.truncate(shared / "huge.bin", 11 * 1024 * 1024)  # sparse: over the guild's 10 MiB upload limit
+    os.truncate(
+        shared / "huge.bin", 11 * 1024 * 1024
+    )  # sparse: over the guild's 10 MiB upload limit
     text = (
         f"Here it is:\n[file: {shared / 'report.txt'}]\nand\n[file: /etc/passwd]\n[file: {shared / 'missing.txt'}]\n"
         f"[file: {shared / 'huge.bin'}]\nDone."
@@ -326,7 +364,9 @@ async def test_files_are_uploaded_under_the_sharing_rule(tmp_path: Path, monkeyp
         assert texts[6] == "Done."
 
 
-async def test_stop_deletes_progress_and_marks_the_turn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_stop_deletes_progress_and_marks_the_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def step(request: LLMRequest) -> Step:
         if tool_results(request):
             return Step(text="this takes a while", delay_s=30)
@@ -335,8 +375,12 @@ async def test_stop_deletes_progress_and_marks_the_turn(tmp_path: Path, monkeypa
     async with discord_bot(tmp_path, monkeypatch, {"slow": step}, tools=[echo()]) as bot:
         fake = bot.fake
         thread = int(fake.user_says(bot.general, bot.alice, "slow one")["id"])
-        await fake.wait_for(lambda: any(m["content"].startswith("📥") for m in fake.bot_messages(thread)))
-        progress = [int(m["id"]) for m in fake.bot_messages(thread) if m["content"][:1] in ("🛠", "📥")]
+        await fake.wait_for(
+            lambda: any(m["content"].startswith("📥") for m in fake.bot_messages(thread))
+        )
+        progress = [
+            int(m["id"]) for m in fake.bot_messages(thread) if m["content"][:1] in ("🛠", "📥")
+        ]
         header = fake.bot_messages(thread)[0]
         stop = next(i for i in custom_ids(header) if i.startswith("kesoku:stop:"))
         fake.click(int(header["id"]), stop, bot.alice)
@@ -350,8 +394,13 @@ async def test_stop_deletes_progress_and_marks_the_turn(tmp_path: Path, monkeypa
         assert root.status == "interrupted"
 
 
-async def test_question_buttons_post_the_choice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    table = {"pick": Step(text="Choose:\n[question: Which colour? | Red | Blue]"), "Blue": Step(text="Blue it is.")}
+async def test_question_buttons_post_the_choice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = {
+        "pick": Step(text="Choose:\n[question: Which colour? | Red | Blue]"),
+        "Blue": Step(text="Blue it is."),
+    }
     async with discord_bot(tmp_path, monkeypatch, table) as bot:
         fake = bot.fake
         thread = int(fake.user_says(bot.general, bot.alice, "pick one")["id"])
@@ -367,7 +416,9 @@ async def test_question_buttons_post_the_choice(tmp_path: Path, monkeypatch: pyt
         assert f"<@{ALICE}> selected: **Blue**" in texts
         assert "Blue it is." in texts
         (session,) = bot.sessions()
-        assert [(m.sender, m.content) for m in bot.h.history(session) if m.role is Role.USER][-1] == ("alice", "Blue")
+        assert [(m.sender, m.content) for m in bot.h.history(session) if m.role is Role.USER][
+            -1
+        ] == ("alice", "Blue")
 
 
 def confirming_tool() -> Tool:
@@ -385,17 +436,23 @@ async def test_a_tool_question_is_answered_through_the_questions(
         results = [str(b) for b in tool_results(request)]
         if results:
             return Step(
-                text="result: " + ("written" if "written" in results[-1] and "not" not in results[-1] else "no")
+                text="result: "
+                + ("written" if "written" in results[-1] and "not" not in results[-1] else "no")
             )
         return Step(tool_calls=(StepToolCall(name="write_it"),))
 
-    async with discord_bot(tmp_path, monkeypatch, {"write": step}, tools=[confirming_tool()]) as bot:
+    async with discord_bot(
+        tmp_path, monkeypatch, {"write": step}, tools=[confirming_tool()]
+    ) as bot:
         fake = bot.fake
         thread = int(fake.user_says(bot.general, bot.alice, "write it")["id"])
         question = await fake.wait_for(
             lambda: next((m for m in fake.bot_messages(thread) if "Allow?" in m["content"]), None)
         )
-        assert [c["label"] for row in question["components"] for c in row["components"]] == ["Allow", "Deny"]
+        assert [c["label"] for row in question["components"] for c in row["components"]] == [
+            "Allow",
+            "Deny",
+        ]
         fake.click(int(question["id"]), custom_ids(question)[0], bot.alice)
         texts = [m["content"] for m in await bot.reply_in(thread)]
         assert "result: written" in texts
@@ -404,7 +461,9 @@ async def test_a_tool_question_is_answered_through_the_questions(
         assert [m.content for m in bot.h.history(session) if m.role is Role.USER] == ["write it"]
 
 
-async def test_attachments_are_saved_in_the_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_attachments_are_saved_in_the_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     async with discord_bot(tmp_path, monkeypatch) as bot:
         fake = bot.fake
         png = b"\x89PNG\r\n\x1a\n" + b"\0" * 64
@@ -420,20 +479,26 @@ async def test_attachments_are_saved_in_the_session(tmp_path: Path, monkeypatch:
         assert f"[attachment: {first.filename} → {first.path}]" in root.content
 
 
-async def test_trace_button_sends_the_turn_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_trace_button_sends_the_turn_page(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     async with discord_bot(tmp_path, monkeypatch) as bot:
         fake = bot.fake
         thread = int(fake.user_says(bot.general, bot.alice, "trace me")["id"])
         header = (await bot.reply_in(thread))[0]
         trace = next(i for i in custom_ids(header) if i.startswith("kesoku:trace:"))
         fake.click(int(header["id"]), trace, bot.alice)
-        reply = await fake.wait_for(lambda: next((r for r in fake.interaction_replies if r.get("files")), None))
+        reply = await fake.wait_for(
+            lambda: next((r for r in fake.interaction_replies if r.get("files")), None)
+        )
         ((name, page),) = reply["files"]
         assert name.endswith("-turn-1.html")
         assert b"<html" in page.lower() and b"trace me" in page
 
 
-async def test_restart_replies_closes_and_restarts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_restart_replies_closes_and_restarts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     async with discord_bot(tmp_path, monkeypatch) as bot:
         fake = bot.fake
         assert [c["name"] for c in fake.commands] == ["restart"]
@@ -442,4 +507,6 @@ async def test_restart_replies_closes_and_restarts(tmp_path: Path, monkeypatch: 
         (reply,) = fake.interaction_replies
         assert reply["type"] == 4 and reply["data"]["flags"] & 64, "an ephemeral message"
         assert "Restarting" in reply["data"]["content"]
-        await fake.wait_for(lambda: all(s.conn is None or s.conn.closed for s in fake.sessions.values()))
+        await fake.wait_for(
+            lambda: all(s.conn is None or s.conn.closed for s in fake.sessions.values())
+        )

@@ -117,7 +117,9 @@ def test_chunks_always_fit_and_are_never_blank(text: str) -> None:
 
 def _call(**args: object) -> Message:
     meta = Metadata(tool_name="shell", tool_arguments=dict(args))
-    return Message(session_id="s", role=Role.ASSISTANT, kind=Kind.TOOL_CALL, sender="Kesoku", metadata=meta)
+    return Message(
+        session_id="s", role=Role.ASSISTANT, kind=Kind.TOOL_CALL, sender="Kesoku", metadata=meta
+    )
 
 
 def test_rendering_thoughts_and_tools() -> None:
@@ -127,7 +129,9 @@ def test_rendering_thoughts_and_tools() -> None:
     call = render_tool_call(_call(command="ls ```"))
     assert call.startswith("🛠️ **shell**\n```\n") and call.count("```") == 2
     meta = Metadata(tool_name="shell", outcome=Outcome.TIMED_OUT)
-    result = Message(session_id="s", role=Role.TOOL, kind=Kind.TOOL_RESULT, sender="shell", metadata=meta)
+    result = Message(
+        session_id="s", role=Role.TOOL, kind=Kind.TOOL_RESULT, sender="shell", metadata=meta
+    )
     assert render_tool_result(result) == "📥 **shell** (timed out)"
     long = Message(
         session_id="s",

@@ -24,7 +24,9 @@ async def test_replies_written_while_the_adapter_was_down_are_delivered_once(
         await bot.adapter_scope_cancel()
         (session,) = bot.sessions()
         root = next(m for m in bot.h.history(session) if m.role is Role.USER)
-        late = await bot.h.gateway.post(in_turn(root, Role.ASSISTANT, Kind.TEXT, "written while you were away"))
+        late = await bot.h.gateway.post(
+            in_turn(root, Role.ASSISTANT, Kind.TEXT, "written while you were away")
+        )
         assert (bot.h.store.get_cursor(cursor_name) or 0) < late.id
         async with running_adapter(bot, config_for(tmp_path)):
             await fake.wait_for(lambda: bot.h.store.get_cursor(cursor_name) == late.id)
@@ -46,13 +48,22 @@ async def test_a_reconnect_resumes_and_replayed_messages_are_dropped(
         fake.user_says(bot.quiet, bot.alice, "second")
         await bot.reply_in(bot.quiet, 2)
         (session,) = bot.sessions()
-        assert [m.content for m in bot.h.history(session) if m.role is Role.USER] == ["first", "second"]
+        assert [m.content for m in bot.h.history(session) if m.role is Role.USER] == [
+            "first",
+            "second",
+        ]
         assert fake.identifies == 1, "resumed, not a new session"
-        answers = [m["content"] for m in fake.bot_messages(bot.quiet) if m["content"].startswith("you said")]
+        answers = [
+            m["content"]
+            for m in fake.bot_messages(bot.quiet)
+            if m["content"].startswith("you said")
+        ]
         assert answers == ["you said: first", "you said: second"]
 
 
-async def test_the_token_falls_back_to_discord_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_token_falls_back_to_discord_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("DISCORD_TOKEN", "from-the-environment")
     async with discord_bot(tmp_path, monkeypatch, bot_token=None) as bot:
         login = bot.fake.log.requests[0]
@@ -65,4 +76,6 @@ def test_no_token_is_an_operator_error(tmp_path: Path) -> None:
     with pytest.raises(OperatorError, match="DISCORD_TOKEN"):
         bot_token(config, {})
     assert bot_token(config, {"DISCORD_TOKEN": "t"}) == "t"
-    assert bot_token(config_for(tmp_path), {"DISCORD_TOKEN": "t"}) == "test-token", "the config wins"
+    assert bot_token(config_for(tmp_path), {"DISCORD_TOKEN": "t"}) == "test-token", (
+        "the config wins"
+    )

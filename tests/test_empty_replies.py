@@ -42,7 +42,9 @@ async def test_an_empty_200_is_a_failed_call_retried_then_one_line(tmp_path: Pat
     assert len(fake.bodies) == 3  # the call and its two retries
     notice = history[-1]
     assert notice.role is Role.SYSTEM
-    assert notice.content.startswith("⚠ The model call failed: openai: the server answered with nothing")
+    assert notice.content.startswith(
+        "⚠ The model call failed: openai: the server answered with nothing"
+    )
     assert "\n" not in notice.content
 
 
@@ -67,18 +69,35 @@ async def test_a_step_with_no_stop_reason_and_no_content_is_not_a_success() -> N
 
 
 async def test_kesoku_chat_one_shot_exits_1_on_an_empty_200(tmp_path: Path) -> None:
-    fake = OpenAIFake(api_key=None, server="llama.cpp", window=8192)  # its window is asked: no warning
+    fake = OpenAIFake(
+        api_key=None, server="llama.cpp", window=8192
+    )  # its window is asked: no warning
     fake.push(EmptyReply(), EmptyReply())
     async with fake.serve() as url:
         (tmp_path / "kesoku.toml").write_text(
             '[agent]\nllm = "openai"\nmax_retries = 1\nretry_cap_s = 0.01\n'
             f'[openai]\nbase_url = "{url}"\nmodel_name = "llama"\n'
         )
-        env = {k: v for k, v in os.environ.items() if k not in CLEARED} | {"XDG_STATE_HOME": str(tmp_path / "state")}
-        command = [sys.executable, "-m", "kesoku", "chat", "-c", str(tmp_path / "kesoku.toml"), "hello"]
+        env = {k: v for k, v in os.environ.items() if k not in CLEARED} | {
+            "XDG_STATE_HOME": str(tmp_path / "state")
+        }
+        command = [
+            sys.executable,
+            "-m",
+            "kesoku",
+            "chat",
+            "-c",
+            str(tmp_path / "kesoku.toml"),
+            "hello",
+        ]
         with trio.fail_after(120):
             result = await trio.run_process(
-                command, cwd=tmp_path, env=env, capture_stdout=True, capture_stderr=True, check=False
+                command,
+                cwd=tmp_path,
+                env=env,
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
             )
     assert result.returncode == 1
     assert result.stdout == b""

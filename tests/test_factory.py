@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from kesoku.config.settings import AgentConfig, ClaudeConfig, Config, GeminiConfig, OpenAIConfig, ScriptedConfig
+from kesoku.config.settings import (
+    AgentConfig,
+    ClaudeConfig,
+    Config,
+    GeminiConfig,
+    OpenAIConfig,
+    ScriptedConfig,
+)
 from kesoku.llm.factory import create_llm, default_backend
 from kesoku.llm.fallback import FallbackLLM
 from kesoku.testing import ScriptedLLM
@@ -22,13 +29,18 @@ def test_the_default_follows_the_credentials_present() -> None:
     assert default_backend(Config(gemini=GeminiConfig(api_key="k")))[0] == "gemini"
     assert default_backend(Config(claude=ClaudeConfig(api_key="k")))[0] == "claude"
     assert default_backend(Config(claude=ClaudeConfig(project_id="p")))[0] == "claude"  # vertex
-    assert default_backend(Config(openai=OpenAIConfig(base_url="http://localhost:11434/v1")))[0] == "openai"
+    assert (
+        default_backend(Config(openai=OpenAIConfig(base_url="http://localhost:11434/v1")))[0]
+        == "openai"
+    )
     _name, reason = default_backend(Config())
     assert "offline" in reason
 
 
 def test_an_unknown_backend_is_one_clear_line() -> None:
-    with pytest.raises(OperatorError, match=r"^agent\.llm: unknown backend 'gpt' \(known: gemini, claude"):
+    with pytest.raises(
+        OperatorError, match=r"^agent\.llm: unknown backend 'gpt' \(known: gemini, claude"
+    ):
         create_llm("gpt", Config())
 
 
@@ -38,9 +50,12 @@ def test_the_scripted_backend_needs_its_scenario(tmp_path: Path) -> None:
     scenario = tmp_path / "s.yaml"
     scenario.write_text("model: from-file\nsteps: [{text: hi}]\n")
     cfg = Config(
-        agent=AgentConfig(llm="gemini", max_retries=7, retry_cap_s=2.5), scripted=ScriptedConfig(path=str(scenario))
+        agent=AgentConfig(llm="gemini", max_retries=7, retry_cap_s=2.5),
+        scripted=ScriptedConfig(path=str(scenario)),
     )
-    llm = create_llm("scripted", cfg)  # a name given explicitly (a session's override) wins over agent.llm
+    llm = create_llm(
+        "scripted", cfg
+    )  # a name given explicitly (a session's override) wins over agent.llm
     assert isinstance(llm, ScriptedLLM)
     assert (llm.model, llm.source) == ("from-file", str(scenario))
     assert (llm.max_retries, llm.backoff_cap_s) == (7, 2.5)

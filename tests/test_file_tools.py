@@ -95,10 +95,13 @@ async def refused(tools: dict[str, Tool], name: str, ctx: ToolContext, **argumen
     return str(info.value)
 
 
-# -- read_file ----------------------------------------------------------------------------------------
+# -- read_file
+# ----------------------------------------------------------------------------------------
 
 
-async def test_read_file_numbers_lines_and_reads_ranges(tools: dict[str, Tool], ctx: ToolContext, ws: Path) -> None:
+async def test_read_file_numbers_lines_and_reads_ranges(
+    tools: dict[str, Tool], ctx: ToolContext, ws: Path
+) -> None:
     (ws / "long.txt").write_text("".join(f"line {i}\n" for i in range(1, 101)))
     assert await call(tools, "read_file", ctx, path="src/main.py") == (
         "src/main.py (lines 1-2):\n1\timport pkg\n2\tprint('hello')"
@@ -108,7 +111,9 @@ async def test_read_file_numbers_lines_and_reads_ranges(tools: dict[str, Tool], 
         part == "long.txt (lines 10-12):\n10\tline 10\n11\tline 11\n12\tline 12\n"
         "[more lines follow: read on with start_line=13]"
     )
-    assert (await call(tools, "read_file", ctx, path=str(ws / "long.txt"), start_line=100)).endswith("100\tline 100")
+    assert (
+        await call(tools, "read_file", ctx, path=str(ws / "long.txt"), start_line=100)
+    ).endswith("100\tline 100")
     assert "past the end" in await refused(tools, "read_file", ctx, path="long.txt", start_line=101)
     (ws / "empty.txt").write_text("")
     assert await call(tools, "read_file", ctx, path="empty.txt") == "empty.txt is empty"
@@ -169,19 +174,29 @@ async def test_symlink_escapes_are_judged_by_their_target(
     (ws / "keys").symlink_to(home / ".ssh")
     (ws / "inner.md").symlink_to(ws / "README.md")
     assert "outside the workspace" in await refused(tools, "read_file", ctx, path="link.txt")
-    assert "outside the workspace" in await refused(tools, "read_file", ctx, path="outdir/private.txt")
-    assert "~/.ssh is a secret location" in await refused(tools, "read_file", ctx, path="keys/id_rsa")
+    assert "outside the workspace" in await refused(
+        tools, "read_file", ctx, path="outdir/private.txt"
+    )
+    assert "~/.ssh is a secret location" in await refused(
+        tools, "read_file", ctx, path="keys/id_rsa"
+    )
     assert "outside the workspace" in await refused(tools, "list_dir", ctx, path="outdir")
-    assert (await call(tools, "read_file", ctx, path="inner.md")).startswith("README.md (lines 1-2)")
+    assert (await call(tools, "read_file", ctx, path="inner.md")).startswith(
+        "README.md (lines 1-2)"
+    )
     # `dir/..` after a symlink climbs from the link's target, as the OS does.
-    assert "outside the workspace" in await refused(tools, "read_file", ctx, path="outdir/../outside/private.txt")
+    assert "outside the workspace" in await refused(
+        tools, "read_file", ctx, path="outdir/../outside/private.txt"
+    )
 
 
 async def test_a_hard_link_to_a_secret_is_refused(
     tools: dict[str, Tool], ctx: ToolContext, ws: Path, home: Path
 ) -> None:
     os.link(home / ".ssh" / "id_rsa", ws / "innocent.txt")
-    assert "hard link to a secret file" in await refused(tools, "read_file", ctx, path="innocent.txt")
+    assert "hard link to a secret file" in await refused(
+        tools, "read_file", ctx, path="innocent.txt"
+    )
     assert "innocent.txt" not in await call(tools, "glob", ctx, pattern="*.txt")
     assert await call(tools, "grep", ctx, pattern="PRIVATE") == "no matches for 'PRIVATE'"
 
@@ -196,10 +211,13 @@ async def test_readable_roots_are_readable_but_not_writable(
     assert guide.read_text() == "the guide\n"
 
 
-# -- write_file and edit_file -------------------------------------------------------------------------
+# -- write_file and edit_file
+# -------------------------------------------------------------------------
 
 
-async def test_write_file_creates_and_overwrites(tools: dict[str, Tool], ctx: ToolContext, ws: Path) -> None:
+async def test_write_file_creates_and_overwrites(
+    tools: dict[str, Tool], ctx: ToolContext, ws: Path
+) -> None:
     assert await call(tools, "write_file", ctx, path="new/dir/a.txt", content="one\ntwo\n") == (
         "created new/dir/a.txt: 8 bytes, 2 lines"
     )
@@ -208,7 +226,13 @@ async def test_write_file_creates_and_overwrites(tools: dict[str, Tool], ctx: To
     )
     assert (ws / "new" / "dir" / "a.txt").read_text() == "x"
     session_ws = Path(ctx.session.workspace)
-    await call(tools, "write_file", ctx, path=str(session_ws / "out.txt"), content="in the session workspace")
+    await call(
+        tools,
+        "write_file",
+        ctx,
+        path=str(session_ws / "out.txt"),
+        content="in the session workspace",
+    )
     assert (session_ws / "out.txt").exists()
 
 
@@ -244,13 +268,22 @@ async def test_a_write_outside_asks_the_user_and_an_allowed_one_happens(
 ) -> None:
     guard = StaticGuard(allow=True)
     ctx = ToolContext(session=session, cwd=ws, call_id="c", guard=guard)
-    result = await call(tools, "write_file", ctx, path=str(outside / "new.txt"), content="approved\n")
+    result = await call(
+        tools, "write_file", ctx, path=str(outside / "new.txt"), content="approved\n"
+    )
     assert result == f"created {outside / 'new.txt'}: 9 bytes, 1 lines"
     assert (outside / "new.txt").read_text() == "approved\n"
     assert guard.questions == [
         f"write_file wants to write {outside / 'new.txt'} ({outside / 'new.txt'} is outside the workspace). Allow?"
     ]
-    await call(tools, "edit_file", ctx, path=str(outside / "new.txt"), old_text="approved", new_text="edited")
+    await call(
+        tools,
+        "edit_file",
+        ctx,
+        path=str(outside / "new.txt"),
+        old_text="approved",
+        new_text="edited",
+    )
     assert (outside / "new.txt").read_text() == "edited\n"
     assert len(guard.questions) == 2
     # Inside the workspace nothing is asked.
@@ -263,17 +296,24 @@ async def test_a_denied_write_outside_is_not_written(
 ) -> None:
     guard = StaticGuard(allow=False)
     ctx = ToolContext(session=session, cwd=ws, call_id="c", guard=guard)
-    message = await refused(tools, "write_file", ctx, path=str(outside / "private.txt"), content="overwritten")
+    message = await refused(
+        tools, "write_file", ctx, path=str(outside / "private.txt"), content="overwritten"
+    )
     assert "was not allowed (denied); the file was not written" in message
     assert (outside / "private.txt").read_text() == "hello from outside\n"
     assert len(guard.questions) == 1
 
 
-async def test_approval_is_for_the_path_asked_about(ctx: ToolContext, gates: PathGates, outside: Path) -> None:
+async def test_approval_is_for_the_path_asked_about(
+    ctx: ToolContext, gates: PathGates, outside: Path
+) -> None:
     # What was approved is one resolved path: another outside path is still refused.
     with pytest.raises(ToolError, match="needs the user's approval"):
         require_write(outside / "other.txt", ctx, gates, approved=outside / "new.txt")
-    assert require_write(outside / "new.txt", ctx, gates, approved=outside / "new.txt") == outside / "new.txt"
+    assert (
+        require_write(outside / "new.txt", ctx, gates, approved=outside / "new.txt")
+        == outside / "new.txt"
+    )
 
 
 async def test_reading_a_readable_root_taints_the_session(
@@ -291,24 +331,34 @@ async def test_reading_a_readable_root_taints_the_session(
     )
 
 
-async def test_check_write_returns_the_approval_request(ctx: ToolContext, gates: PathGates, outside: Path) -> None:
+async def test_check_write_returns_the_approval_request(
+    ctx: ToolContext, gates: PathGates, outside: Path
+) -> None:
     decision = check_write(outside / "x.txt", ctx, gates)
-    assert decision == NeedsApproval(outside / "x.txt", f"{outside / 'x.txt'} is outside the workspace")
+    assert decision == NeedsApproval(
+        outside / "x.txt", f"{outside / 'x.txt'} is outside the workspace"
+    )
     assert check_write("inside.txt", ctx, gates) == ctx.cwd / "inside.txt"
 
 
-@pytest.mark.parametrize("path", [".env", "sub/.env.production", "kesoku.db", "kesoku.db-journal", "~/.ssh/config"])
-async def test_secrets_are_never_written(tools: dict[str, Tool], ctx: ToolContext, ws: Path, path: str) -> None:
+@pytest.mark.parametrize(
+    "path", [".env", "sub/.env.production", "kesoku.db", "kesoku.db-journal", "~/.ssh/config"]
+)
+async def test_secrets_are_never_written(
+    tools: dict[str, Tool], ctx: ToolContext, ws: Path, path: str
+) -> None:
     message = await refused(tools, "write_file", ctx, path=path, content="x")
     assert message.startswith(f"writing {path} is denied: ")
     assert (ws / ".env").read_text() == "API_KEY=hello-secret\n"
 
 
-async def test_edit_file_replaces_exactly_one_match(tools: dict[str, Tool], ctx: ToolContext, ws: Path) -> None:
+async def test_edit_file_replaces_exactly_one_match(
+    tools: dict[str, Tool], ctx: ToolContext, ws: Path
+) -> None:
     target = ws / "src" / "pkg" / "mod.py"
-    assert await call(tools, "edit_file", ctx, path="src/pkg/mod.py", old_text="'Hello'", new_text="'Hi'\n") == (
-        "edited src/pkg/mod.py at line 2: 1 line(s) replaced by 2"
-    )
+    assert await call(
+        tools, "edit_file", ctx, path="src/pkg/mod.py", old_text="'Hello'", new_text="'Hi'\n"
+    ) == ("edited src/pkg/mod.py at line 2: 1 line(s) replaced by 2")
     assert target.read_text() == "def hello():\n    return 'Hi'\n\n"
     (ws / "twice.txt").write_text("a\nb\na\n")
     assert "old_text matches 2 times in twice.txt" in await refused(
@@ -326,13 +376,16 @@ async def test_edit_file_replaces_exactly_one_match(tools: dict[str, Tool], ctx:
     assert "is not UTF-8 text" in await refused(
         tools, "edit_file", ctx, path="latin1.txt", old_text="caf", new_text="x"
     )
-    assert "denied" in await refused(tools, "edit_file", ctx, path=".env", old_text="API", new_text="X")
+    assert "denied" in await refused(
+        tools, "edit_file", ctx, path=".env", old_text="API", new_text="X"
+    )
     assert "`old_text` must be a non-empty string" in await refused(
         tools, "edit_file", ctx, path="twice.txt", old_text="", new_text="x"
     )
 
 
-# -- list_dir, glob, grep -----------------------------------------------------------------------------
+# -- list_dir, glob, grep
+# -----------------------------------------------------------------------------
 
 
 async def test_list_dir(tools: dict[str, Tool], ctx: ToolContext, ws: Path, outside: Path) -> None:
@@ -354,13 +407,19 @@ async def test_glob(tools: dict[str, Tool], ctx: ToolContext, ws: Path, outside:
     assert await call(tools, "glob", ctx, pattern="**/*.py") == (
         "2 match(es) for '**/*.py' in .:\nsrc/main.py\nsrc/pkg/mod.py"
     )
-    assert (await call(tools, "glob", ctx, pattern="*.py", path="src")).splitlines()[1:] == ["main.py"]
+    assert (await call(tools, "glob", ctx, pattern="*.py", path="src")).splitlines()[1:] == [
+        "main.py"
+    ]
     assert "no files match" in await call(tools, "glob", ctx, pattern="*.rs")
     hidden = await call(tools, "glob", ctx, pattern="**/.*")
     assert ".git/" in hidden and ".env" not in hidden.splitlines()
     for pattern in ("/etc/*", "../*", "src/../../*", "~/.ssh/*"):
-        assert "must be relative and must not use .." in await refused(tools, "glob", ctx, pattern=pattern)
-    assert "outside the workspace" in await refused(tools, "glob", ctx, pattern="*", path=str(outside))
+        assert "must be relative and must not use .." in await refused(
+            tools, "glob", ctx, pattern=pattern
+        )
+    assert "outside the workspace" in await refused(
+        tools, "glob", ctx, pattern="*", path=str(outside)
+    )
 
 
 async def test_grep(tools: dict[str, Tool], ctx: ToolContext, ws: Path, outside: Path) -> None:
@@ -372,13 +431,26 @@ async def test_grep(tools: dict[str, Tool], ctx: ToolContext, ws: Path, outside:
         "src/main.py:2: print('hello')",
         "src/pkg/mod.py:1: def hello():",
     ]  # not .env, .git/config, the db, nor what the symlinks point to
-    assert "src/pkg/mod.py:2:     return 'Hello'" in await call(tools, "grep", ctx, pattern="HELLO", ignore_case=True)
-    assert (await call(tools, "grep", ctx, pattern="hello", glob="*.md")) == "README.md:2: hello world"
-    assert (await call(tools, "grep", ctx, pattern="hel+o", path="src/main.py")) == "src/main.py:2: print('hello')"
-    assert await call(tools, "grep", ctx, pattern="nothing-matches-this") == "no matches for 'nothing-matches-this'"
+    assert "src/pkg/mod.py:2:     return 'Hello'" in await call(
+        tools, "grep", ctx, pattern="HELLO", ignore_case=True
+    )
+    assert (
+        await call(tools, "grep", ctx, pattern="hello", glob="*.md")
+    ) == "README.md:2: hello world"
+    assert (
+        await call(tools, "grep", ctx, pattern="hel+o", path="src/main.py")
+    ) == "src/main.py:2: print('hello')"
+    assert (
+        await call(tools, "grep", ctx, pattern="nothing-matches-this")
+        == "no matches for 'nothing-matches-this'"
+    )
     assert "invalid regular expression" in await refused(tools, "grep", ctx, pattern="(")
-    assert ".env files hold secrets" in await refused(tools, "grep", ctx, pattern="KEY", path=".env")
-    assert "outside the workspace" in await refused(tools, "grep", ctx, pattern="hello", path=str(outside))
+    assert ".env files hold secrets" in await refused(
+        tools, "grep", ctx, pattern="KEY", path=".env"
+    )
+    assert "outside the workspace" in await refused(
+        tools, "grep", ctx, pattern="hello", path=str(outside)
+    )
 
 
 async def test_grep_caps_its_matches(tools: dict[str, Tool], ctx: ToolContext, ws: Path) -> None:
@@ -399,13 +471,19 @@ def test_glob_regex() -> None:
     assert glob_regex("a+b(c).txt").match("a+b(c).txt")
 
 
-# -- the gates as functions ---------------------------------------------------------------------------
+# -- the gates as functions
+# ---------------------------------------------------------------------------
 
 
-def test_check_read_and_secret_reason(ctx: ToolContext, gates: PathGates, ws: Path, home: Path) -> None:
+def test_check_read_and_secret_reason(
+    ctx: ToolContext, gates: PathGates, ws: Path, home: Path
+) -> None:
     assert check_read("src/../README.md", ctx, gates) == ws / "README.md"
     assert secret_reason("~/.ssh", ws, gates) == "~/.ssh is a secret location"
-    assert secret_reason(home / ".ssh" / ".." / ".ssh" / "id_rsa", ws, gates) == "~/.ssh is a secret location"
+    assert (
+        secret_reason(home / ".ssh" / ".." / ".ssh" / "id_rsa", ws, gates)
+        == "~/.ssh is a secret location"
+    )
     assert secret_reason("notes.txt", ws, gates) is None
     assert secret_reason(".ENV", ws, gates) == ".env files hold secrets"
     with pytest.raises(ToolError, match="it holds a NUL character"):
@@ -420,7 +498,9 @@ def test_gates_from_the_config_protect_its_files(tmp_path: Path) -> None:
     folder = config_file.parent
     assert gates.protected_files == (folder / "state" / "k.db", config_file)
     assert gates.readable_roots == ()
-    assert gates.trusted_roots == (folder / "skills",)  # skills are read by absolute path, without taint
+    assert gates.trusted_roots == (
+        folder / "skills",
+    )  # skills are read by absolute path, without taint
     assert secret_reason(folder / "state" / "k.db-shm", tmp_path, gates) is not None
     assert secret_reason(config_file, tmp_path, gates) is not None
 
@@ -466,7 +546,9 @@ def test_file_markers_share_only_workspace_and_shareable_files(
         assert isinstance(check_share(path, ws, gates), str), path
 
 
-async def test_trusted_roots_are_read_without_taint(session: Session, ws: Path, tmp_path: Path) -> None:
+async def test_trusted_roots_are_read_without_taint(
+    session: Session, ws: Path, tmp_path: Path
+) -> None:
     skills = tmp_path / "skills" / "demo"
     skills.mkdir(parents=True)
     (skills / "SKILL.md").write_text("---\nname: demo\ndescription: d\n---\nbody\n")

@@ -8,7 +8,16 @@ from runtime_harness import close_store
 
 from kesoku.gateway import Gateway
 from kesoku.store import Store, UnknownSessionError
-from kesoku.vocab.model import Kind, Message, MessageError, Metadata, Role, Session, in_turn, user_text
+from kesoku.vocab.model import (
+    Kind,
+    Message,
+    MessageError,
+    Metadata,
+    Role,
+    Session,
+    in_turn,
+    user_text,
+)
 
 
 async def collect(listener: object, n: int, into: list[Message]) -> None:
@@ -30,7 +39,9 @@ async def test_post_persists_and_wakes_a_listener(gateway: Gateway, session: Ses
     assert gateway.store.get_message(a.id) == a
 
 
-async def test_listen_tails_by_default_and_replays_from_zero(gateway: Gateway, session: Session) -> None:
+async def test_listen_tails_by_default_and_replays_from_zero(
+    gateway: Gateway, session: Session
+) -> None:
     old = await gateway.post(user_text(session.id, "before"))
     tail = gateway.listen()
     replay = gateway.listen(after=0)
@@ -70,12 +81,18 @@ async def test_a_duplicate_external_id_wakes_no_one(gateway: Gateway, session: S
 
 async def test_post_many_is_all_or_nothing(gateway: Gateway, session: Session) -> None:
     root = await gateway.post(user_text(session.id, "q"))
-    calls = [in_turn(root, Role.ASSISTANT, Kind.TOOL_CALL, "", metadata=Metadata(tool_name=f"t{i}")) for i in range(3)]
+    calls = [
+        in_turn(root, Role.ASSISTANT, Kind.TOOL_CALL, "", metadata=Metadata(tool_name=f"t{i}"))
+        for i in range(3)
+    ]
     stored = await gateway.post_many(calls)
     assert [m.id for m in stored] == list(range(root.id + 1, root.id + 4))
     with pytest.raises(MessageError):
         await gateway.post_many(
-            [user_text(session.id, "fine"), Message(session_id=session.id, role=Role.USER, sender="")]
+            [
+                user_text(session.id, "fine"),
+                Message(session_id=session.id, role=Role.USER, sender=""),
+            ]
         )
     with pytest.raises(UnknownSessionError):
         await gateway.post_many([user_text(session.id, "fine"), user_text("ghost", "x")])
@@ -90,7 +107,9 @@ async def test_a_cancelled_post_writes_nothing(gateway: Gateway, session: Sessio
     assert gateway.store.history(session.id) == []
 
 
-async def test_a_post_that_started_completes_despite_cancellation(gateway: Gateway, session: Session) -> None:
+async def test_a_post_that_started_completes_despite_cancellation(
+    gateway: Gateway, session: Session
+) -> None:
     stored: list[Message] = []
 
     async def poster(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -99,7 +118,8 @@ async def test_a_post_that_started_completes_despite_cancellation(gateway: Gatew
 
     async with trio.open_nursery() as nursery:
         await nursery.start(poster)
-        nursery.cancel_scope.cancel()  # the post already ran synchronously up to its final checkpoint
+        # the post already ran synchronously up to its final checkpoint
+        nursery.cancel_scope.cancel()
     assert [m.content for m in gateway.store.history(session.id)] == ["kept"]
     assert stored
     assert stored[0].content == "kept"
@@ -140,7 +160,9 @@ async def test_a_fast_listener_keeps_up_in_memory(gateway: Gateway, session: Ses
     assert listener.store_reads == 1  # the first read only: every post was handed over in memory
 
 
-async def test_a_restarted_listener_gets_exactly_what_it_missed(gateway: Gateway, session: Session) -> None:
+async def test_a_restarted_listener_gets_exactly_what_it_missed(
+    gateway: Gateway, session: Session
+) -> None:
     first = [await gateway.post(user_text(session.id, f"a{i}")) for i in range(5)]
     seen: list[Message] = []
     with trio.move_on_after(1):
@@ -158,7 +180,9 @@ async def test_a_restarted_listener_gets_exactly_what_it_missed(gateway: Gateway
     assert resumed == missed
 
 
-async def test_cancelling_a_waiting_listener_loses_nothing(gateway: Gateway, session: Session) -> None:
+async def test_cancelling_a_waiting_listener_loses_nothing(
+    gateway: Gateway, session: Session
+) -> None:
     listener = gateway.listen()
     with trio.move_on_after(0.01):
         await anext(listener)
@@ -189,10 +213,14 @@ async def test_writes_by_another_connection_reach_listeners(
     other = Gateway(Store(db_path), gateway.sessions_dir)
     listener = gateway.listen()
     mine_1 = await gateway.post(user_text(session.id, "mine 1"))
-    theirs = await other.post(user_text(session.id, "theirs"))  # no post of ours follows: found by polling
+    theirs = await other.post(
+        user_text(session.id, "theirs")
+    )  # no post of ours follows: found by polling
     assert [await anext(listener), await anext(listener)] == [mine_1, theirs]
     theirs_2 = await other.post(user_text(session.id, "theirs 2"))
-    mine_2 = await gateway.post(user_text(session.id, "mine 2"))  # id gap: the listener reads the store
+    mine_2 = await gateway.post(
+        user_text(session.id, "mine 2")
+    )  # id gap: the listener reads the store
     assert [await anext(listener), await anext(listener)] == [theirs_2, mine_2]
     await close_store(other.store)
 
@@ -208,7 +236,9 @@ async def test_deleting_a_session_removes_its_workspace(gateway: Gateway, sessio
     assert not await gateway.delete_session(session.id)
 
 
-async def test_a_listener_drains_its_buffer_without_starving_other_tasks(store: Store, tmp_path: Path) -> None:
+async def test_a_listener_drains_its_buffer_without_starving_other_tasks(
+    store: Store, tmp_path: Path
+) -> None:
     gateway = Gateway(store, tmp_path / "sessions", listener_buffer=64)
     session = gateway.open_session("terminal", "backlog")
     backlog = [user_text(session.id, str(i)) for i in range(1_000)]
@@ -233,8 +263,9 @@ async def test_a_listener_drains_its_buffer_without_starving_other_tasks(store: 
             if msg.id == posted[-1].id:
                 break
         nursery.cancel_scope.cancel()
-    # It yields before every store read (one buffer's worth); trio may run the two tasks of one batch in
-    # either order, so the other task can see two buffers go by between two of its own steps.
+    # It yields before every store read (one buffer's worth); trio may run the two tasks of one
+    # batch in either order, so the other task can see two buffers go by between two of its own
+    # steps.
     assert longest <= 2 * 64
     assert longest >= 64  # a buffer is drained without a trip through the scheduler per message
 
@@ -257,7 +288,11 @@ async def test_idle_listeners_all_get_another_connections_writes(
     gateway: Gateway, session: Session, db_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
     other = Store(db_path)
-    listeners = [gateway.listen(), gateway.listen(role="user"), gateway.listen(session_id=session.id)]
+    listeners = [
+        gateway.listen(),
+        gateway.listen(role="user"),
+        gateway.listen(session_id=session.id),
+    ]
     got: list[list[Message]] = [[], [], []]
     async with trio.open_nursery() as nursery:
         for listener, into in zip(listeners, got, strict=True):
@@ -270,7 +305,9 @@ async def test_idle_listeners_all_get_another_connections_writes(
     assert got == [[theirs, again]] * 3
 
 
-def test_a_gateway_polls_in_every_trio_run(gateway: Gateway, session: Session, db_path: Path) -> None:
+def test_a_gateway_polls_in_every_trio_run(
+    gateway: Gateway, session: Session, db_path: Path
+) -> None:
     other = Store(db_path)
 
     async def a_run(text: str) -> Message:
@@ -311,7 +348,8 @@ async def test_a_posting_loop_yields_once_per_slice(store: Store, tmp_path: Path
         nursery.start_soon(other_task)
         await trio.lowlevel.checkpoint()
         every = Gateway(store, tmp_path / "sessions", post_yield_s=0)
-        # Every post a schedule point (give or take one: trio may run a batch's tasks in either order).
+        # Every post a schedule point (give or take one: trio may run a batch's tasks in either
+        # order).
         assert await steps_during_posts(every, 50) >= 49
         never = Gateway(store, tmp_path / "sessions", post_yield_s=3600)
         listener = never.listen()
@@ -328,7 +366,9 @@ async def test_a_posting_loop_yields_once_per_slice(store: Store, tmp_path: Path
         nursery.cancel_scope.cancel()
 
 
-async def test_a_cancelled_post_writes_nothing_even_within_a_slice(store: Store, tmp_path: Path) -> None:
+async def test_a_cancelled_post_writes_nothing_even_within_a_slice(
+    store: Store, tmp_path: Path
+) -> None:
     gateway = Gateway(store, tmp_path / "sessions", post_yield_s=3600)
     session = gateway.open_session("terminal", "slice")
     kept = await gateway.post(user_text(session.id, "kept"))  # yields; the next would not

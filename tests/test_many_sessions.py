@@ -38,9 +38,12 @@ def seed(tmp_path: Path, count: int) -> list[int]:
     store = Store(tmp_path / "kesoku.db")
     try:
         sessions = [
-            store.create_session("test", f"chan-{i}", workspace_root=tmp_path / "sessions") for i in range(count)
+            store.create_session("test", f"chan-{i}", workspace_root=tmp_path / "sessions")
+            for i in range(count)
         ]
-        inserted = store.insert_messages([user_text(s.id, f"hello {i}") for i, s in enumerate(sessions)])
+        inserted = store.insert_messages(
+            [user_text(s.id, f"hello {i}") for i, s in enumerate(sessions)]
+        )
         return [i.message.id for i in inserted]
     finally:
         store.close()
@@ -78,7 +81,12 @@ def test_1100_pending_sessions_drain_under_a_low_open_file_limit(tmp_path: Path)
             preexec_fn=low_file_limit,
         )
         try:
-            done = lambda: statuses(tmp_path, ids).get(Status.DONE) == SESSIONS or proc.poll() is not None  # noqa: E731
+
+            def done() -> bool:
+                return (
+                    statuses(tmp_path, ids).get(Status.DONE) == SESSIONS or proc.poll() is not None
+                )
+
             eventually(done, timeout_s=240)
             assert proc.poll() is None, "the daemon exited"
             # Every worker is still live (worker_idle_s): the daemon holds all the sessions at once.
@@ -97,7 +105,9 @@ def test_1100_pending_sessions_drain_under_a_low_open_file_limit(tmp_path: Path)
     assert "Too many open files" not in text and "Traceback" not in text, text[-3000:]
     assert "recovering 1100 open user message(s)" in text
     assert lines[-1].endswith("info daemon: stopped")
-    assert len(list((tmp_path / "sessions" / ".locks").glob("*.lock"))) == 1  # one lock file for all
+    assert (
+        len(list((tmp_path / "sessions" / ".locks").glob("*.lock"))) == 1
+    )  # one lock file for all
 
 
 class NoDescriptors:

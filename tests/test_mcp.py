@@ -1,8 +1,8 @@
 """The MCP client against real servers built with the `mcp` SDK: stdio subprocesses and Streamable HTTP.
 
 The server is tests/data/mcp/server.py (MCPServer, what mcp 1.x called FastMCP). Each connection
-starts a Python process that imports the SDK (about 1.5 s here), so the tests share a few connections.
-"""
+starts a Python process that imports the SDK (about 1.5 s here), so the tests share a few
+connections."""
 
 from __future__ import annotations
 
@@ -33,7 +33,9 @@ CONNECT_S = 20.0
 
 
 def stdio(name: str = "t", *flags: str, **kwargs: Any) -> McpStdioServer:
-    return McpStdioServer(name=name, command=sys.executable, args=(str(SERVER), "stdio", *flags), **kwargs)
+    return McpStdioServer(
+        name=name, command=sys.executable, args=(str(SERVER), "stdio", *flags), **kwargs
+    )
 
 
 def manager(*servers: McpStdioServer | McpHttpServer, **kwargs: Any) -> McpManager:
@@ -58,7 +60,11 @@ def tool(mgr: McpManager, name: str) -> Tool:
 
 
 async def call(
-    mgr: McpManager, session: Session, name: str, arguments: Mapping[str, object] | None = None, **kw: Any
+    mgr: McpManager,
+    session: Session,
+    name: str,
+    arguments: Mapping[str, object] | None = None,
+    **kw: Any,
 ) -> tuple[str, Outcome, StaticGuard]:
     guard = kw.pop("guard", StaticGuard())
     ctx = ToolContext(session, Path("."), "call-1", guard)
@@ -101,8 +107,12 @@ async def test_stdio_server_tools_results_resources_and_prompts(session: Session
         assert status.state == "connected" and status.transport == "stdio"
         names = [t.name for t in mgr.tools()]
         # Namespaced, sanitized ("test srv" → test_srv), collisions settled in sorted original order
-        # ("dotted.name" < "dotted_name"), an overlong name cut and hashed; resource tools at the end.
-        assert names[0].startswith("test_srv__a_tool_with_a_very_long_name_that") and len(names[0]) == 64
+        # ("dotted.name" < "dotted_name"), an overlong name cut and hashed; resource tools at the
+        # end.
+        assert (
+            names[0].startswith("test_srv__a_tool_with_a_very_long_name_that")
+            and len(names[0]) == 64
+        )
         assert names[1:4] == ["test_srv__add", "test_srv__attachments", "test_srv__big"]
         assert "test_srv__dotted_name" in names and "test_srv__dotted_name_2" in names
         assert names[-2:] == ["list_resources", "read_resource"]
@@ -128,7 +138,12 @@ async def test_stdio_server_tools_results_resources_and_prompts(session: Session
         assert outcome is Outcome.FAILED and text.startswith("[failed] ") and "fail" in text
         assert guard.tainted  # an error's text comes from the server too
         text, _, _ = await call(mgr, session, "test_srv__big", {"size": 5000})
-        assert len(text.encode()) <= 400 and text.startswith("HEAD") and text.endswith("TAIL") and "bytes cut" in text
+        assert (
+            len(text.encode()) <= 400
+            and text.startswith("HEAD")
+            and text.endswith("TAIL")
+            and "bytes cut" in text
+        )
 
         text, outcome, guard = await call(mgr, session, "list_resources")
         assert outcome is Outcome.COMPLETED and guard.tainted
@@ -139,16 +154,29 @@ async def test_stdio_server_tools_results_resources_and_prompts(session: Session
             "  notes://{name} — note (template): A note by name",
         ]
         assert tool(mgr, "read_resource").parameters["properties"]["server"]["enum"] == ["test srv"]
-        text, _, guard = await call(mgr, session, "read_resource", {"server": "test srv", "uri": "notes://readme"})
-        assert text == "[resource notes://readme (text/plain)]\nHello from the readme." and guard.tainted
-        text, _, _ = await call(mgr, session, "read_resource", {"server": "test srv", "uri": "notes://today"})
+        text, _, guard = await call(
+            mgr, session, "read_resource", {"server": "test srv", "uri": "notes://readme"}
+        )
+        assert (
+            text == "[resource notes://readme (text/plain)]\nHello from the readme."
+            and guard.tainted
+        )
+        text, _, _ = await call(
+            mgr, session, "read_resource", {"server": "test srv", "uri": "notes://today"}
+        )
         assert text.endswith("note today")
-        text, _, _ = await call(mgr, session, "read_resource", {"server": "test srv", "uri": "data://logo"})
+        text, _, _ = await call(
+            mgr, session, "read_resource", {"server": "test srv", "uri": "data://logo"}
+        )
         assert text == "[resource data://logo: image/png, 70 bytes, not shown]"
-        text, outcome, _ = await call(mgr, session, "read_resource", {"server": "nope", "uri": "x://y"})
+        text, outcome, _ = await call(
+            mgr, session, "read_resource", {"server": "nope", "uri": "x://y"}
+        )
         assert outcome is Outcome.FAILED and "no MCP server named 'nope'" in text
 
-        assert status.prompts == (("review", "Ask for a review of some code.", (("code", True), ("language", False))),)
+        assert status.prompts == (
+            ("review", "Ask for a review of some code.", (("code", True), ("language", False))),
+        )
         rendered = await mgr.get_prompt("test srv", "review", {"code": "x = 1"})
         assert rendered == "Please review this python code:\nx = 1"
 
@@ -179,9 +207,11 @@ async def test_streamable_http_server(session: Session) -> None:
             assert outcome is Outcome.FAILED and "MCP server web" in text
             await wait_for(lambda: mgr.statuses()[0].state == "failed")
             assert mgr.tools() == ()
-            # The first error depends on which request saw the server go (a reset GET stream, a POST);
-            # the retries cannot connect at all.
-            await wait_for(lambda: "ConnectError: all attempts to connect" in (mgr.statuses()[0].error or ""))
+            # The first error depends on which request saw the server go (a reset GET stream, a
+            # POST); the retries cannot connect at all.
+            await wait_for(
+                lambda: "ConnectError: all attempts to connect" in (mgr.statuses()[0].error or "")
+            )
 
 
 async def test_runtime_offers_mcp_tools_and_taints_the_session(tmp_path: Path) -> None:
@@ -212,10 +242,13 @@ async def test_a_call_in_flight_finishes_before_the_servers_stop(session: Sessio
                 sleep = tool(mgr, "slow__sleep")
 
                 async def shielded_call() -> None:
-                    # A tool batch is shielded from the runtime's cancellation (ARCHITECTURE.md, "Task tree").
+                    # A tool batch is shielded from the runtime's cancellation (ARCHITECTURE.md,
+                    # "Task tree").
                     with trio.CancelScope(shield=True):
                         ctx = ToolContext(session, Path("."), "c", StaticGuard())
-                        results.append(await run_tool(sleep, sleep.name, {"seconds": 0.5}, ctx, known=[]))
+                        results.append(
+                            await run_tool(sleep, sleep.name, {"seconds": 0.5}, ctx, known=[])
+                        )
 
                 outer.start_soon(shielded_call)
                 await trio.sleep(0.1)
@@ -243,11 +276,19 @@ async def test_a_sandboxed_server_writes_only_its_folder_and_sees_no_secrets(
     sandbox = sandbox_for(mode, tmp_path, gates=PathGates(home=home))
     mgr = manager(stdio("box", sandbox=True, cwd=str(folder)), sandbox=sandbox)
     async with serving(mgr):
-        inside, _, _ = await call(mgr, session, "box__file", {"path": str(folder / "a.txt"), "text": "x"})
-        outside, _, _ = await call(mgr, session, "box__file", {"path": str(tmp_path / "b.txt"), "text": "x"})
-        secret, _, _ = await call(mgr, session, "box__file", {"path": str(home / ".ssh" / "id_rsa")})
+        inside, _, _ = await call(
+            mgr, session, "box__file", {"path": str(folder / "a.txt"), "text": "x"}
+        )
+        outside, _, _ = await call(
+            mgr, session, "box__file", {"path": str(tmp_path / "b.txt"), "text": "x"}
+        )
+        secret, _, _ = await call(
+            mgr, session, "box__file", {"path": str(home / ".ssh" / "id_rsa")}
+        )
     assert inside == f"wrote {folder / 'a.txt'}"
-    assert not (tmp_path / "b.txt").exists(), outside  # refused, or written in the sandbox's private /tmp
+    assert not (tmp_path / "b.txt").exists(), (
+        outside
+    )  # refused, or written in the sandbox's private /tmp
     assert secret.startswith("error: ") and "CANARY" not in secret
     assert (folder / "a.txt").read_text() == "x"
 
@@ -260,4 +301,6 @@ async def test_a_server_that_asks_for_a_sandbox_does_not_start_without_one(tmp_p
         [status] = mgr.statuses()
     assert mgr.tools() == ()
     assert status.error is not None
-    assert 'sandbox = true, but there is no OS sandbox: off ([sandbox] mode = "off")' in status.error
+    assert (
+        'sandbox = true, but there is no OS sandbox: off ([sandbox] mode = "off")' in status.error
+    )

@@ -15,7 +15,13 @@ from kesoku.store import Store
 from kesoku.vocab.model import Kind, Outcome
 
 SERVER = Path(__file__).resolve().parent / "data" / "mcp" / "server.py"
-CLEARED = ("KESOKU_CONFIG", "GEMINI_API_KEY", "GOOGLE_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_API_KEY")
+CLEARED = (
+    "KESOKU_CONFIG",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "OPENAI_API_KEY",
+)
 SERVERS = f"""
 [[mcp.servers]]
 name = "t"
@@ -38,7 +44,9 @@ enabled = false
 
 
 def kesoku(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in CLEARED} | {"XDG_STATE_HOME": str(tmp_path / "state")}
+    env = {k: v for k, v in os.environ.items() if k not in CLEARED} | {
+        "XDG_STATE_HOME": str(tmp_path / "state")
+    }
     return subprocess.run(
         [sys.executable, "-m", "kesoku", *args],
         cwd=tmp_path,
@@ -55,11 +63,20 @@ def test_mcp_list_shows_each_server_its_state_and_tools(tmp_path: Path) -> None:
     result = kesoku(tmp_path, "mcp", "list", "-c", "kesoku.toml", "--timeout", "20")
     assert result.returncode == 1, result.stderr  # one enabled server failed
     lines = result.stdout.splitlines()
-    assert lines[0] == "t (stdio): connected: 12 tool(s), 1 prompt(s), resources (list_resources, read_resource)"
+    assert (
+        lines[0]
+        == "t (stdio): connected: 12 tool(s), 1 prompt(s), resources (list_resources, read_resource)"
+    )
     assert "  t__add" in [line[: len("  t__add")] for line in lines]
-    assert any(line.startswith("  t__echo ") and line.endswith("Return the text unchanged.") for line in lines)
+    assert any(
+        line.startswith("  t__echo ") and line.endswith("Return the text unchanged.")
+        for line in lines
+    )
     assert "  prompt: /mcp t review code [language]  Ask for a review of some code." in lines
-    assert "bad (stdio): failed: the server process ended (stderr: RuntimeError: the server cannot start)" in lines
+    assert (
+        "bad (stdio): failed: the server process ended (stderr: RuntimeError: the server cannot start)"
+        in lines
+    )
     assert lines[-1] == "off (http): disabled"
     assert result.stderr == ""
 
@@ -91,7 +108,9 @@ def test_a_one_shot_chat_calls_an_mcp_tool(tmp_path: Path) -> None:
         taint = store.taint_sources(session.id)
     finally:
         store.close()
-    assert [(m.content, m.metadata.outcome) for m in results] == [("from the MCP server", Outcome.COMPLETED)]
+    assert [(m.content, m.metadata.outcome) for m in results] == [
+        ("from the MCP server", Outcome.COMPLETED)
+    ]
     assert [(s.kind, s.label) for s in taint] == [("mcp", "t")]
 
 

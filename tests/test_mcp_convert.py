@@ -31,7 +31,11 @@ from kesoku.mcp.convert import (
 names = st.text(st.characters(codec="utf-8"), min_size=1, max_size=90)
 
 
-@given(st.lists(names, min_size=1, max_size=4, unique=True), st.lists(names, max_size=12, unique=True), st.randoms())
+@given(
+    st.lists(names, min_size=1, max_size=4, unique=True),
+    st.lists(names, max_size=12, unique=True),
+    st.randoms(),
+)
 def test_offered_names_follow_every_providers_rule_and_map_back(
     servers: list[str], tools: list[str], rnd: Random
 ) -> None:
@@ -44,13 +48,17 @@ def test_offered_names_follow_every_providers_rule_and_map_back(
         assert sorted(mapping.values()) == sorted(tools)  # one offered name per tool, mapped back
         shuffled = tools[:]
         rnd.shuffle(shuffled)
-        assert tool_names(prefixes[server], shuffled) == mapping  # the server's listing order does not matter
+        assert (
+            tool_names(prefixes[server], shuffled) == mapping
+        )  # the server's listing order does not matter
         assert not offered.keys() & mapping.keys()  # no two servers share a name
         offered.update(mapping)
 
 
 def test_names_are_readable_when_they_can_be() -> None:
-    assert server_prefixes(["files", "my.server", "my_server", "1password", "日本", "a__b", "-x-"]) == {
+    assert server_prefixes(
+        ["files", "my.server", "my_server", "1password", "日本", "a__b", "-x-"]
+    ) == {
         "files": "files",
         "my.server": "my_server",
         "my_server": "my_server_2",
@@ -71,10 +79,17 @@ def test_names_are_readable_when_they_can_be() -> None:
 def test_content_blocks_as_text() -> None:
     audio = AudioContent(data=base64.b64encode(bytes(1000)).decode(), mime_type="audio/wav")
     assert block_text(audio) == "[audio: audio/wav, 1,000 bytes, not shown]"
-    link = ResourceLink(uri="file:///r.txt", name="r", mime_type="text/plain", size=2048, description="A report")
-    assert block_text(link) == "[resource link file:///r.txt (name r, text/plain, 2,048 bytes): A report]"
+    link = ResourceLink(
+        uri="file:///r.txt", name="r", mime_type="text/plain", size=2048, description="A report"
+    )
+    assert (
+        block_text(link)
+        == "[resource link file:///r.txt (name r, text/plain, 2,048 bytes): A report]"
+    )
     assert [decoded_size(base64.b64encode(bytes(n)).decode()) for n in range(6)] == list(range(6))
-    assert call_result_text(CallToolResult(content=[], structured_content={"n": 1}), 100) == '{"n": 1}'
+    assert (
+        call_result_text(CallToolResult(content=[], structured_content={"n": 1}), 100) == '{"n": 1}'
+    )
     assert call_result_text(CallToolResult(content=[]), 100) == "(no content)"
 
 
@@ -93,5 +108,7 @@ def test_the_manager_and_the_daemon_do_not_import_the_sdk() -> None:
         "import sys, kesoku.host.daemon, kesoku.mcp.manager; "
         "print(sorted(m for m in sys.modules if m.startswith('mcp')))"
     )
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=False, timeout=120
+    )
     assert result.stdout.strip().splitlines()[-1:] == ["[]"], result.stderr

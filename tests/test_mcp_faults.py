@@ -1,8 +1,8 @@
 """Misbehaving MCP servers: junk on stdout, a crash at start or mid-call, a hang, a missing program.
 
 Each is reported in one line naming the server and why, its tools are withheld, the other servers
-keep working, and it is tried again with backoff. Real subprocesses, so real time: timeouts are short.
-"""
+keep working, and it is tried again with backoff. Real subprocesses, so real time: timeouts are
+short."""
 
 from __future__ import annotations
 
@@ -26,13 +26,20 @@ async def test_junk_on_stdout_is_reported_and_the_server_still_works(
             assert mgr.statuses()[0].state == "connected"
             text, outcome, _ = await call(mgr, session, "banner__echo", {"text": "fine"})
     assert (text, outcome) == ("fine", Outcome.COMPLETED)
-    assert "MCP server banner: ignored a line on stdout that is not JSON-RPC: 'Starting the test server" in caplog.text
+    assert (
+        "MCP server banner: ignored a line on stdout that is not JSON-RPC: 'Starting the test server"
+        in caplog.text
+    )
     assert "Traceback" not in caplog.text  # the SDK's own traceback per line is filtered out
 
 
-async def test_a_server_that_never_answers_fails_clearly_without_holding_up_the_others(session: Session) -> None:
+async def test_a_server_that_never_answers_fails_clearly_without_holding_up_the_others(
+    session: Session,
+) -> None:
     # Two servers starting at once on a 2-core machine each take about 2 s to import the SDK.
-    mgr = manager(stdio("mute", "--only-junk"), stdio("good"), connect_timeout_s=6.0, startup_wait_s=7.0)
+    mgr = manager(
+        stdio("mute", "--only-junk"), stdio("good"), connect_timeout_s=6.0, startup_wait_s=7.0
+    )
     started = trio.current_time()
     async with serving(mgr):
         assert trio.current_time() - started < 7.5  # start-up waited for the first tries, no longer
@@ -47,19 +54,26 @@ async def test_a_server_that_never_answers_fails_clearly_without_holding_up_the_
         assert (text, outcome) == ("still here", Outcome.COMPLETED)
 
 
-async def test_a_crash_at_start_names_the_stderr_line_and_is_retried(caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_crash_at_start_names_the_stderr_line_and_is_retried(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     mgr = manager(stdio("broken", "--crash-at-start"), backoff_s=(0.1, 0.2))
     with caplog.at_level(logging.WARNING, logger="kesoku.mcp"):
         async with serving(mgr):
             [status] = mgr.statuses()
             assert status.state == "failed" and mgr.tools() == ()
-            assert status.error is not None and "stderr: RuntimeError: the server cannot start" in status.error
+            assert (
+                status.error is not None
+                and "stderr: RuntimeError: the server cannot start" in status.error
+            )
             assert status.retry_in_s is not None and status.retry_in_s <= 0.2 * 1.2
             await wait_for(lambda: caplog.text.count("MCP server broken failed") >= 2)
     assert "its tools are withheld; retrying in" in caplog.text
 
 
-async def test_a_crash_mid_call_fails_the_call_with_the_reason_then_the_server_is_back(session: Session) -> None:
+async def test_a_crash_mid_call_fails_the_call_with_the_reason_then_the_server_is_back(
+    session: Session,
+) -> None:
     mgr = manager(stdio("fragile"), backoff_s=(0.1, 0.2))
     async with serving(mgr):
         text, outcome, _ = await call(mgr, session, "fragile__crash")
@@ -68,13 +82,17 @@ async def test_a_crash_mid_call_fails_the_call_with_the_reason_then_the_server_i
             "[failed] MCP server fragile went away during the call: the server process ended "
             "(stderr: fatal: the test server crashes on purpose)"
         )
-        assert not any(t.name.startswith("fragile__") for t in mgr.tools())  # withheld until it is back
+        assert not any(
+            t.name.startswith("fragile__") for t in mgr.tools()
+        )  # withheld until it is back
         await wait_for(lambda: mgr.statuses()[0].state == "connected")
         text, outcome, _ = await call(mgr, session, "fragile__echo", {"text": "back"})
         assert (text, outcome) == ("back", Outcome.COMPLETED)
 
 
-async def test_a_call_that_hangs_past_its_timeout_times_out_and_the_server_stays(session: Session) -> None:
+async def test_a_call_that_hangs_past_its_timeout_times_out_and_the_server_stays(
+    session: Session,
+) -> None:
     mgr = manager(stdio("slow", timeout_s=1.0))
     async with serving(mgr):
         started = trio.current_time()
@@ -101,12 +119,18 @@ async def test_unknown_program_and_unreachable_url(tmp_path: Path) -> None:
     mgr = manager(missing, McpHttpServer(name="far", url=f"http://127.0.0.1:{port}/mcp"))
     async with serving(mgr):
         ghost, far = mgr.statuses()
-    assert ghost.state == "failed" and ghost.error == f"cannot start {tmp_path / 'no-such-server'}: no such program"
-    assert far.state == "failed" and far.error is not None and far.error.startswith("ConnectError: ")
+    assert (
+        ghost.state == "failed"
+        and ghost.error == f"cannot start {tmp_path / 'no-such-server'}: no such program"
+    )
+    assert (
+        far.state == "failed" and far.error is not None and far.error.startswith("ConnectError: ")
+    )
 
 
 async def test_stopping_while_a_server_keeps_failing_never_raises(tmp_path: Path) -> None:
-    # A spawn failing while the manager is cancelled used to escape as a group of the error and Cancelled.
+    # A spawn failing while the manager is cancelled used to escape as a group of the error and
+    # Cancelled.
     missing = McpStdioServer(name="ghost", command=str(tmp_path / "no-such-server"))
     for i in range(30):
         mgr = manager(missing, backoff_s=(0.001, 0.001))

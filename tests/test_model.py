@@ -24,15 +24,27 @@ def posted(msg: Message, id_: int = 7) -> Message:
 
 def test_user_text_opens_a_pending_turn() -> None:
     msg = user_text("s1", "hello", sender="alice", ts=100.0)
-    assert (msg.role, msg.kind, msg.status, msg.sender) == (Role.USER, Kind.TEXT, Status.PENDING, "alice")
+    assert (msg.role, msg.kind, msg.status, msg.sender) == (
+        Role.USER,
+        Kind.TEXT,
+        Status.PENDING,
+        "alice",
+    )
     assert msg.ts == msg.root_ts == 100.0
     check_message(msg)
 
 
 def test_in_turn_follows_the_root_and_sets_the_sender() -> None:
     root = posted(user_text("s1", "hi", ts=50.0))
-    call = in_turn(root, Role.ASSISTANT, Kind.TOOL_CALL, "", metadata=Metadata(tool_name="shell"), ts=51.0)
-    assert (call.sender, call.root_id, call.root_ts, call.session_id) == (ASSISTANT_SENDER, 7, 50.0, "s1")
+    call = in_turn(
+        root, Role.ASSISTANT, Kind.TOOL_CALL, "", metadata=Metadata(tool_name="shell"), ts=51.0
+    )
+    assert (call.sender, call.root_id, call.root_ts, call.session_id) == (
+        ASSISTANT_SENDER,
+        7,
+        50.0,
+        "s1",
+    )
     check_message(call)
     result = in_turn(
         root,
@@ -56,11 +68,17 @@ def test_in_turn_needs_a_posted_root() -> None:
 @pytest.mark.parametrize(
     ("msg", "error"),
     [
-        (Message(session_id="s", role=Role.USER, kind=Kind.THOUGHT, sender="u"), "user message cannot be a thought"),
+        (
+            Message(session_id="s", role=Role.USER, kind=Kind.THOUGHT, sender="u"),
+            "user message cannot be a thought",
+        ),
         (Message(session_id="s", role=Role.USER, sender=""), "needs a sender"),
         (Message(session_id="", role=Role.USER, sender="u"), "needs a session_id"),
         (Message(session_id="s", role=Role.ASSISTANT, sender="bob"), "sent by 'Kesoku'"),
-        (Message(session_id="s", role=Role.ASSISTANT, kind=Kind.TOOL_CALL, sender="Kesoku"), "tool_name"),
+        (
+            Message(session_id="s", role=Role.ASSISTANT, kind=Kind.TOOL_CALL, sender="Kesoku"),
+            "tool_name",
+        ),
         (
             Message(
                 session_id="s",
@@ -94,7 +112,10 @@ def test_in_turn_needs_a_posted_root() -> None:
             "needs metadata.outcome",
         ),
         (Message(session_id="s", role=Role.SYSTEM, sender="Kesoku"), "sent by 'System'"),
-        (Message(session_id="s", role=Role.TOOL, kind=Kind.TEXT, sender="x"), "tool message cannot be a text"),
+        (
+            Message(session_id="s", role=Role.TOOL, kind=Kind.TEXT, sender="x"),
+            "tool message cannot be a text",
+        ),
     ],
 )
 def test_rules_refuse_bad_messages(msg: Message, error: str) -> None:

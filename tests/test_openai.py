@@ -42,8 +42,8 @@ from kesoku.vocab.ir import (
 )
 from kesoku.vocab.model import Attachment, Kind, Message, Metadata, Outcome, Role, Usage
 
-# openai 3.57 stops reading at `data: [DONE]` without closing its inner async generators; trio closes
-# them at garbage collection and warns, which filterwarnings=error would turn into a failure.
+# openai 3.57 stops reading at `data: [DONE]` without closing its inner async generators; trio
+# closes them at garbage collection and warns, which filterwarnings=error would turn into a failure.
 pytestmark = pytest.mark.filterwarnings(
     r"ignore:Async generator '(openai|httpx2|httpcore2)\.[\w.]+' was garbage collected:ResourceWarning"
 )
@@ -97,7 +97,9 @@ def sent_call(call_id: str, arguments: str, name: str = "weather") -> dict[str, 
 def stored(id: int, role: Role, content: str, kind: Kind = Kind.TEXT, **fields: Any) -> Message:
     """A message as the store gives it back."""
     sender = {Role.USER: "User", Role.ASSISTANT: "Kesoku"}.get(role, "weather")
-    return Message(id=id, session_id="s1", role=role, kind=kind, sender=sender, content=content, **fields)
+    return Message(
+        id=id, session_id="s1", role=role, kind=kind, sender=sender, content=content, **fields
+    )
 
 
 # --- request bodies -------------------------------------------------------------------------------
@@ -106,7 +108,9 @@ def stored(id: int, role: Role, content: str, kind: Kind = Kind.TEXT, **fields: 
 async def test_the_request_body_maps_every_block() -> None:
     fake = OpenAIFake()
     fake.push(text_reply("ok"))
-    timed_out = ToolResultBlock("call_2", "weather", "[timed_out] weather ran too long.", Outcome.TIMED_OUT)
+    timed_out = ToolResultBlock(
+        "call_2", "weather", "[timed_out] weather ran too long.", Outcome.TIMED_OUT
+    )
     req = request(
         user(TextBlock("Weather in Paris and Rome?")),
         assistant(
@@ -121,7 +125,10 @@ async def test_the_request_body_maps_every_block() -> None:
         tools=(WEATHER,),
     )
     async with openai(fake) as llm:
-        assert await events_of(llm, req) == [TextDelta("ok"), UsageEvent(Usage(input_tokens=10, output_tokens=5))]
+        assert await events_of(llm, req) == [
+            TextDelta("ok"),
+            UsageEvent(Usage(input_tokens=10, output_tokens=5)),
+        ]
     (sent,) = fake.log.requests
     assert sent.path == "/v1/chat/completions" and sent.headers["authorization"] == "Bearer sk-test"
     assert sent.body == {
@@ -130,7 +137,11 @@ async def test_the_request_body_maps_every_block() -> None:
         "tools": [
             {
                 "type": "function",
-                "function": {"name": "weather", "description": "Get the weather.", "parameters": WEATHER.parameters},
+                "function": {
+                    "name": "weather",
+                    "description": "Get the weather.",
+                    "parameters": WEATHER.parameters,
+                },
             }
         ],
         "messages": [
@@ -145,7 +156,11 @@ async def test_the_request_body_maps_every_block() -> None:
                 ],
             },
             {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
-            {"role": "tool", "tool_call_id": "call_2", "content": "[timed_out] weather ran too long."},
+            {
+                "role": "tool",
+                "tool_call_id": "call_2",
+                "content": "[timed_out] weather ran too long.",
+            },
             {"role": "user", "content": "And tomorrow?"},
             {
                 "role": "assistant",
@@ -163,7 +178,9 @@ async def test_no_tools_key_and_no_system_message_when_empty() -> None:
     fake.push(text_reply("hello"))
     async with openai(fake) as llm:
         await events_of(llm, request(user(TextBlock("hi")), system="  "))
-    assert fake.bodies == [{"model": MODEL, **STREAM, "messages": [{"role": "user", "content": "hi"}]}]
+    assert fake.bodies == [
+        {"model": MODEL, **STREAM, "messages": [{"role": "user", "content": "hi"}]}
+    ]
 
 
 async def test_a_request_from_stored_history_with_attachment_files(tmp_path: Path) -> None:
@@ -178,8 +195,12 @@ async def test_a_request_from_stored_history_with_attachment_files(tmp_path: Pat
     attachments = (
         Attachment(path=str(tmp_path / "chart.png"), mime_type="image/png", filename="chart.png"),
         Attachment(path=str(tmp_path / "notes.txt"), mime_type="text/plain", filename="notes.txt"),
-        Attachment(path=str(tmp_path / "data.json"), mime_type="application/json", filename="data.json"),
-        Attachment(path=str(tmp_path / "paper.pdf"), mime_type="application/pdf", filename="paper.pdf"),
+        Attachment(
+            path=str(tmp_path / "data.json"), mime_type="application/json", filename="data.json"
+        ),
+        Attachment(
+            path=str(tmp_path / "paper.pdf"), mime_type="application/pdf", filename="paper.pdf"
+        ),
     )
     call = Metadata(tool_name="weather", tool_arguments={"city": "Oslo"}, call_id="call_w")
     result = Metadata(tool_name="weather", outcome=Outcome.COMPLETED)
@@ -204,8 +225,14 @@ async def test_a_request_from_stored_history_with_attachment_files(tmp_path: Pat
             "content": [
                 {"type": "text", "text": "Look."},
                 {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{png}"}},
-                {"type": "text", "text": "[attachment notes.txt (text/plain)]\nhéllo notes\n[end of notes.txt]"},
-                {"type": "text", "text": '[attachment data.json (application/json)]\n{"a": 1}\n[end of data.json]'},
+                {
+                    "type": "text",
+                    "text": "[attachment notes.txt (text/plain)]\nhéllo notes\n[end of notes.txt]",
+                },
+                {
+                    "type": "text",
+                    "text": '[attachment data.json (application/json)]\n{"a": 1}\n[end of data.json]',
+                },
                 {
                     "type": "text",
                     "text": "[attachment paper.pdf (application/pdf): not sent (this backend sends images and text "
@@ -213,7 +240,11 @@ async def test_a_request_from_stored_history_with_attachment_files(tmp_path: Pat
                 },
             ],
         },
-        {"role": "assistant", "content": "Let me check Oslo.", "tool_calls": [sent_call("call_w", '{"city":"Oslo"}')]},
+        {
+            "role": "assistant",
+            "content": "Let me check Oslo.",
+            "tool_calls": [sent_call("call_w", '{"city":"Oslo"}')],
+        },
         {"role": "tool", "tool_call_id": "call_w", "content": "snow"},
         {"role": "user", "content": "Thanks."},
     ]
@@ -253,7 +284,9 @@ async def test_deepseek_thinking_needs_reasoning_back_on_tool_call_messages_only
 
 
 def test_send_reasoning_is_on_by_default_only_for_deepseek() -> None:
-    assert OpenAILLM(model="deepseek-chat", api_key="k", base_url="https://api.deepseek.com").send_reasoning
+    assert OpenAILLM(
+        model="deepseek-chat", api_key="k", base_url="https://api.deepseek.com"
+    ).send_reasoning
     assert OpenAILLM(model="m", api_key="k", base_url="https://api.deepseek.com/v1").send_reasoning
     assert not OpenAILLM(model="m", api_key="k").send_reasoning
     assert not OpenAILLM(model="m", base_url="http://notdeepseek.com.example/v1").send_reasoning
@@ -276,7 +309,12 @@ async def test_reasoning_and_text_stream_as_thoughts_and_text() -> None:
         first = await events_of(llm, request())
         second = await events_of(llm, request())
         third = await events_of(llm, request())
-    assert first[:4] == [ThoughtDelta("Think."), TextDelta("The an"), TextDelta("swer i"), TextDelta("s 42.")]
+    assert first[:4] == [
+        ThoughtDelta("Think."),
+        TextDelta("The an"),
+        TextDelta("swer i"),
+        TextDelta("s 42."),
+    ]
     assert second[0] == ThoughtDelta("Via reasoning.")
     assert [e for e in third if isinstance(e, ThoughtDelta)] == [ThoughtDelta("Once.")]
 
@@ -300,7 +338,10 @@ async def test_interleaved_tool_call_fragments_are_assembled_by_index() -> None:
 @pytest.mark.parametrize("style", ["split", "whole", "repeated_id", "index_zero"])
 async def test_every_tool_call_style_gives_the_same_calls(style: Any) -> None:
     fake = OpenAIFake()
-    calls = [Call("call_a", "weather", {"city": "Oslo"}), Call("call_b", "weather", {"city": "Rome"})]
+    calls = [
+        Call("call_a", "weather", {"city": "Oslo"}),
+        Call("call_b", "weather", {"city": "Rome"}),
+    ]
     fake.push(Reply(calls=calls, style=style))
     async with openai(fake) as llm:
         events = await events_of(llm, request(tools=(WEATHER,)))
@@ -313,18 +354,37 @@ async def test_every_tool_call_style_gives_the_same_calls(style: Any) -> None:
 async def test_missing_ids_are_generated_and_whole_calls_without_index_stay_apart() -> None:
     fake = OpenAIFake()
     no_index = [
-        {"tool_calls": [{"type": "function", "function": {"name": "weather", "arguments": '{"city":"Oslo"}'}}]},
-        {"tool_calls": [{"type": "function", "function": {"name": "weather", "arguments": '{"city":"Rome"}'}}]},
+        {
+            "tool_calls": [
+                {
+                    "type": "function",
+                    "function": {"name": "weather", "arguments": '{"city":"Oslo"}'},
+                }
+            ]
+        },
+        {
+            "tool_calls": [
+                {
+                    "type": "function",
+                    "function": {"name": "weather", "arguments": '{"city":"Rome"}'},
+                }
+            ]
+        },
     ]
     fake.push(
-        Reply(calls=[Call(None, "weather", {"city": "Oslo"}), Call(None, "weather", {"city": "Rome"})]),
+        Reply(
+            calls=[Call(None, "weather", {"city": "Oslo"}), Call(None, "weather", {"city": "Rome"})]
+        ),
         Reply(deltas=no_index, finish_reason="stop"),
     )
     async with openai(fake) as llm:
         split = calls_of(await events_of(llm, request(tools=(WEATHER,))))
         whole = calls_of(await events_of(llm, request(tools=(WEATHER,))))
     for calls in (split, whole):
-        assert [(c.name, c.arguments) for c in calls] == [("weather", {"city": "Oslo"}), ("weather", {"city": "Rome"})]
+        assert [(c.name, c.arguments) for c in calls] == [
+            ("weather", {"city": "Oslo"}),
+            ("weather", {"city": "Rome"}),
+        ]
         assert all(c.id.startswith("call_") for c in calls) and calls[0].id != calls[1].id
     assert len({c.id for c in split + whole}) == 4
 
@@ -332,7 +392,9 @@ async def test_missing_ids_are_generated_and_whole_calls_without_index_stay_apar
 async def test_calls_are_emitted_at_the_last_delta_or_at_the_end_without_a_finish_reason() -> None:
     fake = OpenAIFake()
     call = Call("call_a", "weather", {"city": "Oslo"})
-    fake.push(Reply(calls=[call], finish_on_last_delta=True), Reply(calls=[call], finish_reason=None))
+    fake.push(
+        Reply(calls=[call], finish_on_last_delta=True), Reply(calls=[call], finish_reason=None)
+    )
     async with openai(fake) as llm:
         on_last = await events_of(llm, request(tools=(WEATHER,)))
         at_end = await events_of(llm, request(tools=(WEATHER,)))
@@ -360,7 +422,12 @@ async def test_bad_empty_and_double_encoded_arguments() -> None:
 
 async def test_usage_maps_cached_and_reasoning_tokens() -> None:
     fake = OpenAIFake()
-    usage = {"prompt_tokens": 3000, "completion_tokens": 400, "cached_tokens": 2048, "reasoning_tokens": 256}
+    usage = {
+        "prompt_tokens": 3000,
+        "completion_tokens": 400,
+        "cached_tokens": 2048,
+        "reasoning_tokens": 256,
+    }
     fake.push(Reply("hi", usage=usage))
     async with openai(fake) as llm:
         events = await events_of(llm, request())
@@ -374,7 +441,9 @@ async def test_concurrent_streams_keep_their_calls_apart() -> None:
 
     def handler(body: dict[str, Any]) -> Reply:
         city = body["messages"][-1]["content"]
-        calls = [Call(f"call_{city}_{n}", "weather", {"city": city, "n": n}, pieces=6) for n in range(3)]
+        calls = [
+            Call(f"call_{city}_{n}", "weather", {"city": city, "n": n}, pieces=6) for n in range(3)
+        ]
         return Reply(calls=calls, style="interleaved")
 
     fake.handler = handler
@@ -382,14 +451,18 @@ async def test_concurrent_streams_keep_their_calls_apart() -> None:
     async with openai(fake) as llm:
 
         async def one(city: str) -> None:
-            results[city] = calls_of(await events_of(llm, request(user(TextBlock(city)), tools=(WEATHER,))))
+            results[city] = calls_of(
+                await events_of(llm, request(user(TextBlock(city)), tools=(WEATHER,)))
+            )
 
         async with trio.open_nursery() as nursery:
             for city in ("Oslo", "Rome", "Lima"):
                 nursery.start_soon(one, city)
     assert len(results) == 3
     for city, calls in results.items():
-        assert calls == [ToolCallBlock(f"call_{city}_{n}", "weather", {"city": city, "n": n}) for n in range(3)]
+        assert calls == [
+            ToolCallBlock(f"call_{city}_{n}", "weather", {"city": city, "n": n}) for n in range(3)
+        ]
 
 
 async def test_the_fake_also_answers_plain_json() -> None:
@@ -397,7 +470,9 @@ async def test_the_fake_also_answers_plain_json() -> None:
     fake.push(Reply("plain", calls=[Call("call_a", "weather", {"city": "Oslo"})]))
     async with openai(fake) as llm:
         client = await llm.client()
-        completion = await client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+        completion = await client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}]
+        )
     (choice,) = completion.choices
     assert choice.message.content == "plain" and choice.finish_reason == "tool_calls"
     assert choice.message.tool_calls is not None and choice.message.tool_calls[0].id == "call_a"
@@ -419,7 +494,9 @@ async def test_no_key_with_a_base_url_sends_a_placeholder() -> None:
     assert fake.log.requests[0].headers["authorization"] == "Bearer not-needed"
 
 
-async def test_the_default_url_ignores_the_environment_and_aclose_closes(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_default_url_ignores_the_environment_and_aclose_closes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
     llm = OpenAILLM(model=MODEL, api_key="sk-x")
     client = await llm.client()
@@ -431,8 +508,17 @@ async def test_the_default_url_ignores_the_environment_and_aclose_closes(monkeyp
 
 
 def test_error_events_name_what_is_retryable() -> None:
-    retryable = [("server_error", "boom"), (None, "Internal server error"), ("503", "x"), (None, "Model overloaded")]
-    final = [("invalid_request_error", "Input exceeds 512 tokens"), (None, "Invalid prompt"), ("400", "bad")]
+    retryable = [
+        ("server_error", "boom"),
+        (None, "Internal server error"),
+        ("503", "x"),
+        (None, "Model overloaded"),
+    ]
+    final = [
+        ("invalid_request_error", "Input exceeds 512 tokens"),
+        (None, "Invalid prompt"),
+        ("400", "bad"),
+    ]
     assert [stream_error_is_retryable(k, m) for k, m in retryable] == [True] * len(retryable)
     assert [stream_error_is_retryable(k, m) for k, m in final] == [False] * len(final)
     assert stream_error_is_retryable("rate_limit_exceeded", "slow down")
@@ -441,10 +527,18 @@ def test_error_events_name_what_is_retryable() -> None:
 def test_from_config_and_the_missing_key_error() -> None:
     section = OpenAIConfig(api_key="sk-x", model_name="gpt-5-mini", timeout_s=30)
     llm = OpenAILLM.from_config(Config(openai=section))
-    assert (llm.model, llm.api_key, llm.base_url) == ("gpt-5-mini", "sk-x", "https://api.openai.com/v1")
+    assert (llm.model, llm.api_key, llm.base_url) == (
+        "gpt-5-mini",
+        "sk-x",
+        "https://api.openai.com/v1",
+    )
     assert llm.timeout_s == llm.stall_timeout_s == 30
     local = OpenAILLM.from_config(Config(openai=OpenAIConfig(base_url="http://localhost:11434/v1")))
-    assert (local.api_key, local.base_url, local.provider) == ("not-needed", "http://localhost:11434/v1", "openai")
+    assert (local.api_key, local.base_url, local.provider) == (
+        "not-needed",
+        "http://localhost:11434/v1",
+        "openai",
+    )
     with pytest.raises(ConfigError, match=r"^openai\.api_key: not set") as info:
         OpenAILLM.from_config(Config(openai=OpenAIConfig()))
     assert "\n" not in str(info.value)
@@ -455,28 +549,54 @@ def test_the_fake_refuses_what_the_api_refuses() -> None:
     call = {
         "role": "assistant",
         "content": None,
-        "tool_calls": [{"id": "t1", "type": "function", "function": {"name": "n", "arguments": "{}"}}],
+        "tool_calls": [
+            {"id": "t1", "type": "function", "function": {"name": "n", "arguments": "{}"}}
+        ],
     }
     result = {"role": "tool", "tool_call_id": "t1", "content": "r"}
-    ok = {"model": "m", "messages": [hi, call, result], "stream": True, "stream_options": {"include_usage": True}}
+    ok = {
+        "model": "m",
+        "messages": [hi, call, result],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     assert validate(ok) is None
-    object_args = dict(call, tool_calls=[{"id": "t1", "type": "function", "function": {"name": "n", "arguments": {}}}])
+    object_args = dict(
+        call,
+        tool_calls=[{"id": "t1", "type": "function", "function": {"name": "n", "arguments": {}}}],
+    )
     bad_tool = {"type": "function", "function": {"name": "a b"}}
-    bad_image = {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "file:///x.png"}}]}
+    bad_image = {
+        "role": "user",
+        "content": [{"type": "image_url", "image_url": {"url": "file:///x.png"}}],
+    }
     cases: dict[str, dict[str, Any]] = {
         "you must provide a model parameter": {"messages": [hi]},
         "Unrecognized request argument supplied: thinking": ok | {"thinking": {}},
         "Invalid 'messages': empty array": {"model": "m", "messages": []},
         "Invalid value: 'bot'": {"model": "m", "messages": [{"role": "bot", "content": "x"}]},
-        "Missing required parameter: 'messages[0].content'": {"model": "m", "messages": [{"role": "user"}]},
-        "Expected a valid URL or a base64-encoded data URL": {"model": "m", "messages": [bad_image]},
-        "needs content or tool_calls": {"model": "m", "messages": [hi, {"role": "assistant", "content": None}]},
+        "Missing required parameter: 'messages[0].content'": {
+            "model": "m",
+            "messages": [{"role": "user"}],
+        },
+        "Expected a valid URL or a base64-encoded data URL": {
+            "model": "m",
+            "messages": [bad_image],
+        },
+        "needs content or tool_calls": {
+            "model": "m",
+            "messages": [hi, {"role": "assistant", "content": None}],
+        },
         "expected a string, but got dict": {"model": "m", "messages": [hi, object_args, result]},
         "must be a response to a preceeding message": {"model": "m", "messages": [hi, result]},
         "did not have response messages: t1": {"model": "m", "messages": [hi, call, hi]},
         "Invalid 'tools': empty array": {"model": "m", "messages": [hi], "tools": []},
         "does not match pattern": {"model": "m", "messages": [hi], "tools": [bad_tool]},
-        "only allowed when 'stream' is enabled": {"model": "m", "messages": [hi], "stream_options": {}},
+        "only allowed when 'stream' is enabled": {
+            "model": "m",
+            "messages": [hi],
+            "stream_options": {},
+        },
     }
     for expected, body in cases.items():
         problem = validate(body)
@@ -504,7 +624,10 @@ async def test_a_runtime_turn_with_a_tool_round_trip(tmp_path: Path) -> None:
     def handler(body: dict[str, Any]) -> Reply:
         last = body["messages"][-1]
         if last["role"] == "tool":
-            return Reply(f"The echo said: {last['content']}", usage={"prompt_tokens": 80, "completion_tokens": 9})
+            return Reply(
+                f"The echo said: {last['content']}",
+                usage={"prompt_tokens": 80, "completion_tokens": 9},
+            )
         return Reply(
             "Echoing.",
             reasoning="Echo it.",
@@ -530,8 +653,14 @@ async def test_a_runtime_turn_with_a_tool_round_trip(tmp_path: Path) -> None:
     assert metrics.tool_calls == 1 and fake.rejections == []
     first, second = fake.bodies
     (tool,) = first["tools"]
-    assert tool["function"]["name"] == "echo" and tool["function"]["parameters"]["required"] == ["text"]
+    assert tool["function"]["name"] == "echo" and tool["function"]["parameters"]["required"] == [
+        "text"
+    ]
     assert second["messages"][2:] == [
-        {"role": "assistant", "content": "Echoing.", "tool_calls": [sent_call("call_echo", '{"text":"pong"}', "echo")]},
+        {
+            "role": "assistant",
+            "content": "Echoing.",
+            "tool_calls": [sent_call("call_echo", '{"text":"pong"}', "echo")],
+        },
         {"role": "tool", "tool_call_id": "call_echo", "content": "pong (from call_echo)"},
     ]

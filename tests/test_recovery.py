@@ -14,7 +14,9 @@ from kesoku.vocab.metrics import TurnState
 from kesoku.vocab.model import Kind, Message, Metadata, Outcome, Role, Status, in_turn, user_text
 
 
-def leave_crash(tmp_path: Path, *, answered: bool = False, pending: str | None = None) -> tuple[Message, Message]:
+def leave_crash(
+    tmp_path: Path, *, answered: bool = False, pending: str | None = None
+) -> tuple[Message, Message]:
     """Write what a process killed mid-tool leaves: a processing root and a tool call without result."""
     store = Store(tmp_path / "kesoku.db")
     gateway = Gateway(store, tmp_path / "sessions")
@@ -28,7 +30,15 @@ def leave_crash(tmp_path: Path, *, answered: bool = False, pending: str | None =
         result_meta = Metadata(tool_name="sleep", call_id="toolu_1", outcome=Outcome.COMPLETED)
         store.insert_messages(
             [
-                in_turn(root, Role.TOOL, Kind.TOOL_RESULT, "ok", parent_id=call.id, metadata=result_meta, ts=102.0),
+                in_turn(
+                    root,
+                    Role.TOOL,
+                    Kind.TOOL_RESULT,
+                    "ok",
+                    parent_id=call.id,
+                    metadata=result_meta,
+                    ts=102.0,
+                ),
                 in_turn(root, Role.ASSISTANT, Kind.TEXT, "All done.", ts=103.0),
             ]
         )

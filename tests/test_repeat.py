@@ -57,7 +57,9 @@ async def test_a_repeated_call_is_refused_and_the_turn_ends_repeating(tmp_path: 
     outcomes = [m.metadata.outcome for m in results(history)]
     assert outcomes == [Outcome.COMPLETED, Outcome.COMPLETED, Outcome.REPEATED, Outcome.REPEATED]
     refused = results(history)[2]
-    assert refused.content.startswith("[repeated] Not run: this call (probe with the same arguments) already ran 2")
+    assert refused.content.startswith(
+        "[repeated] Not run: this call (probe with the same arguments) already ran 2"
+    )
     assert "skills: none" in refused.content  # what the earlier runs returned
     notice = history[-1]
     assert notice.role is Role.SYSTEM
@@ -197,6 +199,8 @@ def test_capped_outputs_that_differ_only_in_the_bytes_cut_are_the_same() -> None
     guard = RepeatGuard(2)
     listing = {"command": "ls -laR /usr/lib"}
     for cut in (6292858, 6293396):  # the listing grew between the runs; head and tail are the same
-        guard.record("shell", listing, f"total 1\n[… {cut} bytes cut …]\nlast line\n", Outcome.COMPLETED)
+        guard.record(
+            "shell", listing, f"total 1\n[… {cut} bytes cut …]\nlast line\n", Outcome.COMPLETED
+        )
     [refusal] = guard.refusals([("shell", listing)])
     assert refusal is not None and refusal.startswith("[repeated] Not run")

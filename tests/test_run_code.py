@@ -15,7 +15,9 @@ from kesoku.vocab.errors import ToolError
 from kesoku.vocab.model import Session, TaintSource
 
 # The snippet prints its working directory, so the test can check the folder is gone afterwards.
-WHERE = "import os, sys\nprint('cwd', os.getcwd())\nprint('to stderr', file=sys.stderr)\nsys.exit(3)\n"
+WHERE = (
+    "import os, sys\nprint('cwd', os.getcwd())\nprint('to stderr', file=sys.stderr)\nsys.exit(3)\n"
+)
 
 
 def ctx_with(session: Session, cwd: Path, guard: StaticGuard) -> ToolContext:
@@ -27,7 +29,9 @@ def mode(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-async def test_runs_in_a_fresh_folder_that_is_removed(session: Session, tmp_path: Path, mode: str) -> None:
+async def test_runs_in_a_fresh_folder_that_is_removed(
+    session: Session, tmp_path: Path, mode: str
+) -> None:
     tool = run_code_tool(RunCodeConfig(enabled=True), sandbox_for(mode, tmp_path), ask_always=False)
     guard = StaticGuard(allow=False)
     result = await tool.run({"code": WHERE}, ctx_with(session, tmp_path, guard))
@@ -39,8 +43,12 @@ async def test_runs_in_a_fresh_folder_that_is_removed(session: Session, tmp_path
     assert guard.questions == []  # an untainted session in blocklist mode is not asked
 
 
-async def test_a_snippet_that_runs_too_long_is_killed(session: Session, tmp_path: Path, mode: str) -> None:
-    tool = run_code_tool(RunCodeConfig(enabled=True, timeout_s=0.5), sandbox_for(mode, tmp_path), ask_always=False)
+async def test_a_snippet_that_runs_too_long_is_killed(
+    session: Session, tmp_path: Path, mode: str
+) -> None:
+    tool = run_code_tool(
+        RunCodeConfig(enabled=True, timeout_s=0.5), sandbox_for(mode, tmp_path), ask_always=False
+    )
     code = "import time\nprint('started', flush=True)\ntime.sleep(30)\n"
     result = await tool.run({"code": code}, ctx_with(session, tmp_path, StaticGuard()))
     assert "started" in result
@@ -51,13 +59,19 @@ async def test_a_snippet_that_runs_too_long_is_killed(session: Session, tmp_path
     ("ask_always", "sources", "why"),
     [
         (True, (), "the shell is in allowlist mode"),
-        (False, (TaintSource("attachment", "report.pdf"),), "read untrusted content (attachment report.pdf)"),
+        (
+            False,
+            (TaintSource("attachment", "report.pdf"),),
+            "read untrusted content (attachment report.pdf)",
+        ),
     ],
 )
 async def test_asks_first_in_allowlist_mode_or_a_tainted_session(
     session: Session, tmp_path: Path, ask_always: bool, sources: tuple[TaintSource, ...], why: str
 ) -> None:
-    tool = run_code_tool(RunCodeConfig(enabled=True), sandbox_for("off", tmp_path), ask_always=ask_always)
+    tool = run_code_tool(
+        RunCodeConfig(enabled=True), sandbox_for("off", tmp_path), ask_always=ask_always
+    )
     marker = tmp_path / "marker.txt"
     code = f"open({str(marker)!r}, 'w').write('ran')\nprint('done')\n"
     denied = StaticGuard(allow=False, sources=sources)
@@ -73,13 +87,17 @@ async def test_asks_first_in_allowlist_mode_or_a_tainted_session(
 
 @pytest.mark.parametrize("code", ["", "   \n", None, 42])
 async def test_bad_code_argument(session: Session, tmp_path: Path, code: object) -> None:
-    tool = run_code_tool(RunCodeConfig(enabled=True), sandbox_for("off", tmp_path), ask_always=False)
+    tool = run_code_tool(
+        RunCodeConfig(enabled=True), sandbox_for("off", tmp_path), ask_always=False
+    )
     with pytest.raises(ToolError, match="`code` must be a non-empty string"):
         await tool.run({"code": code}, ctx_with(session, tmp_path, StaticGuard()))
 
 
 @pytest.mark.parametrize("mode", CONFINED)
-async def test_a_snippet_writes_only_its_folder_and_the_workspace(session: Session, tmp_path: Path, mode: str) -> None:
+async def test_a_snippet_writes_only_its_folder_and_the_workspace(
+    session: Session, tmp_path: Path, mode: str
+) -> None:
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
     (home / ".ssh" / "id_ed25519").write_text("CANARY-KEY")
@@ -89,14 +107,14 @@ async def test_a_snippet_writes_only_its_folder_and_the_workspace(session: Sessi
     workspace.mkdir()
     code = f"""
 import pathlib
-for target in ({str(outside / 'x')!r}, {str(workspace / 'kept.txt')!r}, 'scratch.txt'):
+for target in ({str(outside / "x")!r}, {str(workspace / "kept.txt")!r}, 'scratch.txt'):
     try:
         pathlib.Path(target).write_text('made')
         print('wrote', target)
     except OSError as exc:
         print('refused', target, exc.strerror)
 try:
-    print(pathlib.Path({str(home / '.ssh' / 'id_ed25519')!r}).read_text())
+    print(pathlib.Path({str(home / ".ssh" / "id_ed25519")!r}).read_text())
 except OSError as exc:
     print('unreadable', exc.strerror)
 """

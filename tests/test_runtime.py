@@ -25,7 +25,17 @@ from kesoku.vocab.errors import ToolError
 from kesoku.vocab.events import TurnEnded
 from kesoku.vocab.ir import TextBlock, ThoughtBlock, ToolResultBlock
 from kesoku.vocab.metrics import TurnState
-from kesoku.vocab.model import Kind, Message, Metadata, Outcome, Role, Session, Status, in_turn, user_text
+from kesoku.vocab.model import (
+    Kind,
+    Message,
+    Metadata,
+    Outcome,
+    Role,
+    Session,
+    Status,
+    in_turn,
+    user_text,
+)
 from kesoku.vocab.transcript import INTERRUPTED_SUFFIX, check_turns
 
 Clock = trio.testing.MockClock
@@ -36,7 +46,9 @@ def kinds(history: list[Message]) -> list[tuple[str, str, str]]:
 
 
 async def test_a_message_gets_an_answer_a_title_and_metrics(tmp_path: Path) -> None:
-    llm = ScriptedLLM([{"text": ["Hel", "lo!"], "usage": {"input_tokens": 1500, "output_tokens": 20}}])
+    llm = ScriptedLLM(
+        [{"text": ["Hel", "lo!"], "usage": {"input_tokens": 1500, "output_tokens": 20}}]
+    )
     async with serve_runtime(tmp_path, llm) as h:
         root = await h.say("Say hello to the whole team, please, in a friendly tone and quickly")
         metrics = await h.turn_end()
@@ -48,7 +60,11 @@ async def test_a_message_gets_an_answer_a_title_and_metrics(tmp_path: Path) -> N
         assert answer.metadata.usage is not None
         assert answer.metadata.usage.input_tokens == 1500
         assert metrics.state is TurnState.DONE
-        assert (metrics.session_turns, metrics.context_tokens, metrics.turn_tokens) == (1, 1500, 1520)
+        assert (metrics.session_turns, metrics.context_tokens, metrics.turn_tokens) == (
+            1,
+            1500,
+            1520,
+        )
         assert metrics.render().startswith("⚡ turn 1 · context 2K · 0 tool calls · 2K tokens")
         session = h.store.get_session(h.session.id)
         assert session is not None
@@ -68,7 +84,10 @@ def test_make_title() -> None:
 async def test_parallel_tool_calls_are_posted_as_batches(tmp_path: Path) -> None:
     llm = ScriptedLLM(
         [
-            {"thought": "two at once", "tool_calls": [{"name": "echo", "arguments": {"text": t}} for t in ("a", "b")]},
+            {
+                "thought": "two at once",
+                "tool_calls": [{"name": "echo", "arguments": {"text": t}} for t in ("a", "b")],
+            },
             {"text": "a and b"},
         ]
     )
@@ -98,13 +117,20 @@ async def test_parallel_tool_calls_are_posted_as_batches(tmp_path: Path) -> None
         assert all(r.metadata.outcome is Outcome.COMPLETED and r.sender == "echo" for r in results)
         second = llm.requests[1]
         assert check_turns(second.turns) == []
-        assert [b.content for b in second.turns[-1].blocks if isinstance(b, ToolResultBlock)] == ["a", "b"]
+        assert [b.content for b in second.turns[-1].blocks if isinstance(b, ToolResultBlock)] == [
+            "a",
+            "b",
+        ]
         assert seen[0] == "TurnStarted"
         assert {"ModelDelta", "ToolStarted", "ToolFinished"} <= set(seen)
 
 
-async def test_a_new_message_interrupts_the_stream_and_the_worker_pivots(tmp_path: Path, autojump_clock: Clock) -> None:
-    llm = ScriptedLLM([{"text": ["one ", "two ", "three"], "delay_s": 10}, {"text": "Answer to the second"}])
+async def test_a_new_message_interrupts_the_stream_and_the_worker_pivots(
+    tmp_path: Path, autojump_clock: Clock
+) -> None:
+    llm = ScriptedLLM(
+        [{"text": ["one ", "two ", "three"], "delay_s": 10}, {"text": "Answer to the second"}]
+    )
     async with serve_runtime(tmp_path, llm) as h:
         first = await h.say("first")
         await trio.sleep(15)  # "one " streamed, "two " pending
@@ -133,8 +159,15 @@ async def test_a_new_message_interrupts_the_stream_and_the_worker_pivots(tmp_pat
         ]
 
 
-async def test_a_message_during_tools_lets_them_finish_then_pivots(tmp_path: Path, autojump_clock: Clock) -> None:
-    llm = ScriptedLLM([{"tool_calls": [{"name": "sleep", "arguments": {"seconds": 30}}]}, {"text": "about the second"}])
+async def test_a_message_during_tools_lets_them_finish_then_pivots(
+    tmp_path: Path, autojump_clock: Clock
+) -> None:
+    llm = ScriptedLLM(
+        [
+            {"tool_calls": [{"name": "sleep", "arguments": {"seconds": 30}}]},
+            {"text": "about the second"},
+        ]
+    )
     async with serve_runtime(tmp_path, llm, tools=[sleeper()]) as h:
         await h.say("first")
         await trio.sleep(10)  # the tool is running
@@ -152,7 +185,9 @@ async def test_a_message_during_tools_lets_them_finish_then_pivots(tmp_path: Pat
         ]
         assert history[2].metadata.outcome is Outcome.COMPLETED
         assert history[2].content == "slept 30 s"
-        assert history[2].id > history[3].id  # written after the second message, sorted with its turn
+        assert (
+            history[2].id > history[3].id
+        )  # written after the second message, sorted with its turn
         assert check_turns(llm.requests[1].turns) == []
 
 
@@ -176,7 +211,9 @@ async def test_stop_cuts_the_stream_without_pivot(tmp_path: Path, autojump_clock
         assert len(llm.requests) == 1  # no pivot, no retry
 
 
-async def test_first_stop_lets_the_tool_finish_second_kills_it(tmp_path: Path, autojump_clock: Clock) -> None:
+async def test_first_stop_lets_the_tool_finish_second_kills_it(
+    tmp_path: Path, autojump_clock: Clock
+) -> None:
     log: list[str] = []
     llm = ScriptedLLM([{"tool_calls": [{"name": "sleep", "arguments": {"seconds": 100}}]}] * 2)
     async with serve_runtime(tmp_path, llm, tools=[sleeper(log=log)]) as h:
@@ -209,7 +246,11 @@ async def test_tool_failures_are_typed_outcomes(tmp_path: Path, autojump_clock: 
     async def crash(arguments: Mapping[str, Any], ctx: ToolContext) -> str:
         raise RuntimeError("bug")
 
-    tools = [Tool("refuse", "Refuses.", refuse), Tool("crash", "Crashes.", crash), sleeper(timeout_s=5)]
+    tools = [
+        Tool("refuse", "Refuses.", refuse),
+        Tool("crash", "Crashes.", crash),
+        sleeper(timeout_s=5),
+    ]
     calls = [{"name": n, "arguments": {"seconds": 9}} for n in ("refuse", "crash", "sleep", "nope")]
     llm = ScriptedLLM([{"tool_calls": calls}, {"text": "ok"}])
     async with serve_runtime(tmp_path, llm, tools=tools) as h:
@@ -234,7 +275,9 @@ async def test_unstarted_calls_are_skipped(gateway: Gateway, session: Session) -
     root = await gateway.post(user_text(session.id, "x"))
     turn = Turn(rt, session, [root], llm)
     meta = Metadata(tool_name="echo", tool_arguments={})
-    (posted,) = await gateway.post_many([in_turn(root, Role.ASSISTANT, Kind.TOOL_CALL, "echo()", metadata=meta)])
+    (posted,) = await gateway.post_many(
+        [in_turn(root, Role.ASSISTANT, Kind.TOOL_CALL, "echo()", metadata=meta)]
+    )
     turn.interrupt()
     await turn._run_batch([posted])
     result = gateway.store.history(session.id)[-1]
@@ -244,7 +287,9 @@ async def test_unstarted_calls_are_skipped(gateway: Gateway, session: Session) -
 
 
 async def test_the_step_cap_ends_a_runaway_loop(tmp_path: Path) -> None:
-    llm = ScriptedLLM([{"tool_calls": [{"name": "echo", "arguments": {"text": "again"}}]}], loop=True)
+    llm = ScriptedLLM(
+        [{"tool_calls": [{"name": "echo", "arguments": {"text": "again"}}]}], loop=True
+    )
     async with serve_runtime(tmp_path, llm, tools=[echo()], max_steps_per_turn=3) as h:
         root = await h.say("loop")
         metrics = await h.turn_end()
@@ -320,7 +365,9 @@ async def test_project_notes_and_tools_reach_the_system_prompt(tmp_path: Path) -
 
 async def test_every_model_call_gets_a_turn_log(tmp_path: Path) -> None:
     writer = TurnLogWriter()
-    llm = ScriptedLLM([{"tool_calls": [{"name": "echo", "arguments": {"text": "hi"}}]}, {"text": "done"}])
+    llm = ScriptedLLM(
+        [{"tool_calls": [{"name": "echo", "arguments": {"text": "hi"}}]}, {"text": "done"}]
+    )
     async with serve_runtime(tmp_path, llm, tools=[echo()], turnlog=writer) as h:
         await h.say("log me")
         await h.turn_end()
@@ -345,7 +392,9 @@ async def test_a_runtime_from_the_config_file(tmp_path: Path) -> None:
 
     (tmp_path / "demo.yaml").write_text("steps: [{text: configured}]\n")
     conf = tmp_path / "kesoku.toml"
-    conf.write_text('[agent]\nllm = "scripted"\npersona = "You are Conf."\n[scripted]\npath = "demo.yaml"\n')
+    conf.write_text(
+        '[agent]\nllm = "scripted"\npersona = "You are Conf."\n[scripted]\npath = "demo.yaml"\n'
+    )
 
     def start_up() -> tuple[Store, Gateway, Runtime]:
         # What `kesoku start` does before it serves: blocking file reads and imports, off the loop.
@@ -370,7 +419,9 @@ async def test_a_runtime_from_the_config_file(tmp_path: Path) -> None:
     await close_store(store)
 
 
-async def test_a_forced_stop_kills_a_tool_that_runs_a_nursery(tmp_path: Path, autojump_clock: Clock) -> None:
+async def test_a_forced_stop_kills_a_tool_that_runs_a_nursery(
+    tmp_path: Path, autojump_clock: Clock
+) -> None:
     async def fan_out(arguments: Mapping[str, Any], ctx: ToolContext) -> str:
         async with trio.open_nursery() as nursery:  # its Cancelled arrives wrapped in a group
             nursery.start_soon(trio.sleep, 100)
@@ -401,7 +452,10 @@ async def test_each_signed_thought_block_is_kept_with_its_own_signature(tmp_path
         await h.say("think twice")
         await h.turn_end()
         thoughts = [m for m in h.history() if m.kind is Kind.THOUGHT]
-        assert [(t.content, t.metadata.thought_signature) for t in thoughts] == [("first ", b"s1"), ("second", b"s2")]
+        assert [(t.content, t.metadata.thought_signature) for t in thoughts] == [
+            ("first ", b"s1"),
+            ("second", b"s2"),
+        ]
         assistant = llm.requests[1].turns[1]
         assert [b for b in assistant.blocks if isinstance(b, ThoughtBlock)] == [
             ThoughtBlock("first ", b"s1", "scripted"),
@@ -441,12 +495,16 @@ async def test_a_signature_goes_back_only_to_the_provider_that_made_it(tmp_path:
         await h.say("back")
         await h.turn_end()
     foreign = second.requests[0].turns[1].blocks[0]
-    assert foreign == ThoughtBlock("plan", None, None)  # the other provider never sees the signature
+    assert foreign == ThoughtBlock(
+        "plan", None, None
+    )  # the other provider never sees the signature
     own = first.requests[2].turns[1].blocks[0]
     assert own == ThoughtBlock("plan", b"sig", "scripted")  # the maker gets it back
 
 
-async def test_a_session_opened_elsewhere_gets_its_workspace_before_its_tools_run(tmp_path: Path) -> None:
+async def test_a_session_opened_elsewhere_gets_its_workspace_before_its_tools_run(
+    tmp_path: Path,
+) -> None:
     seen: list[bool] = []
 
     async def look(arguments: Mapping[str, Any], ctx: ToolContext) -> str:

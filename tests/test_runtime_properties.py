@@ -30,7 +30,10 @@ from kesoku.vocab.model import Kind, Metadata, Role, Status, in_turn, user_text
 from kesoku.vocab.transcript import check_turns
 
 OPS = st.lists(
-    st.tuples(st.sampled_from(["say", "say", "say", "stop", "force", "restart", "crash"]), st.integers(0, 40)),
+    st.tuples(
+        st.sampled_from(["say", "say", "say", "stop", "force", "restart", "crash"]),
+        st.integers(0, 40),
+    ),
     min_size=1,
     max_size=12,
 )
@@ -54,7 +57,10 @@ class Model:
         delay = self.rng.choice([0, 1, 5])
         if roll < 0.45:
             n = self.rng.randint(1, 3)
-            calls = [{"name": "sleep", "arguments": {"seconds": self.rng.choice([0, 3, 20])}} for _ in range(n)]
+            calls = [
+                {"name": "sleep", "arguments": {"seconds": self.rng.choice([0, 3, 20])}}
+                for _ in range(n)
+            ]
             return {"thought": "tools", "tool_calls": calls, "delay_s": delay}
         if roll < 0.55:
             return {"error": {"message": "overloaded", "retryable": self.rng.random() < 0.5}}
@@ -74,7 +80,8 @@ async def scenario(folder: Path, ops: list[tuple[str, int]], seed: int) -> Model
     def make() -> tuple[Runtime, Store]:
         store = Store(db)
         llm = ScriptedLLM(responder=model.respond, record_requests=False, max_retries=1)
-        # One process writes here: the cross-process poll only costs wake-ups under the virtual clock.
+        # One process writes here: the cross-process poll only costs wake-ups under the virtual
+        # clock.
         gateway = Gateway(store, sessions, poll_interval_s=60)
         return Runtime(gateway, llm, tools=tools, max_steps_per_turn=4, worker_idle_s=30), store
 
@@ -98,23 +105,39 @@ async def scenario(folder: Path, ops: list[tuple[str, int]], seed: int) -> Model
             else:
                 scope.cancel()  # the process goes away (gracefully: shielded tools finish)
                 await gone.wait()
-                if op == "crash":  # what a kill -9 mid-tool leaves: a call without result in an open turn
-                    open_roots = [m for m in store.history(session.id) if m.status is Status.PROCESSING]
+                if (
+                    op == "crash"
+                ):  # what a kill -9 mid-tool leaves: a call without result in an open turn
+                    open_roots = [
+                        m for m in store.history(session.id) if m.status is Status.PROCESSING
+                    ]
                     if open_roots:
                         meta = Metadata(tool_name="sleep", tool_arguments={})
-                        call = in_turn(open_roots[-1], Role.ASSISTANT, Kind.TOOL_CALL, "sleep()", metadata=meta)
+                        call = in_turn(
+                            open_roots[-1], Role.ASSISTANT, Kind.TOOL_CALL, "sleep()", metadata=meta
+                        )
                         store.insert_messages([call])
                 await close_store(store)
                 model.crashes += rt.dispatcher.crashes
                 rt, store = make()
                 scope, gone = trio.CancelScope(), trio.Event()
                 outer.start_soon(serve, rt, scope, gone)
-        for _ in range(100):  # virtual time: wait until every turn has ended (a hang guard of 100 min)
+        for _ in range(
+            100
+        ):  # virtual time: wait until every turn has ended (a hang guard of 100 min)
             await trio.sleep(60)
             history = store.history(session.id)
-            if all(m.status not in (Status.PENDING, Status.PROCESSING) for m in history if m.role is Role.USER):
+            if all(
+                m.status not in (Status.PENDING, Status.PROCESSING)
+                for m in history
+                if m.role is Role.USER
+            ):
                 break
-        assert [m for m in history if m.role is Role.USER and m.status in (Status.PENDING, Status.PROCESSING)] == []
+        assert [
+            m
+            for m in history
+            if m.role is Role.USER and m.status in (Status.PENDING, Status.PROCESSING)
+        ] == []
         calls = [m.id for m in history if m.kind is Kind.TOOL_CALL]
         answered = Counter(m.parent_id for m in history if m.kind is Kind.TOOL_RESULT)
         assert all(answered[c] == 1 for c in calls), answered
@@ -127,9 +150,13 @@ async def scenario(folder: Path, ops: list[tuple[str, int]], seed: int) -> Model
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(OPS, st.integers(0, 2**32 - 1))
-def test_every_request_is_valid_under_any_interleaving(ops: list[tuple[str, int]], seed: int) -> None:
+def test_every_request_is_valid_under_any_interleaving(
+    ops: list[tuple[str, int]], seed: int
+) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        model = trio.run(scenario, Path(tmp), ops, seed, clock=trio.testing.MockClock(autojump_threshold=0))
+        model = trio.run(
+            scenario, Path(tmp), ops, seed, clock=trio.testing.MockClock(autojump_threshold=0)
+        )
     assert model.violations == []
     assert model.crashes == 0
     if any(op == "say" for op, _ in ops):

@@ -90,8 +90,8 @@ def test_hidden_finds_the_secret_places_that_exist(tmp_path: Path) -> None:
 
 
 def test_bwrap_mounts_land_in_order_of_depth(tmp_path: Path) -> None:
-    # A project folder holding the sessions folder and the config: the project is bound, the sessions
-    # folder emptied over it, the session's own folder bound back, the config masked last.
+    # A project folder holding the sessions folder and the config: the project is bound, the
+    # sessions folder emptied over it, the session's own folder bound back, the config masked last.
     project = tmp_path / "project"
     session = project / "sessions" / "s1"
     session.mkdir(parents=True)

@@ -1,16 +1,15 @@
 """Hostile command lines, run for real through the shell tool in the OS sandbox.
 
-Every line of :data:`CORPUS` is executed (the policy lets everything through: an empty blocklist), in
-a fresh layout with secret canaries: a fake home with credential stores, Kesoku's config and
+Every line of :data:`CORPUS` is executed (the policy lets everything through: an empty blocklist),
+in a fresh layout with secret canaries: a fake home with credential stores, Kesoku's config and
 database, a ``.env`` file, another session's folder, a folder outside the workspace and a loopback
 TCP listener. After each line, none of these may hold: a file created or changed outside the
 workspace, a canary in the output or copied into the workspace, a connection to the listener.
 
-Each mechanism runs the corpus twice: with the private roots (``/tmp`` replaced by an empty one, as in
-production: the layout outside the workspace is not even visible), and with them off, so that the
+Each mechanism runs the corpus twice: with the private roots (``/tmp`` replaced by an empty one, as
+in production: the layout outside the workspace is not even visible), and with them off, so that the
 layout under pytest's tmp folder is visible and read-only: a write outside then fails because the
-file system refuses it, not because the folder is hidden.
-"""
+file system refuses it, not because the folder is hidden."""
 
 from __future__ import annotations
 

@@ -56,7 +56,10 @@ async def test_a_step_streams_thought_text_calls_usage_in_order() -> None:
 
 
 async def test_generated_call_ids_differ_between_instances() -> None:
-    one, two = ScriptedLLM([{"tool_calls": [{"name": "t"}]}]), ScriptedLLM([{"tool_calls": [{"name": "t"}]}])
+    one, two = (
+        ScriptedLLM([{"tool_calls": [{"name": "t"}]}]),
+        ScriptedLLM([{"tool_calls": [{"name": "t"}]}]),
+    )
     (a,), (b,) = await collect(one), await collect(two)
     assert isinstance(a, ToolCallEvent)
     assert isinstance(b, ToolCallEvent)
@@ -70,8 +73,12 @@ async def test_delays_use_the_trio_clock(autojump_clock: trio.testing.MockClock)
     assert trio.current_time() - start == pytest.approx(10)
 
 
-async def test_a_retryable_error_step_is_retried_by_the_base(autojump_clock: trio.testing.MockClock) -> None:
-    llm = ScriptedLLM([{"error": {"message": "overloaded", "status": 529, "retryable": True}}, {"text": "ok"}])
+async def test_a_retryable_error_step_is_retried_by_the_base(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    llm = ScriptedLLM(
+        [{"error": {"message": "overloaded", "status": 529, "retryable": True}}, {"text": "ok"}]
+    )
     assert await collect(llm) == [TextDelta("ok")]
     assert llm.calls == 2
 
@@ -82,7 +89,9 @@ async def test_errors_that_are_not_retried() -> None:
         await collect(llm)
     assert info.value.auth
     assert llm.calls == 1  # auth errors are never retried
-    mid = ScriptedLLM([{"text": "half", "error": {"message": "cut", "retryable": True}}, {"text": "never"}])
+    mid = ScriptedLLM(
+        [{"text": "half", "error": {"message": "cut", "retryable": True}}, {"text": "never"}]
+    )
     with pytest.raises(BackendError, match="cut"):
         await collect(mid)
     assert mid.calls == 1  # events were streamed: a retry would repeat them
@@ -94,7 +103,11 @@ async def test_exhaustion_loop_and_responder() -> None:
     with pytest.raises(BackendError, match="has 1 step and all were used"):
         await collect(once)
     looping = ScriptedLLM([{"text": "a"}, {"text": "b"}], loop=True)
-    assert [await collect(looping) for _ in range(3)] == [[TextDelta("a")], [TextDelta("b")], [TextDelta("a")]]
+    assert [await collect(looping) for _ in range(3)] == [
+        [TextDelta("a")],
+        [TextDelta("b")],
+        [TextDelta("a")],
+    ]
     responder = ScriptedLLM(responder=lambda request: Step(text=f"{len(request.turns)} turns"))
     assert await collect(responder) == [TextDelta("1 turns")]
     with pytest.raises(ValueError, match="not both"):
@@ -103,7 +116,9 @@ async def test_exhaustion_loop_and_responder() -> None:
 
 def test_scenario_files_and_their_errors(tmp_path: Path) -> None:
     good = tmp_path / "good.yaml"
-    good.write_text("model: demo\nloop: true\nsteps:\n  - text: hello\n  - events: [{sleep_s: 1}, {text: x}]\n")
+    good.write_text(
+        "model: demo\nloop: true\nsteps:\n  - text: hello\n  - events: [{sleep_s: 1}, {text: x}]\n"
+    )
     llm = ScriptedLLM.from_yaml(good)
     assert (llm.model, llm.loop, len(llm.steps), llm.source) == ("demo", True, 2, str(good))
     cases = {

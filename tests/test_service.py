@@ -1,9 +1,8 @@
 """`kesoku service`, run as the real CLI in a subprocess.
 
 systemctl and journalctl are replaced by small fake executables on PATH that record their arguments
-(the real ones need a running systemd, which test machines do not have); the rendered unit is checked
-by the real ``systemd-analyze verify`` and scored by ``systemd-analyze security``.
-"""
+(the real ones need a running systemd, which test machines do not have); the rendered unit is
+checked by the real ``systemd-analyze verify`` and scored by ``systemd-analyze security``."""
 
 from __future__ import annotations
 
@@ -121,7 +120,9 @@ def settings(unit: str) -> list[str]:
     return [line for line in unit.splitlines() if line and not line.startswith("#")]
 
 
-def sandbox(*, writable: list[str], read_only: list[str], user: bool, namespaces: bool = True) -> list[str]:
+def sandbox(
+    *, writable: list[str], read_only: list[str], user: bool, namespaces: bool = True
+) -> list[str]:
     """The sandbox settings a unit must hold, in order (``namespaces``: the machine gives user namespaces)."""
     mounts = [
         *(["PrivateUsers=yes"] if namespaces else []),
@@ -183,7 +184,12 @@ def expected_user_unit(config: Path, home: Path, *, path: str, env_file: bool) -
         "SyslogIdentifier=kesoku",
         "StandardOutput=journal",
         "StandardError=journal",
-        *sandbox(writable=[f'"-{folder}"'], read_only=[f'"-{folder}/skills"'], user=True, namespaces=NAMESPACES),
+        *sandbox(
+            writable=[f'"-{folder}"'],
+            read_only=[f'"-{folder}/skills"'],
+            user=True,
+            namespaces=NAMESPACES,
+        ),
         "[Install]",
         "WantedBy=default.target",
     ]
@@ -201,10 +207,15 @@ def test_dry_run_prints_the_exact_unit_and_keeps_secrets_out(
         GOOGLE_CLOUD_PROJECT="proj-1", HTTPS_PROXY="http://bob:p-secret-4@proxy:3128",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("# Written by `kesoku service install`; run it again rather than editing")
+    assert result.stdout.startswith(
+        "# Written by `kesoku service install`; run it again rather than editing"
+    )
     assert settings(result.stdout) == expected_user_unit(config, home, path=path, env_file=True)
     # The settings one could take for forgotten say why they are absent.
-    assert "# - RestrictNamespaces=: bubblewrap creates user, mount, pid, net, ipc, uts, cgroup" in result.stdout
+    assert (
+        "# - RestrictNamespaces=: bubblewrap creates user, mount, pid, net, ipc, uts, cgroup"
+        in result.stdout
+    )
     assert "# - MemoryDenyWriteExecute=: every tool inherits it" in result.stdout
     assert "secret" not in result.stdout + result.stderr  # names only, never values
     assert result.stderr == (
@@ -219,7 +230,9 @@ def test_dry_run_without_secrets_has_no_environment_file(config: Path, home: Pat
     result = kesoku("install", "-c", str(config), "--dry-run", home=home, path="/usr/bin:/bin",
                     GOOGLE_CLOUD_PROJECT="proj-1")  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert settings(result.stdout) == expected_user_unit(config, home, path="/usr/bin:/bin", env_file=False)
+    assert settings(result.stdout) == expected_user_unit(
+        config, home, path="/usr/bin:/bin", env_file=False
+    )
     assert result.stderr == ""
 
 
@@ -234,7 +247,12 @@ def test_system_unit_runs_as_the_invoking_user_after_the_network(config: Path, h
     assert unit[-1] == "WantedBy=multi-user.target"
     assert "tok" not in result.stdout
     folder = os.path.realpath(config.parent)
-    expected = sandbox(writable=[f'"-{folder}"'], read_only=[f'"-{folder}/skills"'], user=False, namespaces=NAMESPACES)
+    expected = sandbox(
+        writable=[f'"-{folder}"'],
+        read_only=[f'"-{folder}/skills"'],
+        user=False,
+        namespaces=NAMESPACES,
+    )
     body = settings(result.stdout)
     assert body[body.index(expected[0]) : -2] == expected
     assert "# - RemoveIPC=: User= is a login user, whose other IPC objects it removes." in unit
@@ -264,7 +282,11 @@ def test_the_unit_writes_where_the_config_keeps_state_and_install_makes_those_fo
     assert dry.returncode == 0, dry.stderr
     # The sessions live inside the database's folder: one writable folder covers both. The
     # skills are read-only anyway (outside every writable folder).
-    rules = [line for line in settings(dry.stdout) if line.startswith(("ReadWritePaths", "ReadOnlyPaths"))]
+    rules = [
+        line
+        for line in settings(dry.stdout)
+        if line.startswith(("ReadWritePaths", "ReadOnlyPaths"))
+    ]
     assert rules == [f"ReadWritePaths=-{root}/state", f"ReadWritePaths=-{root}/work/repo"]
     assert dry.stderr.splitlines() == [
         f"# would create {root}/state (the service writes there)",
@@ -273,14 +295,20 @@ def test_the_unit_writes_where_the_config_keeps_state_and_install_makes_those_fo
     assert not (tmp_path / "state").exists()
 
     log = tmp_path / "calls.log"
-    done = kesoku("install", "-c", str(config), home=home, path=f"{fake_bin}:/usr/bin:/bin", FAKE_LOG=str(log))
+    done = kesoku(
+        "install", "-c", str(config), home=home, path=f"{fake_bin}:/usr/bin:/bin", FAKE_LOG=str(log)
+    )
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "state").is_dir()
     assert (tmp_path / "work" / "repo").is_dir()
-    assert not (tmp_path / "state" / "sessions").exists()  # the daemon makes it, inside a writable folder
+    assert not (
+        tmp_path / "state" / "sessions"
+    ).exists()  # the daemon makes it, inside a writable folder
 
 
-def test_state_paths_follow_symlinks_and_keep_skills_read_only_inside_a_writable_folder(tmp_path: Path) -> None:
+def test_state_paths_follow_symlinks_and_keep_skills_read_only_inside_a_writable_folder(
+    tmp_path: Path,
+) -> None:
     outside = tmp_path / "disk" / "sessions"
     outside.mkdir(parents=True)
     agent = tmp_path / "agent"
@@ -295,7 +323,9 @@ def test_state_paths_follow_symlinks_and_keep_skills_read_only_inside_a_writable
     assert paths.read_only == (real / "agent" / "my skills",)
 
 
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
+@pytest.mark.skipif(
+    shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed"
+)
 @pytest.mark.parametrize("scope", ["--user", "--system"])
 def test_the_rendered_unit_passes_systemd_analyze_verify_and_security(
     scope: str, config: Path, home: Path, tmp_path: Path
@@ -310,7 +340,9 @@ def test_the_rendered_unit_passes_systemd_analyze_verify_and_security(
     unit.write_text(result.stdout)
     assert_verified(unit, user=scope == "--user")
     if scope == "--user" and not NAMESPACES:
-        pytest.skip("no user namespaces here: a user unit keeps no file system sandbox (see the next test)")
+        pytest.skip(
+            "no user namespaces here: a user unit keeps no file system sandbox (see the next test)"
+        )
     # Exposure 0.0 (locked down) to 10.0 (none); --threshold=40 fails above 4.0.
     security = analyze(unit, "security", "--offline=yes", "--threshold=40", user=scope == "--user")
     assert security.returncode == 0, security.stdout + security.stderr
@@ -324,7 +356,9 @@ NO_NAMESPACES = ("unshare", "--user", "--map-root-user", "sh", "-c",
 """Runs a command where no user namespace can be made: the limit holds in a user namespace's children."""
 
 
-@pytest.mark.skipif(not NAMESPACES or shutil.which("unshare") is None, reason="needs unshare(1) and user namespaces")
+@pytest.mark.skipif(
+    not NAMESPACES or shutil.which("unshare") is None, reason="needs unshare(1) and user namespaces"
+)
 def test_where_user_namespaces_are_refused_the_unit_keeps_what_works_without_and_says_so(
     config: Path, home: Path, tmp_path: Path
 ) -> None:
@@ -335,11 +369,16 @@ def test_where_user_namespaces_are_refused_the_unit_keeps_what_works_without_and
         result = kesoku("install", "-c", str(config), scope, "--dry-run", home=home, path="/usr/bin:/bin",
                         prefix=NO_NAMESPACES, SUDO_USER="alice")  # fmt: skip
         assert result.returncode == 0, result.stderr
-        assert result.stderr == note.format("its file system sandbox is off" if user else "no PrivateUsers=") + "\n"
+        assert (
+            result.stderr
+            == note.format("its file system sandbox is off" if user else "no PrivateUsers=") + "\n"
+        )
         expected = sandbox(**mounts, user=user, namespaces=False)
         body = settings(result.stdout)
         assert body[body.index(expected[0]) : -2] == expected
-        assert "# This machine refused a user namespace at install: no PrivateUsers=." in result.stdout
+        assert (
+            "# This machine refused a user namespace at install: no PrivateUsers=." in result.stdout
+        )
         if shutil.which("systemd-analyze") is not None:  # still a valid unit
             unit = tmp_path / "kesoku.service"
             unit.write_text(result.stdout)
@@ -359,7 +398,11 @@ def test_install_writes_the_unit_and_a_private_secrets_file_then_enables(
     assert "EnvironmentFile=" + str(secrets) in unit.read_text()
     assert stat.S_IMODE(secrets.stat().st_mode) == 0o600
     assert stat.S_IMODE(secrets.parent.stat().st_mode) == 0o700
-    assert secrets.read_text().splitlines()[1:] == ['A="it\'s \\$x"', "B='plain'", "GOOGLE_API_KEY='key-1'"]
+    assert secrets.read_text().splitlines()[1:] == [
+        'A="it\'s \\$x"',
+        "B='plain'",
+        "GOOGLE_API_KEY='key-1'",
+    ]
     assert log.read_text().splitlines() == [
         "systemctl --user show --property=Version",
         "systemctl --user daemon-reload",
@@ -375,10 +418,17 @@ def test_install_writes_the_unit_and_a_private_secrets_file_then_enables(
     assert "EnvironmentFile" not in unit.read_text()
 
 
-def test_uninstall_stops_disables_removes_and_reloads(config: Path, home: Path, fake_bin: Path, tmp_path: Path) -> None:
+def test_uninstall_stops_disables_removes_and_reloads(
+    config: Path, home: Path, fake_bin: Path, tmp_path: Path
+) -> None:
     log = tmp_path / "calls.log"
     path = f"{fake_bin}:/usr/bin:/bin"
-    assert kesoku("install", "-c", str(config), "-e", "A=1", home=home, path=path, FAKE_LOG=str(log)).returncode == 0
+    assert (
+        kesoku(
+            "install", "-c", str(config), "-e", "A=1", home=home, path=path, FAKE_LOG=str(log)
+        ).returncode
+        == 0
+    )
     log.unlink()
     result = kesoku("uninstall", home=home, path=path, FAKE_LOG=str(log))
     assert result.returncode == 0, result.stderr
@@ -394,7 +444,9 @@ def test_uninstall_stops_disables_removes_and_reloads(config: Path, home: Path, 
     assert missing.startswith("kesoku: kesoku.service is not installed")
 
 
-def test_start_stop_restart_status_and_logs_call_systemd(home: Path, fake_bin: Path, tmp_path: Path) -> None:
+def test_start_stop_restart_status_and_logs_call_systemd(
+    home: Path, fake_bin: Path, tmp_path: Path
+) -> None:
     log = tmp_path / "calls.log"
     path = f"{fake_bin}:/usr/bin:/bin"
     for action in ("start", "stop", "restart"):
@@ -417,10 +469,19 @@ def test_start_stop_restart_status_and_logs_call_systemd(home: Path, fake_bin: P
     ]
 
 
-def test_without_systemd_every_command_says_so_in_one_line(config: Path, home: Path, tmp_path: Path) -> None:
+def test_without_systemd_every_command_says_so_in_one_line(
+    config: Path, home: Path, tmp_path: Path
+) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
-    for args in (("install", "-c", str(config)), ("uninstall",), ("start",), ("stop",), ("restart",), ("status",)):
+    for args in (
+        ("install", "-c", str(config)),
+        ("uninstall",),
+        ("start",),
+        ("stop",),
+        ("restart",),
+        ("status",),
+    ):
         line = one_line_error(kesoku(*args, home=home, path=str(empty)))
         assert line == "kesoku: systemd is not available here (no systemctl on PATH)", args
     line = one_line_error(kesoku("logs", "-f", home=home, path=str(empty)))
@@ -428,7 +489,9 @@ def test_without_systemd_every_command_says_so_in_one_line(config: Path, home: P
     assert not (home / ".config").exists()
 
 
-def test_an_unreachable_user_manager_is_one_line(config: Path, home: Path, fake_bin: Path, tmp_path: Path) -> None:
+def test_an_unreachable_user_manager_is_one_line(
+    config: Path, home: Path, fake_bin: Path, tmp_path: Path
+) -> None:
     result = kesoku("install", "-c", str(config), home=home, path=f"{fake_bin}:/usr/bin:/bin",
                     FAKE_LOG=str(tmp_path / "log"), FAKE_FAIL="Failed to connect to bus: No medium found")  # fmt: skip
     line = one_line_error(result)
@@ -439,10 +502,16 @@ def test_an_unreachable_user_manager_is_one_line(config: Path, home: Path, fake_
 
 
 def test_bad_options_are_one_line(config: Path, home: Path, tmp_path: Path) -> None:
-    line = one_line_error(kesoku("install", "-c", str(config), "-e", "NOEQUALS", "--dry-run", home=home, path="/bin"))
-    assert line == "kesoku: -e 'NOEQUALS': expected KEY=VALUE with KEY made of letters, digits and _"
+    line = one_line_error(
+        kesoku("install", "-c", str(config), "-e", "NOEQUALS", "--dry-run", home=home, path="/bin")
+    )
+    assert (
+        line == "kesoku: -e 'NOEQUALS': expected KEY=VALUE with KEY made of letters, digits and _"
+    )
     missing = tmp_path / "nope.toml"
-    line = one_line_error(kesoku("install", "-c", str(missing), "--dry-run", home=home, path="/bin"))
+    line = one_line_error(
+        kesoku("install", "-c", str(missing), "--dry-run", home=home, path="/bin")
+    )
     assert line.startswith(f"kesoku: service install: {missing} does not exist")
 
 
@@ -451,4 +520,6 @@ def test_install_without_a_config_file_says_how_to_get_one(home: Path, tmp_path:
     result = kesoku("install", "--dry-run", "-c", str(missing), home=home, path=os.environ["PATH"])
     assert result.returncode == 2
     assert result.stdout == ""
-    assert result.stderr.startswith(f"kesoku: service install: {missing} does not exist; give the daemon's config")
+    assert result.stderr.startswith(
+        f"kesoku: service install: {missing} does not exist; give the daemon's config"
+    )

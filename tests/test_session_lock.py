@@ -1,8 +1,7 @@
 """One process at a time runs a session: the lock files, and two runtimes sharing one database.
 
-Two gateways in one test stand for two processes: flock(2) locks belong to the open file, so a second
-open of the same lock file conflicts exactly as another process's would.
-"""
+Two gateways in one test stand for two processes: flock(2) locks belong to the open file, so a
+second open of the same lock file conflicts exactly as another process's would."""
 
 from __future__ import annotations
 
@@ -40,7 +39,10 @@ def test_a_lock_is_exclusive_counted_and_dropped_with_its_process(tmp_path: Path
 async def test_only_the_holder_answers_and_a_freed_session_is_taken_over(tmp_path: Path) -> None:
     llm_a = ScriptedLLM([{"text": "from A"}])
     llm_b = ScriptedLLM([{"text": "from B"}])
-    async with serve_runtime(tmp_path, llm_a, worker_idle_s=0.5) as a, serve_runtime(tmp_path, llm_b) as b:
+    async with (
+        serve_runtime(tmp_path, llm_a, worker_idle_s=0.5) as a,
+        serve_runtime(tmp_path, llm_b) as b,
+    ):
         assert a.session.id == b.session.id
         assert a.gateway.locks.acquire(a.session.id)  # process A is running the session (a chat)
         first = await b.say("hello")  # posted by process B

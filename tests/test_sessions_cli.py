@@ -39,7 +39,10 @@ def test_list_show_and_export(tmp_path: Path) -> None:
     shown = kesoku(tmp_path, "sessions", "show", first[:6])
     assert shown.returncode == 0, shown.stderr
     assert f"id:          {first}" in shown.stdout
-    assert "tokens:      input 2,100 (0 cached) · output 50 (0 thinking) over 2 model calls" in shown.stdout
+    assert (
+        "tokens:      input 2,100 (0 cached) · output 50 (0 thinking) over 2 model calls"
+        in shown.stdout
+    )
     assert "assistant/tool_call  shell(command='echo hi')" in shown.stdout
     exported = kesoku(tmp_path, "sessions", "export", first[:6])
     assert exported.returncode == 0, exported.stderr
@@ -75,11 +78,14 @@ def test_fork_copies_history_up_to_a_message_and_chat_continues_the_fork(tmp_pat
         original = store.history(first)
     finally:
         store.close()
-    assert [(m.role, m.kind, m.content) for m in copied] == [(m.role, m.kind, m.content) for m in original[:4]]
+    assert [(m.role, m.kind, m.content) for m in copied] == [
+        (m.role, m.kind, m.content) for m in original[:4]
+    ]
     user, _, copied_call, copied_result = copied
     assert {m.root_id for m in copied} == {user.id} and user.id != original[0].id
     assert copied_result.parent_id == copied_call.id != call.id
-    # The fork is a terminal session: kesoku chat continues it (the scenario starts over, from step 1).
+    # The fork is a terminal session: kesoku chat continues it (the scenario starts over, from step
+    # 1).
     assert chat(tmp_path, "--session", new_id[:6], "Once more?").returncode == 0
     titles = kesoku(tmp_path, "sessions", "list").stdout
     assert f"(fork of {first})" in titles
@@ -96,10 +102,15 @@ def test_clear_deletes_the_session_and_its_workspace(tmp_path: Path) -> None:
     assert cleared.returncode == 0, cleared.stderr
     assert cleared.stdout.startswith(f"deleted session {first} (5 messages")
     assert not workspace.exists()
-    assert [line.split()[0] for line in kesoku(tmp_path, "sessions", "list").stdout.splitlines()[1:]] == [second]
+    assert [
+        line.split()[0] for line in kesoku(tmp_path, "sessions", "list").stdout.splitlines()[1:]
+    ] == [second]
     again = kesoku(tmp_path, "sessions", "clear", first)
     assert again.returncode == 2
-    assert again.stderr == f"kesoku: session {first}: no such session (kesoku sessions list shows them)\n"
+    assert (
+        again.stderr
+        == f"kesoku: session {first}: no such session (kesoku sessions list shows them)\n"
+    )
     short = kesoku(tmp_path, "sessions", "show", second[:3])
     assert short.returncode == 2
     assert short.stderr == (
@@ -116,19 +127,25 @@ def test_a_missing_database_is_not_created(tmp_path: Path) -> None:
     assert not (tmp_path / "kesoku.db").exists()
 
 
-def test_a_prefix_names_one_session_or_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_prefix_names_one_session_or_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ids = iter(["abcd1111" + "0" * 24, "abcd2222" + "0" * 24, "ffff0000" + "0" * 24])
     monkeypatch.setattr(uuid, "uuid4", lambda: uuid.UUID(next(ids)))
     store = Store(tmp_path / "kesoku.db")
     try:
-        a, b, c = (store.create_session("terminal", f"c{i}", workspace_root=tmp_path) for i in range(3))
+        a, b, c = (
+            store.create_session("terminal", f"c{i}", workspace_root=tmp_path) for i in range(3)
+        )
         assert store.resolve_session("abcd1") == a
         assert store.resolve_session(c.id) == c
         with pytest.raises(AmbiguousSessionError) as ambiguous:
             store.resolve_session("abcd")
         assert ambiguous.value.matches == [a, b]
         assert str(ambiguous.value) == "2 sessions start with it; give more of the id"
-        with pytest.raises(UnknownSessionError, match=r"^no such session; give at least 4 characters of the id$"):
+        with pytest.raises(
+            UnknownSessionError, match=r"^no such session; give at least 4 characters of the id$"
+        ):
             store.resolve_session("fff")  # shorter than 4 characters: only a whole id
         with pytest.raises(UnknownSessionError, match=r"^no such session$"):
             store.resolve_session("0123")
@@ -146,9 +163,19 @@ def test_a_fork_does_not_inherit_a_pending_turn_or_external_ids(tmp_path: Path) 
             [Message(session_id=s.id, role=Role.USER, sender="ann", content="hi", external_id="d1")]
         )
         store.insert_messages(
-            [Message(session_id=s.id, role=Role.USER, sender="ann", content="more", status=Status.PENDING)]
+            [
+                Message(
+                    session_id=s.id,
+                    role=Role.USER,
+                    sender="ann",
+                    content="more",
+                    status=Status.PENDING,
+                )
+            ]
         )
-        fork = store.fork_session(s.id, adapter="terminal", channel_id="tty-x", workspace_root=tmp_path)
+        fork = store.fork_session(
+            s.id, adapter="terminal", channel_id="tty-x", workspace_root=tmp_path
+        )
         copied = store.history(fork.id)
         assert [(m.content, m.status, m.external_id) for m in copied] == [
             ("hi", Status.DONE, None),
@@ -188,4 +215,6 @@ def test_a_reader_that_leaves_early_ends_any_command_quietly(tmp_path: Path) -> 
         finally:
             os.close(write)
         assert result.returncode == 141, (args, result.stderr)
-        assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr, args  # chat's activity stays
+        assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr, (
+            args
+        )  # chat's activity stays

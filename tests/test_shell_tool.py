@@ -47,7 +47,11 @@ def mode(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def sandbox(tmp_path: Path) -> Sandbox:
     """The best mechanism here (tests of the tool itself, not of the confinement)."""
-    return sandbox_for("auto", tmp_path) if Sandbox(SandboxConfig()).probe().mechanism else sandbox_for("off", tmp_path)
+    return (
+        sandbox_for("auto", tmp_path)
+        if Sandbox(SandboxConfig()).probe().mechanism
+        else sandbox_for("off", tmp_path)
+    )
 
 
 async def test_output_and_exit_code(ctx: ToolContext, sandbox: Sandbox) -> None:
@@ -60,7 +64,9 @@ async def test_output_and_exit_code(ctx: ToolContext, sandbox: Sandbox) -> None:
     assert tool.parameters["required"] == ["command"]
 
 
-async def test_it_runs_in_the_working_directory(ctx: ToolContext, sandbox: Sandbox, tmp_path: Path) -> None:
+async def test_it_runs_in_the_working_directory(
+    ctx: ToolContext, sandbox: Sandbox, tmp_path: Path
+) -> None:
     tool = shell_tool(ShellConfig(), sandbox)
     result = await tool.run({"command": "pwd; printf made > made.txt"}, ctx)
     assert f"\n{tmp_path}\n" in result
@@ -70,7 +76,10 @@ async def test_it_runs_in_the_working_directory(ctx: ToolContext, sandbox: Sandb
 async def test_use_shell_off_runs_argv_without_a_shell(ctx: ToolContext, sandbox: Sandbox) -> None:
     tool = shell_tool(ShellConfig(use_shell=False), sandbox)
     result = await tool.run({"command": "printf '%s|%s\\n' 'a b' '$HOME;x'"}, ctx)
-    assert result.splitlines()[1:] == ["a b|$HOME;x", "[exit code 0]"]  # nothing expanded, nothing split
+    assert result.splitlines()[1:] == [
+        "a b|$HOME;x",
+        "[exit code 0]",
+    ]  # nothing expanded, nothing split
     literal = await tool.run({"command": "echo a;b | c"}, ctx)
     assert literal.splitlines()[1] == "a;b | c"
     with pytest.raises(ToolError, match="cannot be split into words: No closing quotation"):
@@ -81,22 +90,30 @@ async def test_use_shell_off_runs_argv_without_a_shell(ctx: ToolContext, sandbox
 
 async def test_use_shell_on_has_pipes_and_expansion(ctx: ToolContext, sandbox: Sandbox) -> None:
     tool = shell_tool(ShellConfig(use_shell=True), sandbox)
-    result = await tool.run({"command": "printf 'b\\na\\n' | sort | tr a-z A-Z; echo $((2 + 3))"}, ctx)
+    result = await tool.run(
+        {"command": "printf 'b\\na\\n' | sort | tr a-z A-Z; echo $((2 + 3))"}, ctx
+    )
     assert result.splitlines()[1:] == ["A", "B", "5", "[exit code 0]"]
 
 
-async def test_the_timeout_kills_the_whole_process_group(ctx: ToolContext, mode: str, tmp_path: Path) -> None:
+async def test_the_timeout_kills_the_whole_process_group(
+    ctx: ToolContext, mode: str, tmp_path: Path
+) -> None:
     tool = shell_tool(ShellConfig(timeout_s=30), sandbox_for(mode, tmp_path))
     mark = marker()
     started = trio.current_time()
     result = await tool.run({"command": f"echo before; {grandchild(mark)}", "timeout_s": 1}, ctx)
     assert trio.current_time() - started < 10
     assert result.startswith("$ echo before;")
-    assert result.endswith("before\n[timed out after 1 s: the command and its process group were killed]")
+    assert result.endswith(
+        "before\n[timed out after 1 s: the command and its process group were killed]"
+    )
     await wait_gone(mark)
 
 
-async def test_background_jobs_do_not_outlive_the_command(ctx: ToolContext, mode: str, tmp_path: Path) -> None:
+async def test_background_jobs_do_not_outlive_the_command(
+    ctx: ToolContext, mode: str, tmp_path: Path
+) -> None:
     tool = shell_tool(ShellConfig(), sandbox_for(mode, tmp_path))
     mark = marker()
     with trio.fail_after(10):  # the job holds the output pipe open: the tool must not wait for it
@@ -105,7 +122,9 @@ async def test_background_jobs_do_not_outlive_the_command(ctx: ToolContext, mode
     await wait_gone(mark)
 
 
-async def test_a_command_outlives_the_thread_that_started_it(ctx: ToolContext, mode: str, tmp_path: Path) -> None:
+async def test_a_command_outlives_the_thread_that_started_it(
+    ctx: ToolContext, mode: str, tmp_path: Path
+) -> None:
     # bwrap's --die-with-parent and the launcher's parent-death signal follow the starting thread:
     # trio's worker threads end after 10 s idle, so a command started from one would die at 10 s.
     tool = shell_tool(ShellConfig(), sandbox_for(mode, tmp_path))
@@ -113,7 +132,9 @@ async def test_a_command_outlives_the_thread_that_started_it(ctx: ToolContext, m
     assert result.endswith("finished\n[exit code 0]")
 
 
-async def test_cancellation_kills_the_group_and_propagates(ctx: ToolContext, mode: str, tmp_path: Path) -> None:
+async def test_cancellation_kills_the_group_and_propagates(
+    ctx: ToolContext, mode: str, tmp_path: Path
+) -> None:
     tool = shell_tool(ShellConfig(), sandbox_for(mode, tmp_path))
     mark = marker()
     with trio.CancelScope() as scope:
@@ -125,10 +146,14 @@ async def test_cancellation_kills_the_group_and_propagates(ctx: ToolContext, mod
     await wait_gone(mark)
 
 
-async def test_a_forced_stop_through_the_runtime_kills_the_command(mode: str, tmp_path: Path) -> None:
+async def test_a_forced_stop_through_the_runtime_kills_the_command(
+    mode: str, tmp_path: Path
+) -> None:
     shell = shell_tool(ShellConfig(), sandbox_for(mode, tmp_path))
     mark = marker()
-    llm = ScriptedLLM([{"tool_calls": [{"name": "shell", "arguments": {"command": grandchild(mark)}}]}])
+    llm = ScriptedLLM(
+        [{"tool_calls": [{"name": "shell", "arguments": {"command": grandchild(mark)}}]}]
+    )
     async with serve_runtime(tmp_path, llm, tools=[shell], project_dir=tmp_path) as h:
         await h.say("run it")
         await wait_running(mark)
@@ -137,16 +162,29 @@ async def test_a_forced_stop_through_the_runtime_kills_the_command(mode: str, tm
         result = h.history()[-1]
         assert result.kind is Kind.TOOL_RESULT
         assert result.metadata.outcome is Outcome.KILLED
-        assert result.content == "[killed] shell was killed: the user stopped the turn and killed its tools."
+        assert (
+            result.content
+            == "[killed] shell was killed: the user stopped the turn and killed its tools."
+        )
         await wait_gone(mark)
 
 
-async def test_the_tools_own_timeout_reports_through_the_runtime(tmp_path: Path, sandbox: Sandbox) -> None:
-    # The tool's own timeout fires first and its result keeps the output; the outcome stays completed.
+async def test_the_tools_own_timeout_reports_through_the_runtime(
+    tmp_path: Path, sandbox: Sandbox
+) -> None:
+    # The tool's own timeout fires first and its result keeps the output; the outcome stays
+    # completed.
     shell = shell_tool(ShellConfig(timeout_s=1), sandbox)
     mark = marker()
     llm = ScriptedLLM(
-        [{"tool_calls": [{"name": "shell", "arguments": {"command": f"echo hi; {grandchild(mark)}"}}]}, {"text": "ok"}]
+        [
+            {
+                "tool_calls": [
+                    {"name": "shell", "arguments": {"command": f"echo hi; {grandchild(mark)}"}}
+                ]
+            },
+            {"text": "ok"},
+        ]
     )
     async with serve_runtime(tmp_path, llm, tools=[shell], project_dir=tmp_path) as h:
         await h.say("run it")
@@ -157,8 +195,11 @@ async def test_the_tools_own_timeout_reports_through_the_runtime(tmp_path: Path,
         await wait_gone(mark)
 
 
-async def test_the_runtime_bound_cancels_the_tool_and_the_group(tmp_path: Path, sandbox: Sandbox) -> None:
-    # A runtime bound shorter than the tool's own timeout: the runtime cancels run(), the group dies.
+async def test_the_runtime_bound_cancels_the_tool_and_the_group(
+    tmp_path: Path, sandbox: Sandbox
+) -> None:
+    # A runtime bound shorter than the tool's own timeout: the runtime cancels run(), the group
+    # dies.
     shell = dataclasses.replace(shell_tool(ShellConfig(), sandbox), timeout_s=1)
     mark = marker()
     calls = [{"name": "shell", "arguments": {"command": grandchild(mark)}}]
@@ -194,13 +235,17 @@ async def test_a_refused_command_is_a_tool_error_and_does_not_run(
     assert str(refused.value) == (
         "refused by the shell policy (allowlist mode): `touch marker.txt` matches none of shell.allowlist_patterns"
     )
-    argv_tool = shell_tool(ShellConfig(mode="allowlist", use_shell=False, allowlist_patterns=(r"^echo\b",)), sandbox)
+    argv_tool = shell_tool(
+        ShellConfig(mode="allowlist", use_shell=False, allowlist_patterns=(r"^echo\b",)), sandbox
+    )
     with pytest.raises(ToolError, match=r"`touch marker\.txt` matches none"):
         await argv_tool.run({"command": "touch marker.txt"}, ctx)
     assert not (tmp_path / "marker.txt").exists()
 
 
-async def test_a_refusal_reaches_the_model_as_a_failed_result(tmp_path: Path, sandbox: Sandbox) -> None:
+async def test_a_refusal_reaches_the_model_as_a_failed_result(
+    tmp_path: Path, sandbox: Sandbox
+) -> None:
     shell = shell_tool(ShellConfig(mode="allowlist", allowlist_patterns=(r"^echo\b",)), sandbox)
     calls = [{"name": "shell", "arguments": {"command": "echo $(touch marker.txt)"}}]
     llm = ScriptedLLM([{"tool_calls": calls}, {"text": "ok"}])
@@ -244,14 +289,23 @@ async def test_only_allowlisted_variables_reach_the_command(
     monkeypatch.setenv("KESOKU_VISIBLE", "plain-value")
     monkeypatch.setenv("LC_ALL", "C.UTF-8")
     tool = shell_tool(ShellConfig(), sandbox_for(mode, tmp_path, env=("KESOKU_VISIBLE",)))
-    result = await tool.run({"command": f'{PY} -c "import os; print(sorted(os.environ.items()))"'}, ctx)
+    result = await tool.run(
+        {"command": f'{PY} -c "import os; print(sorted(os.environ.items()))"'}, ctx
+    )
     assert "plain-value" in result and "'LC_ALL', 'C.UTF-8'" in result
     for name, value in secrets.items():
         assert name not in result and value not in result
 
 
 def test_the_environment_is_an_allowlist() -> None:
-    environ = {"PATH": "/bin", "HOME": "/h", "API_KEY": "k", "DATABASE_URL": "u", "LC_TIME": "C", "X": "1"}
+    environ = {
+        "PATH": "/bin",
+        "HOME": "/h",
+        "API_KEY": "k",
+        "DATABASE_URL": "u",
+        "LC_TIME": "C",
+        "X": "1",
+    }
     assert environment(environ=environ) == {"PATH": "/bin", "HOME": "/h", "LC_TIME": "C"}
     assert environment(["X"], environ) == {"PATH": "/bin", "HOME": "/h", "LC_TIME": "C", "X": "1"}
     assert "PATH" in BASE_ENV and "PATH" in environment()
@@ -267,11 +321,15 @@ async def test_a_tainted_session_asks_before_a_line_outside_the_allowlist(
     tainted = (TaintSource("url", "https://example.com/payload"),)
     denied = StaticGuard(allow=False, sources=tainted)
     ctx = ToolContext(session=session, cwd=tmp_path, call_id="c", guard=denied)
-    with pytest.raises(ToolError, match=r"holds untrusted content \(url https://example.com/payload\)"):
+    with pytest.raises(
+        ToolError, match=r"holds untrusted content \(url https://example.com/payload\)"
+    ):
         await tool.run({"command": "echo ok && touch marker.txt"}, ctx)
     assert not (tmp_path / "marker.txt").exists()
     assert len(denied.questions) == 1
-    assert denied.questions[0].startswith("shell wants to run `echo ok && touch marker.txt`. It is outside the")
+    assert denied.questions[0].startswith(
+        "shell wants to run `echo ok && touch marker.txt`. It is outside the"
+    )
     # A line the allowlist accepts runs without a question.
     assert (await tool.run({"command": "echo fine"}, ctx)).startswith("$ echo fine\nfine")
     assert len(denied.questions) == 1

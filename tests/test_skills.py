@@ -40,7 +40,8 @@ def root(tmp_path: Path) -> Path:
     return path
 
 
-# -- loading ----------------------------------------------------------------------------------------
+# -- loading
+# ----------------------------------------------------------------------------------------
 
 
 def test_a_skill_loads_with_its_fields(root: Path) -> None:
@@ -79,20 +80,44 @@ def test_agent_skills_metadata_strings_are_split(root: Path) -> None:
 @pytest.mark.parametrize(
     ("raw", "description"),
     [
-        pytest.param(b"\xef\xbb\xbf" + GOOD.format(name="s", desc="With a BOM.").encode(), "With a BOM.", id="bom"),
-        pytest.param(GOOD.format(name="s", desc="CRLF ends.").replace("\n", "\r\n").encode(), "CRLF ends.", id="crlf"),
         pytest.param(
-            b"\xef\xbb\xbf" + GOOD.format(name="s", desc="Both.").replace("\n", "\r\n").encode(), "Both.", id="bom+crlf"
+            b"\xef\xbb\xbf" + GOOD.format(name="s", desc="With a BOM.").encode(),
+            "With a BOM.",
+            id="bom",
         ),
-        pytest.param(GOOD.format(name="s", desc="Old Mac.").replace("\n", "\r").encode(), "Old Mac.", id="cr"),
+        pytest.param(
+            GOOD.format(name="s", desc="CRLF ends.").replace("\n", "\r\n").encode(),
+            "CRLF ends.",
+            id="crlf",
+        ),
+        pytest.param(
+            b"\xef\xbb\xbf" + GOOD.format(name="s", desc="Both.").replace("\n", "\r\n").encode(),
+            "Both.",
+            id="bom+crlf",
+        ),
+        pytest.param(
+            GOOD.format(name="s", desc="Old Mac.").replace("\n", "\r").encode(), "Old Mac.", id="cr"
+        ),
         pytest.param(
             b"---\nname: s\ndescription: |\n  First line.\n  Second line.\n---\n",
             "First line. Second line.",
             id="literal",
         ),
-        pytest.param(b"---\nname: s\ndescription: >-\n  Folded\n  text.\n---\nbody", "Folded text.", id="folded"),
-        pytest.param(b'---\nname: s\ndescription: "Use when: quoted."\n---\n', "Use when: quoted.", id="quoted-colon"),
-        pytest.param(b"---  \nname: s\ndescription: Fence with spaces.\n---\t\n", "Fence with spaces.", id="fence-ws"),
+        pytest.param(
+            b"---\nname: s\ndescription: >-\n  Folded\n  text.\n---\nbody",
+            "Folded text.",
+            id="folded",
+        ),
+        pytest.param(
+            b'---\nname: s\ndescription: "Use when: quoted."\n---\n',
+            "Use when: quoted.",
+            id="quoted-colon",
+        ),
+        pytest.param(
+            b"---  \nname: s\ndescription: Fence with spaces.\n---\t\n",
+            "Fence with spaces.",
+            id="fence-ws",
+        ),
     ],
 )
 def test_tolerated_forms_load_without_warning(root: Path, raw: bytes, description: str) -> None:
@@ -103,20 +128,38 @@ def test_tolerated_forms_load_without_warning(root: Path, raw: bytes, descriptio
 
 
 BROKEN = [
-    pytest.param(b"---\nname: bad\ndescription: never closed\n# Body\n", ":1: the frontmatter opened", id="no-closing"),
-    pytest.param(b"---\nname: bad\ndescription: Use when: X\n---\n", ":3: invalid YAML", id="colon-unquoted"),
-    pytest.param(b"---\n- name: bad\n- description: d\n---\n", ":2: the frontmatter is a list", id="list"),
+    pytest.param(
+        b"---\nname: bad\ndescription: never closed\n# Body\n",
+        ":1: the frontmatter opened",
+        id="no-closing",
+    ),
+    pytest.param(
+        b"---\nname: bad\ndescription: Use when: X\n---\n", ":3: invalid YAML", id="colon-unquoted"
+    ),
+    pytest.param(
+        b"---\n- name: bad\n- description: d\n---\n", ":2: the frontmatter is a list", id="list"
+    ),
     pytest.param(b"---\njust words\n---\n", ":2: the frontmatter is a str", id="scalar"),
     pytest.param(b"", ": empty file", id="empty"),
     pytest.param(b" \n\n", ": empty file", id="blank"),
     pytest.param(b"---\n---\nbody\n", ":2: the frontmatter is empty", id="empty-frontmatter"),
     pytest.param(b"# Title\n\nNo frontmatter.\n", ":1: no YAML frontmatter", id="no-frontmatter"),
     pytest.param(b"---\ndescription: d\n---\n", ": the frontmatter has no `name`", id="no-name"),
-    pytest.param(b"---\nname: bad\n---\n", ": the frontmatter has no `description`", id="no-description"),
-    pytest.param(b"---\nname: 42\ndescription: d\n---\n", ":2: `name` must be text, got int", id="name-int"),
-    pytest.param(b"---\nname: bad\ndescription: '  '\n---\n", ":3: `description` is empty", id="blank-description"),
     pytest.param(
-        b"---\nname: bad\ndescription: d\nmetadata: [a]\n---\n", ":4: `metadata` must be a mapping", id="meta"
+        b"---\nname: bad\n---\n", ": the frontmatter has no `description`", id="no-description"
+    ),
+    pytest.param(
+        b"---\nname: 42\ndescription: d\n---\n", ":2: `name` must be text, got int", id="name-int"
+    ),
+    pytest.param(
+        b"---\nname: bad\ndescription: '  '\n---\n",
+        ":3: `description` is empty",
+        id="blank-description",
+    ),
+    pytest.param(
+        b"---\nname: bad\ndescription: d\nmetadata: [a]\n---\n",
+        ":4: `metadata` must be a mapping",
+        id="meta",
     ),
     pytest.param(
         b"---\nname: bad\ndescription: d\nmetadata:\n  platforms: {linux: 1}\n---\n",
@@ -124,7 +167,9 @@ BROKEN = [
         id="platforms-map",
     ),
     pytest.param(b"---\nname: bad\n\tdescription: d\n---\n", ":3: invalid YAML", id="tab"),
-    pytest.param(b"---\nname: bad\ndescription: caf\xe9\n---\n", ":3: not UTF-8 (byte 0xe9)", id="latin-1"),
+    pytest.param(
+        b"---\nname: bad\ndescription: caf\xe9\n---\n", ":3: not UTF-8 (byte 0xe9)", id="latin-1"
+    ),
 ]
 
 
@@ -157,7 +202,11 @@ def test_the_colon_warning_says_how_to_fix_it(root: Path) -> None:
 
 
 def test_other_md_files_and_folders_without_a_skill(root: Path) -> None:
-    write(root / "by-guide", GOOD.format(name="by-guide", desc="Any .md in the root."), file="guide.md")
+    write(
+        root / "by-guide",
+        GOOD.format(name="by-guide", desc="Any .md in the root."),
+        file="guide.md",
+    )
     write(root / "by-guide", "# Notes without frontmatter\n", file="a-notes.md")
     write(root / "preferred", GOOD.format(name="preferred", desc="From SKILL.md."))
     write(root / "preferred", GOOD.format(name="other", desc="Ignored."), file="aaa.md")
@@ -166,7 +215,10 @@ def test_other_md_files_and_folders_without_a_skill(root: Path) -> None:
     (root / ".hidden").mkdir()
     (root / "__pycache__").mkdir()
     skills, warnings = SkillLibrary([root]).scan()
-    assert [(s.name, s.file.name) for s in skills] == [("by-guide", "guide.md"), ("preferred", "SKILL.md")]
+    assert [(s.name, s.file.name) for s in skills] == [
+        ("by-guide", "guide.md"),
+        ("preferred", "SKILL.md"),
+    ]
     real = root.resolve()
     assert warnings == [
         f"{real / 'docs-only'}: no SKILL.md and no .md file starting with --- frontmatter; skill skipped",
@@ -183,7 +235,9 @@ def test_duplicate_names_in_one_directory_warn(root: Path) -> None:
     assert "name 'a-first' is already used by" in warnings[0]
 
 
-def test_a_symlinked_folder_is_followed_and_a_dangling_one_warns(root: Path, tmp_path: Path) -> None:
+def test_a_symlinked_folder_is_followed_and_a_dangling_one_warns(
+    root: Path, tmp_path: Path
+) -> None:
     elsewhere = tmp_path / "elsewhere" / "linked"
     good(elsewhere.parent, "linked")
     (root / "linked").symlink_to(elsewhere)
@@ -193,7 +247,9 @@ def test_a_symlinked_folder_is_followed_and_a_dangling_one_warns(root: Path, tmp
     assert [(s.name, s.folder, s.file) for s in skills] == [
         ("linked", elsewhere.resolve(), elsewhere.resolve() / "SKILL.md")
     ]
-    assert warnings == [f"{root.resolve() / 'dangling'}: a dangling or looping symlink; skill skipped"]
+    assert warnings == [
+        f"{root.resolve() / 'dangling'}: a dangling or looping symlink; skill skipped"
+    ]
 
 
 def test_missing_and_wrong_skills_dirs(tmp_path: Path) -> None:
@@ -204,15 +260,20 @@ def test_missing_and_wrong_skills_dirs(tmp_path: Path) -> None:
     ]
 
 
-# -- platforms and precedence -----------------------------------------------------------------------
+# -- platforms and precedence
+# -----------------------------------------------------------------------
 
 
 def test_platform_filter_as_the_seed_says(root: Path) -> None:
     good(root, "everywhere")  # platforms omitted: every platform
     write(root / "nowhere", "---\nname: nowhere\ndescription: d\nmetadata:\n  platforms: []\n---\n")
     write(root / "mac", "---\nname: mac\ndescription: d\nmetadata:\n  platforms: [macos]\n---\n")
-    write(root / "chat", "---\nname: chat\ndescription: d\nmetadata:\n  platforms: [discord]\n---\n")
-    write(root / "null", "---\nname: null-platforms\ndescription: d\nmetadata:\n  platforms:\n---\n")
+    write(
+        root / "chat", "---\nname: chat\ndescription: d\nmetadata:\n  platforms: [discord]\n---\n"
+    )
+    write(
+        root / "null", "---\nname: null-platforms\ndescription: d\nmetadata:\n  platforms:\n---\n"
+    )
     library = SkillLibrary([root])
 
     def names(platform: str | None) -> list[str]:
@@ -227,9 +288,13 @@ def test_platform_filter_as_the_seed_says(root: Path) -> None:
     assert [s.platforms for s in library.scan()[0]] == [("discord",), None, ("darwin",), (), None]
 
 
-def test_workspace_hides_bundled_and_sources_are_labelled(root: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_workspace_hides_bundled_and_sources_are_labelled(
+    root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     write(root / "writing-skills", GOOD.format(name="writing-skills", desc="Local version."))
-    library = SkillLibrary([root, bundled_skills_dir(), root])  # a directory given twice counts once
+    library = SkillLibrary(
+        [root, bundled_skills_dir(), root]
+    )  # a directory given twice counts once
     with caplog.at_level(logging.DEBUG, logger="kesoku.tools.skill_library"):
         skills, warnings = library.scan()
     assert warnings == []
@@ -254,7 +319,11 @@ def test_from_config_resolves_skills_dir_next_to_the_file(tmp_path: Path) -> Non
 def test_the_bundled_skills_load_without_warnings() -> None:
     skills, warnings = SkillLibrary([bundled_skills_dir()]).scan()
     assert warnings == []
-    assert {s.name for s in skills} == {"writing-skills", "fixing-failing-tests", "reviewing-changes"}
+    assert {s.name for s in skills} == {
+        "writing-skills",
+        "fixing-failing-tests",
+        "reviewing-changes",
+    }
     for s in skills:
         assert s.source == "bundled"
         assert s.name == s.folder.name  # the Agent Skills rule
@@ -262,7 +331,8 @@ def test_the_bundled_skills_load_without_warnings() -> None:
         assert len(s.description) <= 1024
 
 
-# -- caching ----------------------------------------------------------------------------------------
+# -- caching
+# ----------------------------------------------------------------------------------------
 
 
 def test_unchanged_files_are_not_parsed_again(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -295,7 +365,8 @@ def test_long_descriptions_are_cut_in_summaries(root: Path) -> None:
     assert text.endswith("…")
 
 
-# -- the tools --------------------------------------------------------------------------------------
+# -- the tools
+# --------------------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -308,8 +379,13 @@ def tools(library: SkillLibrary, **kwargs: object) -> dict[str, Tool]:
 
 
 async def test_list_skills_shows_names_tags_and_skipped(root: Path, ctx: ToolContext) -> None:
-    write(root / "deploy", "---\nname: deploy\ndescription: Ship it.\nmetadata:\n  tags: [ops]\n---\n")
-    write(root / "mac-only", "---\nname: mac-only\ndescription: d\nmetadata:\n  platforms: [darwin]\n---\n")
+    write(
+        root / "deploy", "---\nname: deploy\ndescription: Ship it.\nmetadata:\n  tags: [ops]\n---\n"
+    )
+    write(
+        root / "mac-only",
+        "---\nname: mac-only\ndescription: d\nmetadata:\n  platforms: [darwin]\n---\n",
+    )
     write(root / "broken", "---\nname: broken\n")
     text = await tools(SkillLibrary([root]))["list_skills"].run({}, ctx)
     real = root.resolve()
@@ -360,7 +436,10 @@ async def test_use_skill_unknown_and_other_platform(root: Path, ctx: ToolContext
     use = tools(SkillLibrary([root]))["use_skill"]
     with pytest.raises(ToolError) as err:
         await use.run({"skill_name": "deploy-sites"}, ctx)
-    assert str(err.value) == "no skill named 'deploy-sites'; did you mean 'deploy-site'? Skills: deploy-site, review"
+    assert (
+        str(err.value)
+        == "no skill named 'deploy-sites'; did you mean 'deploy-site'? Skills: deploy-site, review"
+    )
     with pytest.raises(ToolError, match=r"skill 'mac' is for darwin, not this host \(linux\)"):
         await use.run({"skill_name": "mac"}, ctx)
     with pytest.raises(ToolError, match="`skill_name` must be a non-empty string"):
@@ -370,10 +449,14 @@ async def test_use_skill_unknown_and_other_platform(root: Path, ctx: ToolContext
 
 async def test_use_skill_caps_a_long_body(root: Path, ctx: ToolContext) -> None:
     write(root / "big", GOOD.format(name="big", desc="d") + "line\n" * 5000)
-    text = await tools(SkillLibrary([root]), max_output_bytes=2000)["use_skill"].run({"skill_name": "big"}, ctx)
+    text = await tools(SkillLibrary([root]), max_output_bytes=2000)["use_skill"].run(
+        {"skill_name": "big"}, ctx
+    )
     assert len(text.encode()) < 2200
     assert "bytes cut" in text
-    assert text.endswith(f"read the whole file with read_file: {(root / 'big' / 'SKILL.md').resolve()}]")
+    assert text.endswith(
+        f"read the whole file with read_file: {(root / 'big' / 'SKILL.md').resolve()}]"
+    )
 
 
 async def test_use_skill_on_a_file_broken_since_the_scan(root: Path, ctx: ToolContext) -> None:
@@ -386,20 +469,31 @@ async def test_use_skill_on_a_file_broken_since_the_scan(root: Path, ctx: ToolCo
         await use.run({"skill_name": "fickle"}, ctx)
 
 
-# -- the bundled script -----------------------------------------------------------------------------
+# -- the bundled script
+# -----------------------------------------------------------------------------
 
 CHECK_DIFF = bundled_skills_dir() / "reviewing-changes" / "scripts" / "check_diff.py"
 
 
 def git(repo: Path, *args: str) -> None:
     env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
-    ident = ["-c", "user.name=Test", "-c", "user.email=test@example.invalid", "-c", "init.defaultBranch=main"]
+    ident = [
+        "-c",
+        "user.name=Test",
+        "-c",
+        "user.email=test@example.invalid",
+        "-c",
+        "init.defaultBranch=main",
+    ]
     subprocess.run(["git", *ident, *args], cwd=repo, env=env, check=True, capture_output=True)
 
 
 def check_diff(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(CHECK_DIFF), "--repo", str(repo), *args], capture_output=True, text=True, check=False
+        [sys.executable, str(CHECK_DIFF), "--repo", str(repo), *args],
+        capture_output=True,
+        text=True,
+        check=False,
     )
 
 

@@ -17,7 +17,13 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 HEAVY = ("anthropic", "google.genai", "openai", "discord", "google.cloud.pubsub_v1", "llama_cpp")
 # What a help screen never needs either: the runtime, the event loop, the input library.
-HELP_NEEDS_NONE_OF = (*HEAVY, "trio", "prompt_toolkit", "kesoku.agent.runtime", "kesoku.host.daemon")
+HELP_NEEDS_NONE_OF = (
+    *HEAVY,
+    "trio",
+    "prompt_toolkit",
+    "kesoku.agent.runtime",
+    "kesoku.host.daemon",
+)
 
 PROBE = """
 import json, sys
@@ -34,7 +40,9 @@ with open(sys.argv[2], "w") as out:
 
 def loaded_modules(args: list[str], tmp_path: Path, *, cwd: Path = REPO) -> set[str]:
     report = tmp_path / "modules.json"
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and k != "KESOKU_CONFIG"}
+    env = {
+        k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and k != "KESOKU_CONFIG"
+    }
     result = subprocess.run(
         [sys.executable, "-c", PROBE, json.dumps(args), str(report)],
         cwd=cwd,
@@ -55,7 +63,13 @@ def present(modules: set[str], names: tuple[str, ...]) -> list[str]:
 
 @pytest.mark.parametrize(
     "args",
-    [["--help"], ["chat", "--help"], ["start", "--help"], ["service", "--help"], ["service", "install", "--help"]],
+    [
+        ["--help"],
+        ["chat", "--help"],
+        ["start", "--help"],
+        ["service", "--help"],
+        ["service", "install", "--help"],
+    ],
 )
 def test_help_screens_import_nothing_heavy(args: list[str], tmp_path: Path) -> None:
     assert present(loaded_modules(args, tmp_path), HELP_NEEDS_NONE_OF) == []
@@ -77,7 +91,11 @@ def test_the_overview_lists_exactly_the_commands_of_the_cli() -> None:
 
 def test_a_scripted_one_shot_chat_imports_no_sdk(tmp_path: Path) -> None:
     (tmp_path / "scenario.yaml").write_text("steps: [{text: 'hi there'}]\n")
-    (tmp_path / "kesoku.toml").write_text('[agent]\nllm = "scripted"\n[scripted]\npath = "scenario.yaml"\n')
-    modules = loaded_modules(["chat", "-c", str(tmp_path / "kesoku.toml"), "hello"], tmp_path, cwd=tmp_path)
+    (tmp_path / "kesoku.toml").write_text(
+        '[agent]\nllm = "scripted"\n[scripted]\npath = "scenario.yaml"\n'
+    )
+    modules = loaded_modules(
+        ["chat", "-c", str(tmp_path / "kesoku.toml"), "hello"], tmp_path, cwd=tmp_path
+    )
     assert "kesoku.agent.runtime" in modules  # it really ran
     assert present(modules, (*HEAVY, "prompt_toolkit")) == []

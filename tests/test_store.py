@@ -20,13 +20,18 @@ def test_a_new_database_is_migrated_to_the_newest_schema(store: Store, db_path: 
 
 
 def test_the_connection_is_wal_with_foreign_keys(store: Store) -> None:
-    pragmas = {name: next(store._conn.execute(f"PRAGMA {name}"))[0] for name in ("journal_mode", "foreign_keys")}
+    pragmas = {
+        name: next(store._conn.execute(f"PRAGMA {name}"))[0]
+        for name in ("journal_mode", "foreign_keys")
+    }
     assert pragmas == {"journal_mode": "wal", "foreign_keys": 1}
 
 
 def test_a_database_from_a_newer_kesoku_is_refused(store: Store, db_path: Path) -> None:
     store._conn.execute("PRAGMA user_version = 999")
-    with pytest.raises(StoreError, match=r"newer Kesoku \(schema version 999; this one knows up to \d+\)"):
+    with pytest.raises(
+        StoreError, match=r"newer Kesoku \(schema version 999; this one knows up to \d+\)"
+    ):
         Store(db_path)
 
 
@@ -38,7 +43,9 @@ def test_a_file_that_is_not_a_database_is_refused(tmp_path: Path) -> None:
 
 
 def test_sessions_are_unique_per_adapter_and_channel(store: Store, tmp_path: Path) -> None:
-    a = store.create_session("discord", "thread-1", workspace_root=tmp_path, created_at=5.0, title="t")
+    a = store.create_session(
+        "discord", "thread-1", workspace_root=tmp_path, created_at=5.0, title="t"
+    )
     b = store.create_session("discord", "thread-1", workspace_root=tmp_path)
     c = store.create_session("gchat", "thread-1", workspace_root=tmp_path)
     assert a == b
@@ -86,11 +93,15 @@ def test_a_batch_naming_an_unknown_session_writes_nothing(store: Store, tmp_path
 def test_history_keeps_a_turn_together(store: Store, tmp_path: Path) -> None:
     s = store.create_session("terminal", "c", workspace_root=tmp_path)
     [a] = [i.message for i in store.insert_messages([user_text(s.id, "turn A", ts=10.0)])]
-    call = in_turn(a, Role.ASSISTANT, Kind.TOOL_CALL, "", metadata=Metadata(tool_name="sh"), ts=11.0)
+    call = in_turn(
+        a, Role.ASSISTANT, Kind.TOOL_CALL, "", metadata=Metadata(tool_name="sh"), ts=11.0
+    )
     [call] = [i.message for i in store.insert_messages([call])]
     [b] = [i.message for i in store.insert_messages([user_text(s.id, "turn B", ts=20.0)])]
     result_meta = Metadata(tool_name="sh", outcome=Outcome.COMPLETED)
-    late = in_turn(a, Role.TOOL, Kind.TOOL_RESULT, "done", parent_id=call.id, metadata=result_meta, ts=30.0)
+    late = in_turn(
+        a, Role.TOOL, Kind.TOOL_RESULT, "done", parent_id=call.id, metadata=result_meta, ts=30.0
+    )
     [late] = [i.message for i in store.insert_messages([late])]
     assert late.id > b.id
     assert [m.content for m in store.history(s.id)] == ["turn A", "", "done", "turn B"]
@@ -103,9 +114,10 @@ def test_messages_after_filters_in_sql(store: Store, tmp_path: Path) -> None:
     store.insert_messages([user_text(t.id, "other")])
     only_s = MessageFilter.from_kwargs({"session_id": s.id, "role": Role.USER})
     assert [m.id for m in store.messages_after(ids[1], only_s, limit=2)] == ids[2:4]
-    assert [m.content for m in store.messages_after(0, MessageFilter.from_kwargs({"adapter": "discord"}), limit=9)] == [
-        "other"
-    ]
+    assert [
+        m.content
+        for m in store.messages_after(0, MessageFilter.from_kwargs({"adapter": "discord"}), limit=9)
+    ] == ["other"]
 
 
 def test_status_cursor_and_view_state(store: Store, tmp_path: Path) -> None:
@@ -144,7 +156,9 @@ def test_ids_are_never_reused_after_a_delete(store: Store, tmp_path: Path) -> No
     assert store.last_message_id() >= n.id
 
 
-def test_a_write_waits_for_another_connections_lock(store: Store, db_path: Path, tmp_path: Path) -> None:
+def test_a_write_waits_for_another_connections_lock(
+    store: Store, db_path: Path, tmp_path: Path
+) -> None:
     s = store.create_session("terminal", "c", workspace_root=tmp_path)
     holder = Store(db_path)
     holder._conn.execute("BEGIN IMMEDIATE")  # another writer holds the write lock...
@@ -169,7 +183,9 @@ def test_self_rooted_messages_read_back_their_own_id_as_root(store: Store, tmp_p
         assert store.get_message(stored.id) == stored
 
 
-def test_a_self_root_stays_right_after_sqlite_sequence_was_edited(store: Store, tmp_path: Path) -> None:
+def test_a_self_root_stays_right_after_sqlite_sequence_was_edited(
+    store: Store, tmp_path: Path
+) -> None:
     s = store.create_session("terminal", "c", workspace_root=tmp_path)
     store.insert_messages([user_text(s.id, str(i)) for i in range(5)])
     store._conn.execute("UPDATE sqlite_sequence SET seq = 1 WHERE name = 'messages'")  # by hand
@@ -221,7 +237,9 @@ def test_the_wal_stays_bounded_under_sustained_writes(db_path: Path, tmp_path: P
             largest = max(largest, wal.stat().st_size)
     finally:
         store.close()
-    assert largest <= 32 + (limit + 10) * frame  # the limit plus the frames of the commit that reached it
+    assert (
+        largest <= 32 + (limit + 10) * frame
+    )  # the limit plus the frames of the commit that reached it
     assert not wal.exists()  # the last connection to close checkpoints and removes it
 
 

@@ -28,17 +28,26 @@ async def test_only_the_conclusion_is_persisted(tmp_path: Path) -> None:
     llm = ScriptedLLM(
         [
             delegate("echo 42 and report it"),  # parent
-            {"text": "Let me echo.", "tool_calls": [{"name": "echo", "arguments": {"text": "42"}}]},  # child
+            {
+                "text": "Let me echo.",
+                "tool_calls": [{"name": "echo", "arguments": {"text": "42"}}],
+            },  # child
             {"text": "The echo said 42."},  # child's conclusion
             {"text": "The subagent found 42."},  # parent
         ]
     )
-    async with serve_runtime(tmp_path, llm, tools=[echo()], subagent_max_steps=5, turnlog=TurnLogWriter()) as h:
+    async with serve_runtime(
+        tmp_path, llm, tools=[echo()], subagent_max_steps=5, turnlog=TurnLogWriter()
+    ) as h:
         await h.say("what does echo say?")
         metrics = await h.turn_end()
         history = h.history()
     assert metrics.state is TurnState.DONE
-    assert [(m.kind, m.metadata.tool_name) for m in history if m.kind in (Kind.TOOL_CALL, Kind.TOOL_RESULT)] == [
+    assert [
+        (m.kind, m.metadata.tool_name)
+        for m in history
+        if m.kind in (Kind.TOOL_CALL, Kind.TOOL_RESULT)
+    ] == [
         (Kind.TOOL_CALL, "subagent"),
         (Kind.TOOL_RESULT, "subagent"),
     ]
@@ -59,7 +68,8 @@ async def test_only_the_conclusion_is_persisted(tmp_path: Path) -> None:
     # The parent's next call reads the conclusion as the tool result.
     last = parent_2.turns[-1].blocks[-1]
     assert isinstance(last, ToolResultBlock) and last.content == "The echo said 42."
-    # Every model call, the child's included, has its YAML log (written by the time the runtime stopped).
+    # Every model call, the child's included, has its YAML log (written by the time the runtime
+    # stopped).
     logs = sorted(Path(h.session.workspace).glob("llm-turn-*.log.yaml"))
     assert len(logs) == 4
     assert "subagent of Kesoku" in logs[1].read_text()
@@ -80,7 +90,9 @@ async def test_the_step_cap_ends_the_child_with_its_last_words(tmp_path: Path) -
 
 
 async def test_a_failed_child_model_call_fails_the_tool_call(tmp_path: Path) -> None:
-    llm = ScriptedLLM([delegate(), {"error": {"message": "quota exhausted", "status": 400}}, {"text": "sorry"}])
+    llm = ScriptedLLM(
+        [delegate(), {"error": {"message": "quota exhausted", "status": 400}}, {"text": "sorry"}]
+    )
     async with serve_runtime(tmp_path, llm, tools=[echo()], subagent_max_steps=5) as h:
         await h.say("go")
         await h.turn_end()
@@ -100,10 +112,16 @@ async def test_a_child_cannot_call_subagent(tmp_path: Path) -> None:
     assert nested.content == "[failed] there is no tool named 'subagent' (tools: echo)"
 
 
-async def test_a_forced_stop_kills_the_child_and_its_tools(tmp_path: Path, autojump_clock: trio.abc.Clock) -> None:
+async def test_a_forced_stop_kills_the_child_and_its_tools(
+    tmp_path: Path, autojump_clock: trio.abc.Clock
+) -> None:
     log: list[str] = []
     llm = ScriptedLLM(
-        [delegate(), {"tool_calls": [{"name": "sleep", "arguments": {"seconds": 600}}]}, {"text": "never"}]
+        [
+            delegate(),
+            {"tool_calls": [{"name": "sleep", "arguments": {"seconds": 600}}]},
+            {"text": "never"},
+        ]
     )
     async with serve_runtime(tmp_path, llm, tools=[sleeper(log=log)], subagent_max_steps=5) as h:
         await h.say("go")

@@ -44,7 +44,9 @@ async def test_attachments_and_outside_reads_taint_the_session_durably(tmp_path:
     )
     async with serve_runtime(tmp_path, llm, tools=tools) as h:
         (tmp_path / "report.pdf").write_bytes(b"%PDF-1.4 tiny")
-        report = Attachment(path=str(tmp_path / "report.pdf"), mime_type="application/pdf", filename="report.pdf")
+        report = Attachment(
+            path=str(tmp_path / "report.pdf"), mime_type="application/pdf", filename="report.pdf"
+        )
         await h.gateway.post(user_text(h.session.id, "look", attachments=(report,)))
         await h.turn_end()
         assert h.store.taint_sources(h.session.id) == [

@@ -82,7 +82,8 @@ def encodable(value: object) -> bool:
     return True
 
 
-# -- kesoku.vocab.text --------------------------------------------------------------------------------
+# -- kesoku.vocab.text
+# --------------------------------------------------------------------------------
 
 
 def test_valid_text_replaces_lone_surrogates_and_joins_pairs() -> None:
@@ -216,7 +217,9 @@ def test_property_any_arguments_become_storable(arguments: dict[str, Any]) -> No
 
 @given(_ANY_TEXT)
 def test_property_json_escapes_of_any_text_decode_to_valid_text(text: str) -> None:
-    decoded = decode_json(json.dumps({"t": text}))  # ensure_ascii: surrogates as \\u escapes (\\ud800)
+    decoded = decode_json(
+        json.dumps({"t": text})
+    )  # ensure_ascii: surrogates as \\u escapes (\\ud800)
     assert decoded == {"t": valid_text(text)}
 
 

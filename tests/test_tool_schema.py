@@ -69,8 +69,16 @@ def test_a_signature_becomes_a_json_schema_with_descriptions() -> None:
         "type": "object",
         "properties": {
             "query": {"type": "string", "description": "The words to find."},
-            "limit": {"type": "integer", "description": "At most this many results.", "default": 10},
-            "mode": {"enum": ["fast", "full"], "description": "How hard to look.", "default": "fast"},
+            "limit": {
+                "type": "integer",
+                "description": "At most this many results.",
+                "default": 10,
+            },
+            "mode": {
+                "enum": ["fast", "full"],
+                "description": "How hard to look.",
+                "default": "fast",
+            },
             "tags": {
                 "anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}],
                 "description": "Only notes with one of these tags.",
@@ -78,7 +86,11 @@ def test_a_signature_becomes_a_json_schema_with_descriptions() -> None:
             },
             "ratio": {"type": "number", "default": 0.5},
             "exact": {"type": "boolean", "default": False},
-            "counts": {"type": "object", "additionalProperties": {"type": "integer"}, "default": {}},
+            "counts": {
+                "type": "object",
+                "additionalProperties": {"type": "integer"},
+                "default": {},
+            },
         },
         "required": ["query"],
         "additionalProperties": False,
@@ -103,7 +115,11 @@ def test_structs_and_typed_dicts_are_inlined_objects_and_optional_means_not_requ
     }
     assert schema == {
         "type": "object",
-        "properties": {"at": point, "window": {"anyOf": [window, {"type": "null"}]}, "note": {"default": None}},
+        "properties": {
+            "at": point,
+            "window": {"anyOf": [window, {"type": "null"}]},
+            "note": {"default": None},
+        },
         "required": ["at"],
         "additionalProperties": False,
     }
@@ -113,7 +129,10 @@ def test_no_parameters_and_no_docstring() -> None:
     async def ping() -> str:
         return "pong"
 
-    assert schema_from_function(ping) == ("", {"type": "object", "properties": {}, "additionalProperties": False})
+    assert schema_from_function(ping) == (
+        "",
+        {"type": "object", "properties": {}, "additionalProperties": False},
+    )
 
 
 def test_docstring_sections() -> None:
@@ -174,15 +193,32 @@ async def late_context(a: int, ctx: ToolContext) -> str:
     ("fn", "message"),
     [
         (untyped, r"untyped: parameter 'x' has no type hint"),
-        (with_path, r"with_path: parameter 'p': <class 'pathlib.Path'> cannot be expressed as JSON Schema"),
+        (
+            with_path,
+            r"with_path: parameter 'p': <class 'pathlib.Path'> cannot be expressed as JSON Schema",
+        ),
         (recursive, r"recursive: type 'Tree' is recursive"),
-        (var_args, r"var_args: parameter 'names': a tool's arguments are named; variadic positional"),
-        (var_kwargs, r"var_kwargs: parameter 'options': a tool's arguments are named; variadic keyword"),
-        (positional_only, r"positional_only: parameter 'a': a tool's arguments are named; positional-only"),
-        (late_context, r"late_context: parameter 'ctx': the ToolContext must be the first parameter"),
+        (
+            var_args,
+            r"var_args: parameter 'names': a tool's arguments are named; variadic positional",
+        ),
+        (
+            var_kwargs,
+            r"var_kwargs: parameter 'options': a tool's arguments are named; variadic keyword",
+        ),
+        (
+            positional_only,
+            r"positional_only: parameter 'a': a tool's arguments are named; positional-only",
+        ),
+        (
+            late_context,
+            r"late_context: parameter 'ctx': the ToolContext must be the first parameter",
+        ),
     ],
 )
-def test_types_a_schema_cannot_express_are_refused_naming_the_parameter(fn: Any, message: str) -> None:
+def test_types_a_schema_cannot_express_are_refused_naming_the_parameter(
+    fn: Any, message: str
+) -> None:
     with pytest.raises(TypeError, match=message):
         schema_from_function(fn)
 
@@ -214,12 +250,12 @@ async def test_a_tool_converts_its_arguments_and_applies_defaults(ctx: ToolConte
 async def test_structs_are_built_and_a_non_string_result_is_sent_as_json(ctx: ToolContext) -> None:
     tool = tool_from_function(place)
     result = await tool.run({"at": {"x": 2}}, ctx)
-    assert result == '{"x":2,"y":0,"window":null,"note":null}'  # window: X | None without a default → None
+    assert (
+        result == '{"x":2,"y":0,"window":null,"note":null}'
+    )  # window: X | None without a default → None
 
 
-UNKNOWN_PAGE = (
-    "find: invalid arguments: unknown argument 'page' (arguments: query, limit, mode, tags, ratio, exact, counts)"
-)
+UNKNOWN_PAGE = "find: invalid arguments: unknown argument 'page' (arguments: query, limit, mode, tags, ratio, exact, counts)"
 
 
 @pytest.mark.parametrize(
@@ -228,9 +264,18 @@ UNKNOWN_PAGE = (
         ({"query": 1}, "find: invalid arguments: argument 'query': expected str, got int"),
         ({}, "find: invalid arguments: missing required argument 'query'"),
         ({"query": "x", "page": 2}, UNKNOWN_PAGE),
-        ({"query": "x", "mode": "slow"}, "find: invalid arguments: argument 'mode': invalid enum value 'slow'"),
-        ({"query": "x", "tags": ["a", 2]}, "find: invalid arguments: argument 'tags[1]': expected str, got int"),
-        ({"query": "x", "limit": "many"}, "find: invalid arguments: argument 'limit': expected int, got str"),
+        (
+            {"query": "x", "mode": "slow"},
+            "find: invalid arguments: argument 'mode': invalid enum value 'slow'",
+        ),
+        (
+            {"query": "x", "tags": ["a", 2]},
+            "find: invalid arguments: argument 'tags[1]': expected str, got int",
+        ),
+        (
+            {"query": "x", "limit": "many"},
+            "find: invalid arguments: argument 'limit': expected int, got str",
+        ),
     ],
 )
 async def test_a_mismatch_is_a_tool_error_naming_the_argument(
@@ -244,5 +289,7 @@ async def test_a_mismatch_is_a_tool_error_naming_the_argument(
 
 async def test_nested_mismatches_name_the_path(ctx: ToolContext) -> None:
     tool = tool_from_function(place)
-    with pytest.raises(ToolError, match=r"^place: invalid arguments: argument 'at.x': expected int, got str$"):
+    with pytest.raises(
+        ToolError, match=r"^place: invalid arguments: argument 'at.x': expected int, got str$"
+    ):
         await tool.run({"at": {"x": "left"}}, ctx)

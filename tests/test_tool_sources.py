@@ -35,7 +35,9 @@ def named(name: str) -> Tool:
     return Tool(name, base.description, base.run, base.parameters)
 
 
-async def test_a_sources_tools_are_offered_per_step_and_a_withheld_one_fails_cleanly(tmp_path: Path) -> None:
+async def test_a_sources_tools_are_offered_per_step_and_a_withheld_one_fails_cleanly(
+    tmp_path: Path,
+) -> None:
     source = Source([named("echo")])  # "echo" is taken by a fixed tool: hidden
 
     async def vanish(arguments: Mapping[str, Any], ctx: ToolContext) -> str:

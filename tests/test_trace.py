@@ -46,7 +46,9 @@ def test_the_cli_traces_a_session_or_one_of_its_turns(tmp_path: Path) -> None:
     assert turns_in(page) == ["1", "2"]
     assert page.count('<div class="step">') == 4
     assert "scripted/capital-demo · model" in page and "llm-turn-1.log.yaml" in page
-    assert "in 900 (cached 0) · out 20 (thinking 0) tokens" in page  # one call's usage, from its log
+    assert (
+        "in 900 (cached 0) · out 20 (thinking 0) tokens" in page
+    )  # one call's usage, from its log
     assert "💭 thought" in page and "&quot;command&quot;: &quot;echo hi&quot;" in page
     assert "📥 shell · completed" in page
     assert 'src="http' not in page and 'href="http' not in page  # nothing to fetch
@@ -120,33 +122,69 @@ def test_an_interrupted_turn_is_marked_from_a_real_chat(tmp_path: Path) -> None:
     (sid,) = session_ids(tmp_path)
     page = trace(tmp_path, sid, "-o", "-").stdout
     first, second = page.split('<section class="turn" id="turn-2">')
-    assert '<span class="badge interrupted">🛑 interrupted</span>' in first  # the turn and its partial text
+    assert (
+        '<span class="badge interrupted">🛑 interrupted</span>' in first
+    )  # the turn and its partial text
     assert "count for me" in first and "stop counting" in second
     assert '<span class="badge done">⚡ done</span>' in second
 
 
 def message(
-    sid: str, role: Role, kind: Kind, content: str, ts: float, root: int = 0, *, sender: str = "", **kw: object
+    sid: str,
+    role: Role,
+    kind: Kind,
+    content: str,
+    ts: float,
+    root: int = 0,
+    *,
+    sender: str = "",
+    **kw: object,
 ) -> Message:
-    sender = sender or {Role.USER: "ann", Role.TOOL: "shell", Role.SYSTEM: "System"}.get(role, "Kesoku")
-    return Message(session_id=sid, role=role, kind=kind, sender=sender, content=content, ts=ts, root_id=root, **kw)  # type: ignore[arg-type]
+    sender = sender or {Role.USER: "ann", Role.TOOL: "shell", Role.SYSTEM: "System"}.get(
+        role, "Kesoku"
+    )
+    return Message(
+        session_id=sid,
+        role=role,
+        kind=kind,
+        sender=sender,
+        content=content,
+        ts=ts,
+        root_id=root,
+        **kw,  # type: ignore[arg-type]
+    )
 
 
 def test_stopped_turns_steps_from_logs_and_compaction_markers(tmp_path: Path) -> None:
     store = Store(tmp_path / "kesoku.db")
     try:
-        s = store.create_session("terminal", "t", workspace_root=tmp_path / "sessions", title="demo")
-        (root,) = store.insert_messages([message(s.id, Role.USER, Kind.TEXT, "run it", 1000.0, status=Status.DONE)])
+        s = store.create_session(
+            "terminal", "t", workspace_root=tmp_path / "sessions", title="demo"
+        )
+        (root,) = store.insert_messages(
+            [message(s.id, Role.USER, Kind.TEXT, "run it", 1000.0, status=Status.DONE)]
+        )
         r = root.message.id
         call_meta = Metadata(tool_name="shell", tool_arguments={"command": "sleep 9"})
         (call,) = store.insert_messages(
-            [message(s.id, Role.ASSISTANT, Kind.TOOL_CALL, "shell(…)", 1001.0, r, metadata=call_meta)]
+            [
+                message(
+                    s.id, Role.ASSISTANT, Kind.TOOL_CALL, "shell(…)", 1001.0, r, metadata=call_meta
+                )
+            ]
         )
         killed = Metadata(tool_name="shell", outcome=Outcome.KILLED)
         store.insert_messages(
             [
                 message(
-                    s.id, Role.TOOL, Kind.TOOL_RESULT, "[killed]", 1004.5, r, parent_id=call.message.id, metadata=killed
+                    s.id,
+                    Role.TOOL,
+                    Kind.TOOL_RESULT,
+                    "[killed]",
+                    1004.5,
+                    r,
+                    parent_id=call.message.id,
+                    metadata=killed,
                 )
             ]
         )
@@ -154,11 +192,23 @@ def test_stopped_turns_steps_from_logs_and_compaction_markers(tmp_path: Path) ->
             [message(s.id, Role.USER, Kind.TEXT, "again", 2000.0, status=Status.INTERRUPTED)]
         )
         archive = Archive(first_turn=1, last_turn=1, text="Turn 1: intent=run it")
-        view = ViewState(archives=(archive,), stages=(1, 2), reason="/compact", tokens_before=9000, tokens_after=900)
+        view = ViewState(
+            archives=(archive,),
+            stages=(1, 2),
+            reason="/compact",
+            tokens_before=9000,
+            tokens_after=900,
+        )
         store.add_view_state(s.id, view.encode())
-        request = LLMRequest(system="sys", turns=(LLMTurn("user", (TextBlock("run it"),)),), tools=())
+        request = LLMRequest(
+            system="sys", turns=(LLMTurn("user", (TextBlock("run it"),)),), tools=()
+        )
         for started, error in ((1000.5, None), (2000.5, "overloaded (529)")):
-            response = LLMResponse(usage=Usage(input_tokens=700, output_tokens=9)) if error is None else None
+            response = (
+                LLMResponse(usage=Usage(input_tokens=700, output_tokens=9))
+                if error is None
+                else None
+            )
             write_turn_log(
                 TurnLogEntry(
                     folder=s.workspace,
@@ -176,9 +226,13 @@ def test_stopped_turns_steps_from_logs_and_compaction_markers(tmp_path: Path) ->
         assert turns_in(page) == ["1", "2"]
         one, two = page.split('id="turn-2"')
         assert (
-            "step 1 · scripted/m · model 0.40 s · tools 3.50 s · in 700 (cached 0) · out 9 (thinking 0) tokens" in one
+            "step 1 · scripted/m · model 0.40 s · tools 3.50 s · in 700 (cached 0) · out 9 (thinking 0) tokens"
+            in one
         )
-        assert '<details class="result killed" open><summary>📥 shell · killed · 3.50 s · 1 lines' in one
+        assert (
+            '<details class="result killed" open><summary>📥 shell · killed · 3.50 s · 1 lines'
+            in one
+        )
         assert '<span class="badge stopped">🛑 stopped</span>' in two
         assert "⚠ the call failed: overloaded (529)" in two
         # The view state was written now, after both turns: its marker closes the page.
@@ -193,7 +247,11 @@ def test_stopped_turns_steps_from_logs_and_compaction_markers(tmp_path: Path) ->
         store.close()
 
 
-PAYLOADS = ("<script>alert(1)</script>", '"><img src=x onerror=alert(1)>', "</pre></details><script>x()</script>")
+PAYLOADS = (
+    "<script>alert(1)</script>",
+    '"><img src=x onerror=alert(1)>',
+    "</pre></details><script>x()</script>",
+)
 
 
 def test_every_stored_value_is_escaped(tmp_path: Path) -> None:
@@ -201,10 +259,14 @@ def test_every_stored_value_is_escaped(tmp_path: Path) -> None:
     try:
         evil = " ".join(PAYLOADS)
         s = store.create_session("discord", evil, workspace_root=tmp_path / "sessions", title=evil)
-        (root,) = store.insert_messages([message(s.id, Role.USER, Kind.TEXT, evil, 1.0, sender=evil)])
+        (root,) = store.insert_messages(
+            [message(s.id, Role.USER, Kind.TEXT, evil, 1.0, sender=evil)]
+        )
         r = root.message.id
         meta = Metadata(tool_name=evil, tool_arguments={evil: evil})
-        (call,) = store.insert_messages([message(s.id, Role.ASSISTANT, Kind.TOOL_CALL, evil, 2.0, r, metadata=meta)])
+        (call,) = store.insert_messages(
+            [message(s.id, Role.ASSISTANT, Kind.TOOL_CALL, evil, 2.0, r, metadata=meta)]
+        )
         store.insert_messages(
             [
                 message(s.id, Role.ASSISTANT, Kind.THOUGHT, evil, 2.0, r),
@@ -226,8 +288,12 @@ def test_every_stored_value_is_escaped(tmp_path: Path) -> None:
         page = render_trace(store, s.id)
     finally:
         store.close()
-    assert page.count("<script") == 1 and "<img" not in page  # the page's own script; no element from data
-    assert "&quot;&gt;&lt;img src=x onerror=alert(1)&gt;" in page  # the attribute-breaking quote too
+    assert (
+        page.count("<script") == 1 and "<img" not in page
+    )  # the page's own script; no element from data
+    assert (
+        "&quot;&gt;&lt;img src=x onerror=alert(1)&gt;" in page
+    )  # the attribute-breaking quote too
     assert page.count("</pre>") == page.count("<pre")  # no content closed an element early
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
 
@@ -235,26 +301,61 @@ def test_every_stored_value_is_escaped(tmp_path: Path) -> None:
 def test_a_twenty_turn_session_page_stays_small(tmp_path: Path) -> None:
     store = Store(tmp_path / "kesoku.db")
     try:
-        s = store.create_session("terminal", "t", workspace_root=tmp_path / "sessions", title="long")
+        s = store.create_session(
+            "terminal", "t", workspace_root=tmp_path / "sessions", title="long"
+        )
         output = "\n".join(f"line {i}: " + "x" * 60 for i in range(50))  # a 3.5 KB tool result
         for turn in range(20):
             t0 = 100.0 * turn
-            (root,) = store.insert_messages([message(s.id, Role.USER, Kind.TEXT, f"question {turn}", t0)])
+            (root,) = store.insert_messages(
+                [message(s.id, Role.USER, Kind.TEXT, f"question {turn}", t0)]
+            )
             r = root.message.id
             usage = Metadata(usage=Usage(input_tokens=1000 * turn, output_tokens=80))
             meta = Metadata(tool_name="shell", tool_arguments={"command": "ls -l"})
             _, call = store.insert_messages(
                 [
-                    message(s.id, Role.ASSISTANT, Kind.THOUGHT, "thinking " * 40, t0 + 1, r, metadata=usage),
-                    message(s.id, Role.ASSISTANT, Kind.TOOL_CALL, "shell(command='ls -l')", t0 + 1, r, metadata=meta),
+                    message(
+                        s.id,
+                        Role.ASSISTANT,
+                        Kind.THOUGHT,
+                        "thinking " * 40,
+                        t0 + 1,
+                        r,
+                        metadata=usage,
+                    ),
+                    message(
+                        s.id,
+                        Role.ASSISTANT,
+                        Kind.TOOL_CALL,
+                        "shell(command='ls -l')",
+                        t0 + 1,
+                        r,
+                        metadata=meta,
+                    ),
                 ]
             )
             store.insert_messages(
                 [
                     message(
-                        s.id, Role.TOOL, Kind.TOOL_RESULT, output, t0 + 2, r, parent_id=call.message.id, metadata=meta
+                        s.id,
+                        Role.TOOL,
+                        Kind.TOOL_RESULT,
+                        output,
+                        t0 + 2,
+                        r,
+                        parent_id=call.message.id,
+                        metadata=meta,
                     ),
-                    message(s.id, Role.ASSISTANT, Kind.TEXT, "The answer. " * 20, t0 + 3, r, metadata=usage),
+                    message(
+                        s.id,
+                        Role.ASSISTANT,
+                        Kind.TEXT,
+                        "The answer. " * 20,
+                        t0 + 3,
+                        r,
+                        metadata=usage,
+                    ),
                 ]
             )
         page = render_trace(store, s.id)
@@ -264,4 +365,6 @@ def test_a_twenty_turn_session_page_stays_small(tmp_path: Path) -> None:
     assert page.count('<div class="step">') == 40  # no turn logs: one step per post of model output
     size = len(page.encode())
     print(f"20-turn page: {size:,} bytes")
-    assert size < 20 * 6_000 + 10_000  # about the content itself plus a few hundred bytes of markup per step
+    assert (
+        size < 20 * 6_000 + 10_000
+    )  # about the content itself plus a few hundred bytes of markup per step

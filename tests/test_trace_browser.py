@@ -1,10 +1,11 @@
 """The trajectory page in a real browser: Debian's chromium, headless, driven over the DevTools protocol.
 
 Why DevTools: ``--dump-dom`` prints the page once loaded and cannot click. Chromium is started with
-``--remote-debugging-port=0``, which picks a free port and writes it to ``DevToolsActivePort`` in the
-(fresh) profile folder; the test connects a websocket to it (the ``websockets`` package, a dependency of
-google-genai), opens the page in a new tab, clicks with real mouse events at an element's coordinates,
-and reads the DOM with ``Runtime.evaluate``. No test hook lives in the page itself.
+``--remote-debugging-port=0``, which picks a free port and writes it to ``DevToolsActivePort`` in
+the (fresh) profile folder; the test connects a websocket to it (the ``websockets`` package, a
+dependency of google-genai), opens the page in a new tab, clicks with real mouse events at an
+element's coordinates, and reads the DOM with ``Runtime.evaluate``. No test hook lives in the page
+itself.
 
 The session comes from the real CLI: ``kesoku chat`` replays a scenario whose shell tool prints 40
 lines followed by a ``<script>`` and an ``<img onerror>`` payload; ``kesoku trace`` writes the page.
@@ -84,7 +85,9 @@ class DevTools:
         while not (port_file.exists() and len(port_file.read_text().splitlines()) == 2):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.close()
-                pytest.fail(f"chromium did not start: {self.log.read_text(errors='replace')[-2000:]}")
+                pytest.fail(
+                    f"chromium did not start: {self.log.read_text(errors='replace')[-2000:]}"
+                )
             threading.Event().wait(0.05)
         port, path = port_file.read_text().splitlines()
         self.ws = self.stack.enter_context(
@@ -120,7 +123,9 @@ class DevTools:
     def open(self, url: str) -> None:
         """Open a tab, attach to it, and load ``url`` with console and log messages recorded."""
         target = self.call("Target.createTarget", url="about:blank")["targetId"]
-        self.session_id = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        self.session_id = self.call("Target.attachToTarget", targetId=target, flatten=True)[
+            "sessionId"
+        ]
         for domain in ("Page", "Runtime", "Log"):
             self.call(f"{domain}.enable")
         self.call("Page.navigate", url=url)
@@ -128,7 +133,9 @@ class DevTools:
 
     def js(self, expression: str) -> Any:
         """Evaluate in the page (DevTools evaluation is not subject to the page's CSP) and return the value."""
-        result = self.call("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
+        result = self.call(
+            "Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True
+        )
         assert "exceptionDetails" not in result, result
         return result["result"].get("value")
 
@@ -140,7 +147,14 @@ class DevTools:
             " return [r.x + r.width / 2, r.y + r.height / 2]; })()"
         )
         for kind in ("mousePressed", "mouseReleased"):
-            self.call("Input.dispatchMouseEvent", type=kind, x=box[0], y=box[1], button="left", clickCount=1)
+            self.call(
+                "Input.dispatchMouseEvent",
+                type=kind,
+                x=box[0],
+                y=box[1],
+                button="left",
+                clickCount=1,
+            )
 
     def close(self) -> None:
         """Close the browser, and kill its process group if it does not leave."""
@@ -159,7 +173,9 @@ class DevTools:
 def chromium() -> str:
     path = shutil.which("chromium")
     if path is None:
-        pytest.skip("chromium is not installed and could not be: .ci/run installs it (apt-get install -y chromium)")
+        pytest.skip(
+            "chromium is not installed and could not be: .ci/run installs it (apt-get install -y chromium)"
+        )
     return path
 
 
@@ -175,7 +191,9 @@ def browser(chromium: str, tmp_path: Path) -> Iterator[DevTools]:
 def traced_page(tmp_path: Path) -> Path:
     """Run the scenario through ``kesoku chat`` and write its trace with ``kesoku trace``."""
     (tmp_path / "scenario.yaml").write_text(SCENARIO)
-    (tmp_path / "kesoku.toml").write_text('[agent]\nllm = "scripted"\n[scripted]\npath = "scenario.yaml"\n')
+    (tmp_path / "kesoku.toml").write_text(
+        '[agent]\nllm = "scripted"\n[scripted]\npath = "scenario.yaml"\n'
+    )
     answered = chat(tmp_path, "Print forty lines")
     assert answered.returncode == 0, answered.stderr
     store = Store(tmp_path / "kesoku.db")
@@ -189,7 +207,9 @@ def traced_page(tmp_path: Path) -> Path:
     return page
 
 
-def test_a_long_tool_result_expands_on_click_and_no_payload_runs(browser: DevTools, tmp_path: Path) -> None:
+def test_a_long_tool_result_expands_on_click_and_no_payload_runs(
+    browser: DevTools, tmp_path: Path
+) -> None:
     page = traced_page(tmp_path)
     browser.open(page.as_uri())
     # The payloads would have changed the title or set window.pwned while the page loaded.
@@ -213,18 +233,24 @@ def test_a_long_tool_result_expands_on_click_and_no_payload_runs(browser: DevToo
     assert '<img src=x onerror="document.title = 1; window.pwned = 2">' in shown
     assert "Done. <script>window.pwned = 3</script>" in browser.js("document.body.innerText")
     # Escaping alone kept them inert: the CSP (the second line of defence) had nothing to block.
-    logged = [e["params"]["entry"]["text"] for e in browser.events if e.get("method") == "Log.entryAdded"]
+    logged = [
+        e["params"]["entry"]["text"] for e in browser.events if e.get("method") == "Log.entryAdded"
+    ]
     assert not [t for t in logged if "Content Security Policy" in t], logged
     assert browser.js("typeof window.pwned") == "undefined"
 
 
-def test_the_page_script_runs_under_its_csp_and_expands_everything(browser: DevTools, tmp_path: Path) -> None:
+def test_the_page_script_runs_under_its_csp_and_expands_everything(
+    browser: DevTools, tmp_path: Path
+) -> None:
     page = traced_page(tmp_path)
     browser.open(page.as_uri())
     closed = "[...document.querySelectorAll('details')].filter(d => !d.open).length"
     assert browser.js(closed) == 2  # the thought and the rest of the long result
     browser.click("button[data-open='1']")
     assert browser.js(closed) == 0
-    assert "I will print <b>forty</b> lines." in browser.js("document.querySelector('.thought pre').innerText")
+    assert "I will print <b>forty</b> lines." in browser.js(
+        "document.querySelector('.thought pre').innerText"
+    )
     browser.click("button[data-open='0']")
     assert browser.js("[...document.querySelectorAll('details')].filter(d => d.open).length") == 0

@@ -32,10 +32,14 @@ class Log:
         self.clock = itertools.count(1)
         self.messages: list[Message] = []
 
-    def add(self, role: Role, kind: Kind, content: str = "x", *, root_ts: float, **kw: object) -> Message:
+    def add(
+        self, role: Role, kind: Kind, content: str = "x", *, root_ts: float, **kw: object
+    ) -> Message:
         ts = float(next(self.clock))
         msg_id = next(self.ids)
-        sender = {Role.USER: "User", Role.ASSISTANT: "Kesoku", Role.SYSTEM: "System"}.get(role, "tool")
+        sender = {Role.USER: "User", Role.ASSISTANT: "Kesoku", Role.SYSTEM: "System"}.get(
+            role, "tool"
+        )
         msg = Message(
             session_id=SID,
             role=role,
@@ -59,11 +63,20 @@ class Log:
 
     def call(self, root: Message, name: str = "t", call_id: str | None = None) -> Message:
         meta = Metadata(tool_name=name, tool_arguments={"a": 1}, call_id=call_id)
-        return self.add(Role.ASSISTANT, Kind.TOOL_CALL, f"{name}()", root_ts=root.root_ts, metadata=meta)
+        return self.add(
+            Role.ASSISTANT, Kind.TOOL_CALL, f"{name}()", root_ts=root.root_ts, metadata=meta
+        )
 
     def result(self, root: Message, call: Message, outcome: Outcome = Outcome.COMPLETED) -> Message:
         meta = Metadata(tool_name="tool", outcome=outcome)
-        return self.add(Role.TOOL, Kind.TOOL_RESULT, "out", root_ts=root.root_ts, parent_id=call.id, metadata=meta)
+        return self.add(
+            Role.TOOL,
+            Kind.TOOL_RESULT,
+            "out",
+            root_ts=root.root_ts,
+            parent_id=call.id,
+            metadata=meta,
+        )
 
     def history(self) -> list[Message]:
         return sorted(self.messages, key=lambda m: (m.root_ts, m.ts, m.id))
@@ -89,7 +102,10 @@ def test_parallel_calls_and_results_are_grouped_in_call_order() -> None:
     log.text(u)
     turns = to_turns(log.history())
     assert [t.role for t in turns] == ["user", "assistant", "user", "assistant", "user"]
-    assert [b.call_id for b in turns[2].blocks if isinstance(b, ToolResultBlock)] == [f"call_{c1.id}", f"call_{c2.id}"]
+    assert [b.call_id for b in turns[2].blocks if isinstance(b, ToolResultBlock)] == [
+        f"call_{c1.id}",
+        f"call_{c2.id}",
+    ]
     assert turns[-1].blocks == (TextBlock(CONTINUE_PROMPT),)
     assert check_turns(turns) == []
 
@@ -111,7 +127,9 @@ def test_a_call_without_result_is_answered_lost_and_orphans_are_dropped() -> Non
     log = Log()
     u = log.user()
     call = log.call(u)
-    orphan_parent = Message(session_id=SID, role=Role.ASSISTANT, kind=Kind.TOOL_CALL, sender="Kesoku", id=999)
+    orphan_parent = Message(
+        session_id=SID, role=Role.ASSISTANT, kind=Kind.TOOL_CALL, sender="Kesoku", id=999
+    )
     log.result(u, orphan_parent)
     v = log.user("next")
     assert missing_results(log.history()) == [call]
@@ -199,7 +217,9 @@ def test_a_growing_turn_keeps_its_earlier_turn_objects() -> None:
     assert not transcript.extend([late])
 
 
-async def test_session_history_folds_new_messages_and_rebuilds_for_late_ones(tmp_path: Path) -> None:
+async def test_session_history_folds_new_messages_and_rebuilds_for_late_ones(
+    tmp_path: Path,
+) -> None:
     from kesoku.agent.history import SessionHistory
     from kesoku.gateway import Gateway
     from kesoku.store import Store
@@ -222,12 +242,22 @@ async def test_session_history_folds_new_messages_and_rebuilds_for_late_ones(tmp
     turns_first = hist.turns(first)  # the later user message is left out of the first turn
     assert next(getattr(b, "text", None) for t in turns_first for b in t.blocks) == "first"
     assert all(getattr(b, "text", "") != "second" for t in turns_first for b in t.blocks)
-    # The call's result arrives after the second message was written: it sorts inside the first turn.
-    # Written by another connection (another process, say): the history finds it in the store.
+    # The call's result arrives after the second message was written: it sorts inside the first
+    # turn. Written by another connection (another process, say): the history finds it in the store.
     result_meta = Metadata(tool_name="t", outcome=Outcome.COMPLETED)
     elsewhere = Store(tmp_path / "k.db")
     elsewhere.insert_messages(
-        [in_turn(first, Role.TOOL, Kind.TOOL_RESULT, "r", parent_id=call.id, metadata=result_meta, ts=14.0)]
+        [
+            in_turn(
+                first,
+                Role.TOOL,
+                Kind.TOOL_RESULT,
+                "r",
+                parent_id=call.id,
+                metadata=result_meta,
+                ts=14.0,
+            )
+        ]
     )
     elsewhere.close()
     assert hist.sync() == 1
@@ -246,7 +276,9 @@ async def test_session_history_folds_new_messages_and_rebuilds_for_late_ones(tmp
 EVENTS = st.lists(
     st.one_of(
         st.tuples(st.just("user"), st.sampled_from(["hi", "", "  "])),
-        st.tuples(st.just("text"), st.sampled_from([Status.DONE, Status.INTERRUPTED, Status.FAILED])),
+        st.tuples(
+            st.just("text"), st.sampled_from([Status.DONE, Status.INTERRUPTED, Status.FAILED])
+        ),
         st.tuples(st.just("thought"), st.booleans()),
         st.tuples(st.just("calls"), st.integers(1, 3)),
         st.tuples(st.just("results"), st.integers(0, 3)),
@@ -259,7 +291,9 @@ EVENTS = st.lists(
 
 @settings(max_examples=300, deadline=None)
 @given(EVENTS, st.booleans(), st.floats(0, 1))
-def test_any_log_gives_valid_turns(events: list[tuple[str, object]], drop_prefix: bool, split: float) -> None:
+def test_any_log_gives_valid_turns(
+    events: list[tuple[str, object]], drop_prefix: bool, split: float
+) -> None:
     log = Log()
     root = log.user()
     open_calls: list[tuple[Message, Message]] = []  # (root, call)
@@ -271,11 +305,19 @@ def test_any_log_gives_valid_turns(events: list[tuple[str, object]], drop_prefix
             log.text(root, "answer", arg)
         elif kind == "thought":
             meta = Metadata(thought_signature=b"sig" if arg else None)
-            log.add(Role.ASSISTANT, Kind.THOUGHT, "hmm" if arg else "", root_ts=root.root_ts, metadata=meta)
+            log.add(
+                Role.ASSISTANT,
+                Kind.THOUGHT,
+                "hmm" if arg else "",
+                root_ts=root.root_ts,
+                metadata=meta,
+            )
         elif kind == "calls":
             assert isinstance(arg, int)
             # Every batch reuses the id "same" once: providers and replays can repeat ids.
-            open_calls += [(root, log.call(root, call_id="same" if i == 0 else None)) for i in range(arg)]
+            open_calls += [
+                (root, log.call(root, call_id="same" if i == 0 else None)) for i in range(arg)
+            ]
         elif kind == "results":
             assert isinstance(arg, int)
             for _ in range(min(arg, len(open_calls))):
@@ -284,14 +326,17 @@ def test_any_log_gives_valid_turns(events: list[tuple[str, object]], drop_prefix
         elif kind == "system":
             log.add(Role.SYSTEM, Kind.TEXT, "note", root_ts=root.root_ts)
         else:
-            ghost = Message(session_id=SID, role=Role.ASSISTANT, kind=Kind.TOOL_CALL, sender="Kesoku", id=10_000)
+            ghost = Message(
+                session_id=SID, role=Role.ASSISTANT, kind=Kind.TOOL_CALL, sender="Kesoku", id=10_000
+            )
             log.result(root, ghost)
     history = log.history()
     if drop_prefix:
         history = history[len(history) // 3 :]
     turns = to_turns(history)
     assert check_turns(turns) == []
-    # Built incrementally (a prefix, then the rest folded in), the turns are the same when it can fold.
+    # Built incrementally (a prefix, then the rest folded in), the turns are the same when it can
+    # fold.
     k = int(len(history) * split)
     incremental = Transcript(history[:k])
     if incremental.extend(history[k:]):

@@ -26,15 +26,29 @@ from kesoku.observe.turnlog import (
     write_turn_log,
 )
 from kesoku.observe.turnlog_writer import TurnLogWriter
-from kesoku.vocab.ir import ImageBlock, LLMRequest, LLMResponse, LLMTurn, TextBlock, ToolCallBlock, ToolSpec
+from kesoku.vocab.ir import (
+    ImageBlock,
+    LLMRequest,
+    LLMResponse,
+    LLMTurn,
+    TextBlock,
+    ToolCallBlock,
+    ToolSpec,
+)
 from kesoku.vocab.model import Usage
 
 
-def entry(folder: Path, *turns: LLMTurn, session_id: str = "s", error: str | None = None) -> TurnLogEntry:
+def entry(
+    folder: Path, *turns: LLMTurn, session_id: str = "s", error: str | None = None
+) -> TurnLogEntry:
     request = LLMRequest(
         system="You are\nKesoku.",
         turns=turns or (LLMTurn("user", (TextBlock("hi"),)),),
-        tools=(ToolSpec("echo", "Repeat.", {"type": "object", "properties": {"text": {"type": "string"}}}),),
+        tools=(
+            ToolSpec(
+                "echo", "Repeat.", {"type": "object", "properties": {"text": {"type": "string"}}}
+            ),
+        ),
     )
     response = LLMResponse(
         text="answer",
@@ -94,7 +108,12 @@ def test_the_yaml_holds_metadata_request_tools_and_response(tmp_path: Path) -> N
     assert "|-" in text or "|\n" in text  # multi-line strings as literal blocks
     doc = yaml.safe_load(text)
     meta = doc["metadata"]
-    assert (meta["idx"], meta["session_id"], meta["provider"], meta["model"]) == (1, "s", "scripted", "m")
+    assert (meta["idx"], meta["session_id"], meta["provider"], meta["model"]) == (
+        1,
+        "s",
+        "scripted",
+        "m",
+    )
     assert meta["iso_time"].startswith("2023-11-14T22:13:20")
     assert doc["request"]["system"] == "You are\nKesoku."
     blocks = doc["request"]["turns"][0]["blocks"]
@@ -120,7 +139,11 @@ def test_the_renderer_reuses_earlier_turns_and_changes_nothing(tmp_path: Path) -
     assert renderer._sessions["s"].texts[0] is cached  # not rendered again
     assert body == TurnLogRenderer().body(make_job(entry(tmp_path, *turns)))
     doc = yaml.safe_load(body)
-    assert [t["blocks"][0]["text"] for t in doc["request"]["turns"]] == ["line one\nline two", "ok", "more"]
+    assert [t["blocks"][0]["text"] for t in doc["request"]["turns"]] == [
+        "line one\nline two",
+        "ok",
+        "more",
+    ]
     assert doc["request"]["system"] == "You are\nKesoku."
     assert doc["tools"][0]["name"] == "echo"
 
@@ -130,7 +153,9 @@ def frames(*jobs: object) -> bytes:
     return b"".join(FRAME_HEADER.pack(len(data)) + data for data in map(encoder.encode, jobs))
 
 
-def test_the_writer_process_answers_each_job_and_a_job_out_of_step_fails_alone(tmp_path: Path) -> None:
+def test_the_writer_process_answers_each_job_and_a_job_out_of_step_fails_alone(
+    tmp_path: Path,
+) -> None:
     turns = (LLMTurn("user", (TextBlock("hi"),)), LLMTurn("assistant", (TextBlock("yes"),)))
     not_a_folder = tmp_path / "file"
     not_a_folder.write_text("x")
@@ -138,9 +163,15 @@ def test_the_writer_process_answers_each_job_and_a_job_out_of_step_fails_alone(t
     serve_jobs(
         io.BytesIO(
             frames(
-                make_job(entry(tmp_path / "a", *turns), keep=1, system=False),  # keeps what it never sent
+                make_job(
+                    entry(tmp_path / "a", *turns), keep=1, system=False
+                ),  # keeps what it never sent
                 make_job(entry(tmp_path / "a", *turns)),
-                make_job(entry(tmp_path / "a", *turns, LLMTurn("user", (TextBlock("more"),))), keep=2, tools=False),
+                make_job(
+                    entry(tmp_path / "a", *turns, LLMTurn("user", (TextBlock("more"),))),
+                    keep=2,
+                    tools=False,
+                ),
                 make_job(entry(not_a_folder)),
             )
         ),
@@ -183,7 +214,9 @@ async def test_the_writer_drains_on_cancel_and_counts_failures(tmp_path: Path) -
     assert writer.dropped == 1
 
 
-async def test_a_writer_process_that_dies_is_replaced_and_sessions_start_afresh(tmp_path: Path) -> None:
+async def test_a_writer_process_that_dies_is_replaced_and_sessions_start_afresh(
+    tmp_path: Path,
+) -> None:
     turns = [LLMTurn("user", (TextBlock("hi"),))]
     writer = TurnLogWriter()
     async with trio.open_nursery() as nursery:
@@ -199,7 +232,9 @@ async def test_a_writer_process_that_dies_is_replaced_and_sessions_start_afresh(
             while writer.restarts < 1 or writer.process is first:  # noqa: ASYNC110
                 await trio.sleep(0.01)
         turns.append(LLMTurn("assistant", (TextBlock("yes"),)))
-        await writer.submit(entry(tmp_path / "a", *turns))  # the new process never saw the first turn
+        await writer.submit(
+            entry(tmp_path / "a", *turns)
+        )  # the new process never saw the first turn
         nursery.cancel_scope.cancel()
     assert (writer.written, writer.failed, writer.restarts) == (2, 0, 1)
     second = yaml.safe_load((tmp_path / "a" / "llm-turn-2.log.yaml").read_text())
@@ -228,7 +263,9 @@ async def test_a_writer_process_that_cannot_start_is_tried_again(
     async def out_of_processes(*args: Any, **kwargs: Any) -> trio.Process:
         attempts.append(args)
         if len(attempts) == 1:
-            raise BlockingIOError(11, "Resource temporarily unavailable")  # what fork says under a pid limit
+            raise BlockingIOError(
+                11, "Resource temporarily unavailable"
+            )  # what fork says under a pid limit
         return await real_open_process(*args, **kwargs)
 
     monkeypatch.setattr(trio.lowlevel, "open_process", out_of_processes)
@@ -246,9 +283,14 @@ async def test_a_writer_process_that_cannot_start_is_tried_again(
 
 
 def test_the_writer_process_outlives_its_daemon_writes_what_it_got_and_ends(tmp_path: Path) -> None:
-    jobs = [make_job(entry(tmp_path / "a", LLMTurn("user", (TextBlock(f"question {i}"),)))) for i in range(20)]
+    jobs = [
+        make_job(entry(tmp_path / "a", LLMTurn("user", (TextBlock(f"question {i}"),))))
+        for i in range(20)
+    ]
     process = subprocess.Popen(
-        [sys.executable, "-P", "-m", "kesoku.observe.turnlog"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        [sys.executable, "-P", "-m", "kesoku.observe.turnlog"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
     )
     assert process.stdin is not None and process.stdout is not None
     process.stdout.close()  # the daemon is gone: every answer meets a broken pipe

@@ -20,18 +20,24 @@ from kesoku.vocab.ir import LLMTurn, TextBlock
 
 
 def logs(folder: Path) -> list[int]:
-    return sorted(int(p.name.split("-")[2].split(".")[0]) for p in folder.glob("llm-turn-*.log.yaml"))
+    return sorted(
+        int(p.name.split("-")[2].split(".")[0]) for p in folder.glob("llm-turn-*.log.yaml")
+    )
 
 
 def write(folder: Path, count: int, max_session_bytes: int) -> list[str]:
     """``count`` logs of the same size through one writer process's loop; its answers."""
     answers = io.BytesIO()
-    jobs = frames(*(make_job(entry(folder, LLMTurn("user", (TextBlock("x" * 2000),)))) for _ in range(count)))
+    jobs = frames(
+        *(make_job(entry(folder, LLMTurn("user", (TextBlock("x" * 2000),)))) for _ in range(count))
+    )
     serve_jobs(io.BytesIO(jobs), answers, max_session_bytes=max_session_bytes)
     return answers.getvalue().decode().splitlines()
 
 
-def test_past_the_cap_the_oldest_logs_go_and_indexes_continue_after_a_restart(tmp_path: Path) -> None:
+def test_past_the_cap_the_oldest_logs_go_and_indexes_continue_after_a_restart(
+    tmp_path: Path,
+) -> None:
     folder = tmp_path / "s"
     assert write(folder, 1, 0) == ["ok"]
     size = (folder / "llm-turn-1.log.yaml").stat().st_size
@@ -82,10 +88,14 @@ def test_the_config_section_sets_the_writer_or_turns_logs_off(tmp_path: Path) ->
         assert off.turnlog is None
     finally:
         store.close()
-    assert TurnLogsConfig(max_mb_per_session=1e-7).max_bytes_per_session == 1  # still a cap: the newest stays
+    assert (
+        TurnLogsConfig(max_mb_per_session=1e-7).max_bytes_per_session == 1
+    )  # still a cap: the newest stays
     assert TurnLogsConfig(max_mb_per_session=0).max_bytes_per_session == 0
     bad = tmp_path / "bad.toml"
     for value in ("-1", "inf", "1e400", "nan"):
         bad.write_text(f"[turn_logs]\nmax_mb_per_session = {value}\n")
-        with pytest.raises(ConfigError, match=r"bad\.toml:2: turn_logs\.max_mb_per_session: expected float"):
+        with pytest.raises(
+            ConfigError, match=r"bad\.toml:2: turn_logs\.max_mb_per_session: expected float"
+        ):
             load_config(bad, env={})

@@ -29,7 +29,13 @@ from kesoku.vocab.view import Archive, ViewState, key
 
 
 def answer(usage: Usage | None) -> Message:
-    return Message(session_id="s", role=Role.ASSISTANT, sender="Kesoku", content="x", metadata=Metadata(usage=usage))
+    return Message(
+        session_id="s",
+        role=Role.ASSISTANT,
+        sender="Kesoku",
+        content="x",
+        metadata=Metadata(usage=usage),
+    )
 
 
 def test_tokens_are_summed_by_kind_over_the_calls_that_reported_them() -> None:
@@ -44,7 +50,8 @@ def test_tokens_are_summed_by_kind_over_the_calls_that_reported_them() -> None:
 
 
 async def test_the_usage_of_tool_call_only_steps_is_counted_once_each(tmp_path: Path) -> None:
-    # Three steps that only call a tool, then the answer: each model call's usage must reach the store.
+    # Three steps that only call a tool, then the answer: each model call's usage must reach the
+    # store.
     usages = [
         {"input_tokens": 1000, "output_tokens": 11, "cached_tokens": 100},
         {"input_tokens": 1100, "output_tokens": 12, "cached_tokens": 200, "thinking_tokens": 5},
@@ -61,7 +68,9 @@ async def test_the_usage_of_tool_call_only_steps_is_counted_once_each(tmp_path: 
         metrics = await h.turn_end()
         history = h.history()
     assert metrics.state is TurnState.DONE and metrics.model_calls == 4
-    expected = TokenTotals(calls=4, input_tokens=4600, cached_tokens=300, output_tokens=50, thinking_tokens=12)
+    expected = TokenTotals(
+        calls=4, input_tokens=4600, cached_tokens=300, output_tokens=50, thinking_tokens=12
+    )
     assert session_tokens(history) == expected
     assert metrics.turn_tokens == expected.input_tokens + expected.output_tokens
     carriers = [m.kind for m in history if m.metadata.usage is not None]
@@ -97,20 +106,28 @@ async def test_the_usage_of_a_failed_call_is_counted(tmp_path: Path) -> None:
     # A mid-stream failure after the usage was reported: the failure notice carries it.
     failed = {"events": [{"text": "Let me"}, {"usage": {"input_tokens": 700, "output_tokens": 3}}]}
     failed["events"].append({"error": {"message": "dropped", "retryable": True}})
-    llm = ScriptedLLM([{"tool_calls": [{"name": "echo", "arguments": {}}], "usage": {"input_tokens": 600}}, failed])
+    llm = ScriptedLLM(
+        [
+            {"tool_calls": [{"name": "echo", "arguments": {}}], "usage": {"input_tokens": 600}},
+            failed,
+        ]
+    )
     async with serve_runtime(tmp_path, llm, tools=[echo()]) as h:
         await h.say("echo")
         metrics = await h.turn_end()
         history = h.history()
     assert metrics.state is TurnState.FAILED and metrics.model_calls == 2
     assert session_tokens(history) == TokenTotals(calls=2, input_tokens=1300, output_tokens=3)
-    assert history[-1].role is Role.SYSTEM and history[-1].content.startswith("⚠ The model call failed")
+    assert history[-1].role is Role.SYSTEM and history[-1].content.startswith(
+        "⚠ The model call failed"
+    )
 
 
 async def test_the_partial_usage_of_an_interrupted_call_is_counted_once(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    # Cut after the thought, the text and a usage report: the interrupted output carries that usage once.
+    # Cut after the thought, the text and a usage report: the interrupted output carries that usage
+    # once.
     cut = {
         "events": [
             {"thought": "hm"},
@@ -134,7 +151,10 @@ async def test_the_partial_usage_of_an_interrupted_call_is_counted_once(
 def test_a_price_is_found_by_exact_id_else_the_longest_prefix() -> None:
     sonnet = ModelPrice(input_usd_per_mtok=3, output_usd_per_mtok=15, cached_input_usd_per_mtok=0.3)
     pricing = PricingConfig(
-        models={"claude": ModelPrice(input_usd_per_mtok=1, output_usd_per_mtok=1), "claude-sonnet-4-5": sonnet}
+        models={
+            "claude": ModelPrice(input_usd_per_mtok=1, output_usd_per_mtok=1),
+            "claude-sonnet-4-5": sonnet,
+        }
     )
     assert find_price("claude-sonnet-4-5", pricing) == ("claude-sonnet-4-5", sonnet)
     assert find_price("claude-sonnet-4-5-20250929", pricing) == ("claude-sonnet-4-5", sonnet)
@@ -142,8 +162,12 @@ def test_a_price_is_found_by_exact_id_else_the_longest_prefix() -> None:
 
 
 def test_cached_input_is_billed_at_its_own_price_else_at_the_input_price() -> None:
-    tokens = TokenTotals(calls=1, input_tokens=1_000_000, cached_tokens=400_000, output_tokens=100_000)
-    with_cache = ModelPrice(input_usd_per_mtok=3, output_usd_per_mtok=15, cached_input_usd_per_mtok=0.3)
+    tokens = TokenTotals(
+        calls=1, input_tokens=1_000_000, cached_tokens=400_000, output_tokens=100_000
+    )
+    with_cache = ModelPrice(
+        input_usd_per_mtok=3, output_usd_per_mtok=15, cached_input_usd_per_mtok=0.3
+    )
     # 600k uncached x $3 + 400k cached x $0.30 + 100k output x $15
     assert cost_usd(tokens, with_cache) == pytest.approx(1.8 + 0.12 + 1.5)
     without = ModelPrice(input_usd_per_mtok=3, output_usd_per_mtok=15)
@@ -152,7 +176,10 @@ def test_cached_input_is_billed_at_its_own_price_else_at_the_input_price() -> No
 
 def test_usage_lines_say_how_to_add_a_missing_price() -> None:
     lines = usage_lines(
-        [answer(Usage(input_tokens=10, output_tokens=2))], turns=1, model="m-1", pricing=PricingConfig()
+        [answer(Usage(input_tokens=10, output_tokens=2))],
+        turns=1,
+        model="m-1",
+        pricing=PricingConfig(),
     )
     assert lines[-1] == 'cost: no price for m-1; add [pricing.models."m-1"] to kesoku.toml'
 
@@ -175,14 +202,36 @@ def test_the_context_estimate_counts_each_part_of_the_request() -> None:
 
 def test_under_a_compaction_view_the_archives_stand_in_for_the_archived_turns() -> None:
     def turn(n: int) -> list[Message]:
-        root = Message(session_id="s", role=Role.USER, sender="User", content=f"q{n}", id=2 * n, root_id=2 * n, ts=n)
-        reply = Message(session_id="s", role=Role.ASSISTANT, sender="Kesoku", content="a" * 800, id=2 * n + 1, ts=n)
+        root = Message(
+            session_id="s",
+            role=Role.USER,
+            sender="User",
+            content=f"q{n}",
+            id=2 * n,
+            root_id=2 * n,
+            ts=n,
+        )
+        reply = Message(
+            session_id="s",
+            role=Role.ASSISTANT,
+            sender="Kesoku",
+            content="a" * 800,
+            id=2 * n + 1,
+            ts=n,
+        )
         return [msgspec.structs.replace(m, root_ts=float(n), root_id=2 * n) for m in (root, reply)]
 
     history = turn(1) + turn(2)
     view = ViewState(archive_before=key(history[2]), archives=(Archive(1, 1, "Turn 1: intent=q1"),))
-    (whole,) = [p for p in context_parts(system="", tools=[], history=history, view_state=None) if p.name == "history"]
-    parts = {p.name: p for p in context_parts(system="", tools=[], history=history, view_state=view.encode())}
+    (whole,) = [
+        p
+        for p in context_parts(system="", tools=[], history=history, view_state=None)
+        if p.name == "history"
+    ]
+    parts = {
+        p.name: p
+        for p in context_parts(system="", tools=[], history=history, view_state=view.encode())
+    }
     assert parts["history"].detail.startswith("2 of 4 messages in ")
     assert parts["history"].chars < whole.chars - 800
     assert parts["archives"].detail == "1 archives of turns 1–1" and parts["archives"].chars > 0
@@ -190,7 +239,9 @@ def test_under_a_compaction_view_the_archives_stand_in_for_the_archived_turns() 
 
 def test_usage_and_context_in_the_interactive_chat(tmp_path: Path) -> None:
     config = setup(tmp_path, "answer.yaml")
-    prices = '\n[pricing.models."capital-demo"]\ninput_usd_per_mtok = 3.0\noutput_usd_per_mtok = 15.0\n'
+    prices = (
+        '\n[pricing.models."capital-demo"]\ninput_usd_per_mtok = 3.0\noutput_usd_per_mtok = 15.0\n'
+    )
     config.write_text(config.read_text() + prices)
     term = Terminal(tmp_path)
     try:

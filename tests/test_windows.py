@@ -65,7 +65,9 @@ def shell_steps(steps: int) -> Any:
 async def run_turn(tmp_path: Path, fake: OpenAIFake, text: str) -> tuple[Any, list[Any]]:
     async with fake.serve() as url:
         llm = OpenAILLM(model=MODEL, base_url=url, api_key=fake.api_key)
-        async with serve_runtime(tmp_path, llm, tools=[shell(tmp_path)], compaction=CompactionPolicy()) as h:
+        async with serve_runtime(
+            tmp_path, llm, tools=[shell(tmp_path)], compaction=CompactionPolicy()
+        ) as h:
             await h.say(text)
             metrics = await h.turn_end()
             history = h.history()
@@ -77,7 +79,8 @@ async def run_turn(tmp_path: Path, fake: OpenAIFake, text: str) -> tuple[Any, li
 
 
 async def test_a_big_shell_result_at_an_8k_window_completes(tmp_path: Path) -> None:
-    # The finding: one capped 32 KB result made the next request ~10.3K tokens at 8K, and the turn failed.
+    # The finding: one capped 32 KB result made the next request ~10.3K tokens at 8K, and the turn
+    # failed.
     fake = OpenAIFake(server="llama.cpp", window=8192)
     fake.handler = shell_steps(1)
     metrics, history = await run_turn(tmp_path, fake, "count to 30000")
@@ -87,7 +90,8 @@ async def test_a_big_shell_result_at_an_8k_window_completes(tmp_path: Path) -> N
     assert max(fake.prompt_sizes) <= 8192
     (result,) = [m for m in history if m.kind is Kind.TOOL_RESULT]
     cap = CompactionPolicy().tool_result_share * 8192 * 4
-    # A share of the window (the shell's command line and exit code around it), not the shell's 32 KB.
+    # A share of the window (the shell's command line and exit code around it), not the shell's 32
+    # KB.
     assert len(result.content.encode()) <= cap + WRAPPER_BYTES < ShellConfig().max_output_bytes
     assert "bytes cut" in result.content and result.content.endswith("30000\n[exit code 0]")
 
@@ -124,7 +128,10 @@ async def test_a_request_over_the_window_is_not_sent(tmp_path: Path) -> None:
     assert llm.requests == []
     assert notice.role is Role.SYSTEM and "\n" not in notice.content
     assert notice.content.startswith("⚠ Not sent: the request would be about 10,")
-    assert "context window of 4,000" in notice.content and "[compaction.context_windows]" in notice.content
+    assert (
+        "context window of 4,000" in notice.content
+        and "[compaction.context_windows]" in notice.content
+    )
 
 
 async def test_compaction_off_still_never_sends_over_the_window(tmp_path: Path) -> None:
@@ -145,7 +152,8 @@ async def test_the_summary_is_in_the_next_request(tmp_path: Path) -> None:
     llm = ScriptedLLM([{"text": summary}, {"text": "done"}])
     async with serve_runtime(tmp_path, llm, compaction=policy(SMALL_WINDOW)) as h:
         await seed(h, 160, result_chars=50, user_chars=100)
-        # The active request alone fills most of the target, so the summarized view is still over it.
+        # The active request alone fills most of the target, so the summarized view is still over
+        # it.
         await h.say("latest: " + "z" * 19_000)
         metrics = await h.turn_end()
         view = views(h)
@@ -165,13 +173,23 @@ async def test_the_summary_is_in_the_next_request(tmp_path: Path) -> None:
     ("server", "window", "model_window", "expected", "asked"),
     [
         ("llama.cpp", 8192, None, 8192, ["GET /props"]),
-        ("ollama", 16384, 40960, 16384, ["GET /props", "POST /api/show"]),  # the Modelfile's num_ctx first
+        (
+            "ollama",
+            16384,
+            40960,
+            16384,
+            ["GET /props", "POST /api/show"],
+        ),  # the Modelfile's num_ctx first
         ("ollama", None, 40960, 40960, ["GET /props", "POST /api/show"]),
         ("vllm", 32768, None, 32768, ["GET /props", "POST /api/show", "GET /v1/models"]),
     ],
 )
 async def test_the_window_is_asked_of_the_server(
-    server: ServerKind, window: int | None, model_window: int | None, expected: int, asked: list[str]
+    server: ServerKind,
+    window: int | None,
+    model_window: int | None,
+    expected: int,
+    asked: list[str],
 ) -> None:
     fake = OpenAIFake(server=server, window=window, model_window=model_window, model_id=MODEL)
     async with fake.serve() as url:
@@ -186,7 +204,9 @@ async def test_the_window_is_asked_of_the_server(
     assert rules.limit(llm) == int(expected * 0.85)
 
 
-async def test_an_unknown_window_is_the_default_with_one_warning(caplog: pytest.LogCaptureFixture) -> None:
+async def test_an_unknown_window_is_the_default_with_one_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     fake = OpenAIFake(server="openai")  # its /v1/models has no window, /props and /api/show are 404
     async with fake.serve() as url:
         llm = OpenAILLM(model="mystery-model", base_url=url, api_key=fake.api_key)
@@ -222,13 +242,19 @@ def test_server_answers_that_are_not_windows_are_none() -> None:
         ("ollama", {"parameters": "num_ctx lots", "model_info": {"general.architecture": "x"}}),
         ("ollama", {"model_info": {"general.architecture": 7}}),
         ("ollama", {"model_info": {"general.architecture": "qwen3", "qwen3.context_length": -1}}),
-        ("vllm", {"data": [{"id": "a", "max_model_len": 4096}, {"id": "b", "max_model_len": 8192}]}),
+        (
+            "vllm",
+            {"data": [{"id": "a", "max_model_len": 4096}, {"id": "b", "max_model_len": 8192}]},
+        ),
         ("vllm", {"data": "nope"}),
     ]
     for kind, data in odd:
         assert parse_window(kind, data, MODEL) is None, (kind, data)
     assert parse_window("vllm", {"data": [{"id": "other", "max_model_len": 4096}]}, MODEL) == 4096
-    assert parse_window("ollama", msgspec.json.decode(b'{"parameters": "num_ctx 2048"}'), MODEL) == 2048
+    assert (
+        parse_window("ollama", msgspec.json.decode(b'{"parameters": "num_ctx 2048"}'), MODEL)
+        == 2048
+    )
 
 
 async def test_a_thirty_step_turn_cuts_its_oldest_results_again(tmp_path: Path) -> None:
@@ -250,7 +276,9 @@ async def test_a_thirty_step_turn_cuts_its_oldest_results_again(tmp_path: Path) 
         answer = h.history()[-1].content
     assert metrics.state is TurnState.DONE and answer == "read 30 outputs"
     assert max(map(estimate_request, llm.requests)) <= 7000
-    results = [b for t in llm.requests[-1].turns for b in t.blocks if isinstance(b, ToolResultBlock)]
+    results = [
+        b for t in llm.requests[-1].turns for b in t.blocks if isinstance(b, ToolResultBlock)
+    ]
     assert len(results) == 30
     first, last = results[0].content, results[-1].content
     assert "characters cut here" in first and len(first) < 400  # the second, deeper cut

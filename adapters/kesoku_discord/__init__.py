@@ -1,7 +1,7 @@
 """The Discord adapter: discord.py inside trio-asyncio (extra: ``kesoku[discord]``).
 
-Found through the ``kesoku.adapters`` entry point and imported only when ``[discord] enabled = true``;
-discord.py itself (about 240 ms to import) is imported only inside :func:`serve`.
+Found through the ``kesoku.adapters`` entry point and imported only when ``[discord] enabled =
+true``; discord.py itself (about 240 ms to import) is imported only inside :func:`serve`.
 
 Modules: ``convert`` (pure rules: answering, chunking, rendering, the context prompt), ``client``
 (the discord.py client and the trio/asyncio bridge), ``inbound`` (Discord → the gateway),
@@ -25,7 +25,9 @@ def enabled(config: Config) -> bool:
     return config.discord.enabled
 
 
-async def serve(rt: Runtime, config: Config, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+async def serve(
+    rt: Runtime, config: Config, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
     """Run the Discord bot until cancelled (see :class:`kesoku_discord.adapter.DiscordAdapter`)."""
     # discord.py's import is ~240 ms of CPU: off the event loop, in a worker thread.
     await trio.to_thread.run_sync(_load)

@@ -2,7 +2,8 @@
 
 Task tree (all inside ``trio_asyncio.open_loop()``)::
 
-    DiscordAdapter.serve ─┬─ the discord.py client (asyncio; shielded so that it is closed, not torn down)
+    DiscordAdapter.serve ─┬─ the discord.py client (asyncio; shielded so that it is closed, not torn
+    down)
                           └─ work ─┬─ Delivery.serve   (the durable log → Discord)
                                    ├─ inbound loop     (Discord → the gateway, in arrival order)
                                    ├─ turn watcher     (TurnEnded → the header's metrics)
@@ -57,7 +58,9 @@ def bot_token(config: Config, env: Mapping[str, str] | None = None) -> str:
     env = os.environ if env is None else env
     token = config.discord.bot_token or env.get("DISCORD_TOKEN")
     if not token:
-        raise OperatorError("discord: no bot token: set [discord] bot_token or the DISCORD_TOKEN variable")
+        raise OperatorError(
+            "discord: no bot token: set [discord] bot_token or the DISCORD_TOKEN variable"
+        )
     return token
 
 
@@ -104,8 +107,8 @@ class DiscordAdapter:
             discord.LoginFailure: Discord refused the token.
 
         Cancellation:
-            The client is closed first (shielded, bounded by :data:`CLOSE_TIMEOUT_S`), so its websocket
-            and HTTP session end cleanly.
+            The client is closed first (shielded, bounded by :data:`CLOSE_TIMEOUT_S`), so its
+            websocket and HTTP session end cleanly.
         """
         token = self.token()
         send, receive = trio.open_memory_channel[discord.Message](INBOX_BUFFER)
@@ -142,7 +145,9 @@ class DiscordAdapter:
         if not client.ready.is_set():
             raise OperatorError("discord: the client stopped before it was ready")
 
-    async def _inbound_loop(self, inbound: Inbound, receive: trio.MemoryReceiveChannel[discord.Message]) -> None:
+    async def _inbound_loop(
+        self, inbound: Inbound, receive: trio.MemoryReceiveChannel[discord.Message]
+    ) -> None:
         async for message in receive:
             if message.id in self.seen:
                 continue  # replayed by Discord after a reconnect
@@ -180,17 +185,25 @@ class DiscordAdapter:
 
     # -- buttons (called by discord.py on the asyncio side) ----------------------------------------
 
-    async def on_trace(self, interaction: discord.Interaction[Any], session_id: str, root_id: int) -> None:
+    async def on_trace(
+        self, interaction: discord.Interaction[Any], session_id: str, root_id: int
+    ) -> None:
         """📜: render the turn's trajectory in a worker thread and send it as an HTML file (ephemeral)."""
         await interaction.response.defer(ephemeral=True, thinking=True)
-        page = await on_trio(trio.to_thread.run_sync, render_turn_page, self.store.path, session_id, root_id)
+        page = await on_trio(
+            trio.to_thread.run_sync, render_turn_page, self.store.path, session_id, root_id
+        )
         if page is None:
             await interaction.followup.send("This session is gone.", ephemeral=True)
             return
         html, name = page
-        await interaction.followup.send(file=discord.File(io.BytesIO(html.encode()), filename=name), ephemeral=True)
+        await interaction.followup.send(
+            file=discord.File(io.BytesIO(html.encode()), filename=name), ephemeral=True
+        )
 
-    async def on_stop(self, interaction: discord.Interaction[Any], session_id: str, root_id: int) -> None:
+    async def on_stop(
+        self, interaction: discord.Interaction[Any], session_id: str, root_id: int
+    ) -> None:
         """🛑: stop the turn (the runtime marks its prompt interrupted); delete its thoughts and tool messages."""
         # Marked before any await: the turn may end (and leave delivery's table) during the defer.
         turn = self.delivery.turns.get(root_id) if self.delivery is not None else None
@@ -202,7 +215,9 @@ class DiscordAdapter:
             ids, turn.intermediate = turn.intermediate, []
             channel = interaction.channel
             for message_id in ids:
-                if isinstance(channel, discord.abc.Messageable) and hasattr(channel, "get_partial_message"):
+                if isinstance(channel, discord.abc.Messageable) and hasattr(
+                    channel, "get_partial_message"
+                ):
                     try:
                         await channel.get_partial_message(message_id).delete()
                     except discord.HTTPException as exc:
@@ -223,16 +238,26 @@ class DiscordAdapter:
                 ):
                     await turn.header.edit(view=no_view())
         deleted = await on_trio(self.rt.gateway.delete_session, session_id)
-        text = "♻️ Session cleared: the next message starts a new conversation." if deleted else "♻️ Already cleared."
+        text = (
+            "♻️ Session cleared: the next message starts a new conversation."
+            if deleted
+            else "♻️ Already cleared."
+        )
         if interaction.message is not None:
             await interaction.message.edit(content=text, view=no_view())
 
-    async def on_choice(self, interaction: discord.Interaction[Any], message_id: int, part: int, choice: int) -> None:
+    async def on_choice(
+        self, interaction: discord.Interaction[Any], message_id: int, part: int, choice: int
+    ) -> None:
         """A ``[question: …]`` choice: disable the buttons, say who chose what, post it as the user's message."""
         stored = self.store.get_message(message_id)
         parts = parse_reply(stored.content) if stored is not None else []
         question = parts[part] if part < len(parts) else None
-        if stored is None or not isinstance(question, QuestionPart) or choice >= len(question.choices):
+        if (
+            stored is None
+            or not isinstance(question, QuestionPart)
+            or choice >= len(question.choices)
+        ):
             await interaction.response.send_message("This question is gone.", ephemeral=True)
             return
         if (message_id, part) in self.answered:
@@ -242,19 +267,29 @@ class DiscordAdapter:
         text = question.choices[choice]
         await self._chosen(interaction, choice, text)
         user = interaction.user
-        post = user_text(stored.session_id, text, sender=user.name, external_id=f"choice:{interaction.id}")
+        post = user_text(
+            stored.session_id, text, sender=user.name, external_id=f"choice:{interaction.id}"
+        )
         await on_trio(self.rt.gateway.post, post)
 
-    async def on_answer(self, interaction: discord.Interaction[Any], question_id: int, choice: int) -> None:
+    async def on_answer(
+        self, interaction: discord.Interaction[Any], question_id: int, choice: int
+    ) -> None:
         """Allow/Deny on a tool's question: answered through ``rt.questions`` (a user message would deny it)."""
         stored = self.store.get_message(question_id)
-        options = [str(o) for o in stored.metadata.extra.get(QUESTION_KEY, {}).get("options", ())] if stored else []
+        options = (
+            [str(o) for o in stored.metadata.extra.get(QUESTION_KEY, {}).get("options", ())]
+            if stored
+            else []
+        )
         if choice >= len(options):
             await interaction.response.send_message("This question is gone.", ephemeral=True)
             return
         label = options[choice]
         if not self.rt.questions.answer(question_id, label, by=interaction.user.name):
-            await interaction.response.send_message("This question is closed already.", ephemeral=True)
+            await interaction.response.send_message(
+                "This question is closed already.", ephemeral=True
+            )
             return
         if self.delivery is not None:
             self.delivery.questions.pop(question_id, None)
@@ -268,5 +303,6 @@ class DiscordAdapter:
         channel = interaction.channel
         if isinstance(channel, discord.abc.Messageable):
             await channel.send(
-                f"<@{interaction.user.id}> selected: **{text}**", allowed_mentions=discord.AllowedMentions.none()
+                f"<@{interaction.user.id}> selected: **{text}**",
+                allowed_mentions=discord.AllowedMentions.none(),
             )

@@ -1,7 +1,7 @@
 """The bridge: a discord.py client running on trio-asyncio's loop, handing events to the trio side.
 
-discord.py is an asyncio library. The adapter opens ``trio_asyncio.open_loop()`` (an asyncio loop run
-by trio) and starts the client with ``aio_as_trio(client.start)``; trio code calls discord.py
+discord.py is an asyncio library. The adapter opens ``trio_asyncio.open_loop()`` (an asyncio loop
+run by trio) and starts the client with ``aio_as_trio(client.start)``; trio code calls discord.py
 coroutines through :func:`aio` and discord.py's callbacks reach trio through the inbox channel
 (messages) or ``trio_as_aio`` (button and command callbacks). Everything runs on the one thread, so
 plain synchronous calls (the store, ``send_nowait``) are safe on either side.
@@ -49,7 +49,9 @@ def intents() -> discord.Intents:
     return chosen
 
 
-NO_MASS_MENTIONS = discord.AllowedMentions(everyone=False, roles=False, users=True, replied_user=False)
+NO_MASS_MENTIONS = discord.AllowedMentions(
+    everyone=False, roles=False, users=True, replied_user=False
+)
 """Model output may mention a member on purpose, but never @everyone, @here or a role
 (Discord API, "Allowed Mentions Object")."""
 
@@ -95,14 +97,20 @@ class KesokuClient(discord.Client):
         *,
         guild_ready_timeout: float = 2.0,
     ) -> None:
-        super().__init__(intents=intents(), allowed_mentions=NO_MASS_MENTIONS, guild_ready_timeout=guild_ready_timeout)
+        super().__init__(
+            intents=intents(),
+            allowed_mentions=NO_MASS_MENTIONS,
+            guild_ready_timeout=guild_ready_timeout,
+        )
         self.actions = actions
         self.inbox = inbox
         self.ready = trio.Event()
         self.tree = app_commands.CommandTree(self)
         self._restart = restart
         self.tree.add_command(
-            app_commands.Command(name="restart", description="Restart the Kesoku service.", callback=self._on_restart)
+            app_commands.Command(
+                name="restart", description="Restart the Kesoku service.", callback=self._on_restart
+            )
         )
 
     async def setup_hook(self) -> None:

@@ -31,7 +31,8 @@ MAX_THOUGHT_CHARS = 3800
 _FENCE = re.compile(r"^\s*(```|~~~)(\S*)")
 
 
-# -- who gets answers ---------------------------------------------------------------------------------
+# -- who gets answers
+# ---------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +40,8 @@ class Author:
     """What the answer rules need to know about a message and its author.
 
     Attributes:
-        names: The author's user name, display name and id, as strings (any may be on the allowlist).
+        names: The author's user name, display name and id, as strings (any may be on the
+            allowlist).
         is_bot: The author is a bot (this bot included).
         mentions_bot: The message mentions this bot (a user mention or one of its roles).
         mentions_others: The message mentions other users or roles, or @everyone/@here.
@@ -56,9 +58,9 @@ class Author:
 def should_answer(author: Author, allowlist: Sequence[str]) -> bool:
     """Whether the bot answers a message.
 
-    Bots (itself included) are never answered. A message that mentions the bot is answered. A message
-    that mentions someone else but not the bot is addressed to them: ignored. Otherwise an allowlisted
-    user is answered without a mention (and anyone in a DM, only if allowlisted).
+    Bots (itself included) are never answered. A message that mentions the bot is answered. A
+    message that mentions someone else but not the bot is addressed to them: ignored. Otherwise an
+    allowlisted user is answered without a mention (and anyone in a DM, only if allowlisted).
 
     Args:
         author: The message's facts.
@@ -95,7 +97,8 @@ def channel_override(
     return None
 
 
-# -- chunking -----------------------------------------------------------------------------------------
+# -- chunking
+# -----------------------------------------------------------------------------------------
 
 
 def _joins(previous: str, char: str) -> bool:
@@ -113,7 +116,9 @@ def _joins(previous: str, char: str) -> bool:
         return True
     if 0xFE00 <= code <= 0xFE0F or 0xE0100 <= code <= 0xE01EF:  # variation selectors
         return True
-    return 0x1F3FB <= code <= 0x1F3FF or 0xE0020 <= code <= 0xE007F  # skin tones, emoji tag sequences
+    return (
+        0x1F3FB <= code <= 0x1F3FF or 0xE0020 <= code <= 0xE007F
+    )  # skin tones, emoji tag sequences
 
 
 def _regional(char: str) -> bool:
@@ -159,11 +164,11 @@ def _hard_split(line: str, limit: int) -> list[str]:
 def split_message(text: str, limit: int = MAX_MESSAGE_CHARS) -> list[str]:
     """Split text into Discord messages of at most ``limit`` characters.
 
-    Cuts fall at newline boundaries; a single longer line is cut at a space or, failing that, between
-    grapheme clusters. A chunk that ends inside a code fence gets a closing fence, and the next chunk
-    reopens it with the same opening line (language tag kept), so each message renders on its own.
-    Chunks that are empty or whitespace-only are dropped (Discord refuses an empty message: "Cannot
-    send an empty message", JSON error code 50006).
+    Cuts fall at newline boundaries; a single longer line is cut at a space or, failing that,
+    between grapheme clusters. A chunk that ends inside a code fence gets a closing fence, and the
+    next chunk reopens it with the same opening line (language tag kept), so each message renders on
+    its own. Chunks that are empty or whitespace-only are dropped (Discord refuses an empty message:
+    "Cannot send an empty message", JSON error code 50006).
 
     Args:
         text: The text.
@@ -198,7 +203,9 @@ def split_message(text: str, limit: int = MAX_MESSAGE_CHARS) -> list[str]:
         after = fence
         if match is not None and len(line.strip()) <= 100:
             after = None if fence is not None else line.rstrip("\r\n")
-        closing = 4 if after is not None else 0  # room for "\n```" should the chunk end inside a fence
+        closing = (
+            4 if after is not None else 0
+        )  # room for "\n```" should the chunk end inside a fence
         if len(current) + len(line) + closing <= limit:
             add(line)
             fence = after
@@ -220,7 +227,8 @@ def split_message(text: str, limit: int = MAX_MESSAGE_CHARS) -> list[str]:
     return chunks
 
 
-# -- rendering ----------------------------------------------------------------------------------------
+# -- rendering
+# ----------------------------------------------------------------------------------------
 
 
 def _quote(text: str) -> str:
@@ -293,7 +301,8 @@ def attachment_note(names: Iterable[tuple[str, str]]) -> str:
     return "\n".join(f"[attachment: {name} → {path}]" for name, path in names)
 
 
-# -- the context prompt -------------------------------------------------------------------------------
+# -- the context prompt
+# -------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,5 +351,7 @@ def context_prompt(place: Place) -> str:
     if place.members:
         lines.append("- Active members (mention one as <@id>):")
         lines += [f"  - {display} (@{user}, id {uid})" for display, user, uid in place.members]
-    lines.append("Messages longer than 2,000 characters are split; @everyone, @here and role mentions never ping.")
+    lines.append(
+        "Messages longer than 2,000 characters are split; @everyone, @here and role mentions never ping."
+    )
     return "\n".join(lines)

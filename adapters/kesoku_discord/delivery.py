@@ -26,11 +26,26 @@ from kesoku.host.adapters import DeliveryCursor
 from kesoku.tools.attachments import display_name
 from kesoku.tools.paths import check_share, os_problem, read_shared
 from kesoku.vocab.markup import FilePart, QuestionPart, TextPart, parse_reply
-from kesoku.vocab.model import ANSWER_KEY, QUESTION_KEY, Kind, Message, Role, Session, Status, is_answer, is_question
+from kesoku.vocab.model import (
+    ANSWER_KEY,
+    QUESTION_KEY,
+    Kind,
+    Message,
+    Role,
+    Session,
+    Status,
+    is_answer,
+    is_question,
+)
 
 from kesoku_discord._compat import discord, ui
 from kesoku_discord.client import NO_MASS_MENTIONS, aio, log_failure, tell
-from kesoku_discord.convert import render_thought, render_tool_call, render_tool_result, split_message
+from kesoku_discord.convert import (
+    render_thought,
+    render_tool_call,
+    render_tool_result,
+    split_message,
+)
 from kesoku_discord.views import answer_view, choice_view, disabled_copy, header_view
 
 if TYPE_CHECKING:
@@ -88,7 +103,9 @@ class Typing:
         if scope is not None:
             scope.cancel()
 
-    async def _run(self, channel: discord.abc.Messageable, channel_id: int, scope: trio.CancelScope) -> None:
+    async def _run(
+        self, channel: discord.abc.Messageable, channel_id: int, scope: trio.CancelScope
+    ) -> None:
         with scope:
             scope.deadline = trio.current_time() + self.timeout_s
             while True:
@@ -98,7 +115,9 @@ class Typing:
             del self.scopes[channel_id]
 
 
-async def _send(channel: discord.abc.Messageable, content: str | None, kwargs: dict[str, Any]) -> discord.Message:
+async def _send(
+    channel: discord.abc.Messageable, content: str | None, kwargs: dict[str, Any]
+) -> discord.Message:
     return await channel.send(content, **kwargs)
 
 
@@ -122,7 +141,9 @@ class Delivery:
         nursery: Where typing tasks run.
     """
 
-    def __init__(self, rt: Runtime, config: Config, client: discord.Client, nursery: trio.Nursery) -> None:
+    def __init__(
+        self, rt: Runtime, config: Config, client: discord.Client, nursery: trio.Nursery
+    ) -> None:
         self.rt = rt
         self.config = config
         self.client = client
@@ -175,7 +196,9 @@ class Delivery:
             try:
                 channel = await aio(self.client.fetch_channel, channel_id)
             except discord.HTTPException as exc:
-                log.warning("discord: channel %s of session %s is gone: %s", channel_id, session.id, exc)
+                log.warning(
+                    "discord: channel %s of session %s is gone: %s", channel_id, session.id, exc
+                )
                 return None
         return channel if isinstance(channel, discord.abc.Messageable) else None
 
@@ -184,9 +207,9 @@ class Delivery:
     ) -> discord.Message:
         """``channel.send`` with mass mentions off; waits out network failures and Discord's 5xx.
 
-        discord.py already retries 429 and 5xx a few times (honouring Retry-After); past that, and on
-        connection errors, the message waits (backoff up to :data:`RETRY_CAP_S`) rather than being
-        skipped: a reply must not be lost because the network was down for a minute.
+        discord.py already retries 429 and 5xx a few times (honouring Retry-After); past that, and
+        on connection errors, the message waits (backoff up to :data:`RETRY_CAP_S`) rather than
+        being skipped: a reply must not be lost because the network was down for a minute.
 
         Raises:
             discord.HTTPException: Discord refused the message for good (4xx: no permission, gone).
@@ -205,7 +228,9 @@ class Delivery:
                 if isinstance(value, discord.File):
                     value.reset()  # a retried upload starts from the first byte again
 
-    async def send_text(self, channel: discord.abc.Messageable, text: str, **kwargs: Any) -> list[discord.Message]:
+    async def send_text(
+        self, channel: discord.abc.Messageable, text: str, **kwargs: Any
+    ) -> list[discord.Message]:
         """Send text as one or more messages (split at 2,000 characters); ``kwargs`` go with the last one."""
         chunks = split_message(text)
         sent = []
@@ -250,7 +275,9 @@ class Delivery:
                 turn.intermediate += [m.id for m in sent]
         self.typing.poke(channel, channel_id)
 
-    async def open_turn(self, session: Session, channel: discord.abc.Messageable, root: Message) -> None:
+    async def open_turn(
+        self, session: Session, channel: discord.abc.Messageable, root: Message
+    ) -> None:
         """A user message arrived: post the turn's header (with its buttons) and start typing."""
         channel_id = int(session.channel_id)
         self.typing.start(channel, channel_id)
@@ -259,7 +286,9 @@ class Delivery:
         header = await self.send(channel, WORKING, view=view)
         self.turns[root.id] = TurnView(session.id, root.id, channel_id, header)
 
-    async def send_answer(self, session: Session, channel: discord.abc.Messageable, message: Message) -> None:
+    async def send_answer(
+        self, session: Session, channel: discord.abc.Messageable, message: Message
+    ) -> None:
         """Answer text: markdown chunks, ``[file: …]`` uploads and ``[question: …]`` buttons, in order."""
         for index, part in enumerate(parse_reply(message.content)):
             if isinstance(part, TextPart):
@@ -267,9 +296,13 @@ class Delivery:
             elif isinstance(part, FilePart):
                 await self.send_file(session, channel, part.path)
             elif isinstance(part, QuestionPart):
-                await self.send_text(channel, part.text or "❓", view=choice_view(message.id, index, part.choices))
+                await self.send_text(
+                    channel, part.text or "❓", view=choice_view(message.id, index, part.choices)
+                )
 
-    async def send_file(self, session: Session, channel: discord.abc.Messageable, path: str) -> None:
+    async def send_file(
+        self, session: Session, channel: discord.abc.Messageable, path: str
+    ) -> None:
         """Upload a file the answer named, if the sharing rule allows it and it fits the limit.
 
         A refusal is one line naming why (:func:`~kesoku.tools.paths.check_share`): the config, the
@@ -300,13 +333,19 @@ class Delivery:
         """A tool's question (Allow/Deny buttons), the record of its answer, or a notice."""
         if is_question(message):
             options = [str(o) for o in message.metadata.extra[QUESTION_KEY].get("options", ())]
-            sent = await self.send_text(channel, message.content, view=answer_view(message.id, options))
+            sent = await self.send_text(
+                channel, message.content, view=answer_view(message.id, options)
+            )
             self.questions[message.id] = sent[-1]
         elif is_answer(message):
             question = self.questions.pop(int(message.metadata.extra[ANSWER_KEY]), None)
             if question is not None:  # not answered by a click (a timeout, a stop, a new message)
                 choice = str(message.metadata.extra.get("choice", ""))
-                await aio(question.edit, content=f"{question.content}\n→ **{choice}**", view=disabled_copy(question))
+                await aio(
+                    question.edit,
+                    content=f"{question.content}\n→ **{choice}**",
+                    view=disabled_copy(question),
+                )
         elif message.content.strip():
             await self.send_text(channel, message.content)
 
@@ -329,7 +368,11 @@ class Delivery:
         else:  # the header was posted before a restart: post the metrics anew
             await self.send(channel, metrics.render(), view=view)
         # User messages answered together with this turn never get a turn of their own.
-        for older in [t for t in self.turns.values() if t.session_id == session.id and t.root_id < metrics.root_id]:
+        for older in [
+            t
+            for t in self.turns.values()
+            if t.session_id == session.id and t.root_id < metrics.root_id
+        ]:
             del self.turns[older.root_id]
             if older.header is not None:
                 done = header_view(session.id, older.root_id, clear=not in_thread, running=False)

@@ -123,7 +123,8 @@ class Inbound:
             text = text.replace(f"<@{me.id}>", f"@{me.name}").replace(f"<@!{me.id}>", f"@{me.name}")
         return text.strip()
 
-    # -- the conversation ---------------------------------------------------------------------------
+    # -- the conversation
+    # ---------------------------------------------------------------------------
 
     async def conversation(self, message: discord.Message) -> tuple[Any, DiscordChannel | None]:
         """Where to talk (the thread or channel) and the ``[[discord.channels]]`` entry that applies."""
@@ -148,7 +149,9 @@ class Inbound:
         name = thread_name(valid_text(message.content))  # Discord's JSON may hold a lone surrogate
         try:
             # A day without messages archives it (Discord allows 60, 1440, 4320 or 10080 minutes).
-            thread: discord.Thread = await aio(message.create_thread, name=name, auto_archive_duration=1440)
+            thread: discord.Thread = await aio(
+                message.create_thread, name=name, auto_archive_duration=1440
+            )
             return thread
         except discord.HTTPException as exc:
             # 160004: another bot won the race; its thread has the message's id.
@@ -157,7 +160,11 @@ class Inbound:
                 try:
                     fetched = await aio(self.client.fetch_channel, message.id)
                 except discord.HTTPException:
-                    log.warning("discord: cannot open a thread on %s (%s); answering in the channel", message.id, exc)
+                    log.warning(
+                        "discord: cannot open a thread on %s (%s); answering in the channel",
+                        message.id,
+                        exc,
+                    )
                     return None
                 found = fetched if isinstance(fetched, discord.Thread) else None
             if found is None:
@@ -166,7 +173,9 @@ class Inbound:
             log.info("discord: joined thread %s opened by a peer", found.id)
             return found
 
-    async def session_for(self, message: discord.Message, talk: Any, override: DiscordChannel | None) -> Session:
+    async def session_for(
+        self, message: discord.Message, talk: Any, override: DiscordChannel | None
+    ) -> Session:
         """The conversation's session; a new one is dated by the message and carries the context prompt."""
         store = self.rt.gateway.store
         key = str(talk.id)
@@ -179,7 +188,9 @@ class Inbound:
                 workspace_root=self.rt.gateway.sessions_dir,
                 created_at=message.created_at.timestamp(),
                 llm=override.llm if override is not None else None,
-                metadata={"context": context},  # the store makes its names valid UTF-8 (kesoku.vocab.text)
+                metadata={
+                    "context": context
+                },  # the store makes its names valid UTF-8 (kesoku.vocab.text)
             )
         # open_session makes the workspace folder (and returns the session just created).
         return self.rt.gateway.open_session(self.adapter, key)
@@ -188,7 +199,11 @@ class Inbound:
         """The context prompt: server, channel, thread, the bot, and the active members with their ids."""
         me = self.client.user
         assert me is not None
-        base = talk.parent if isinstance(talk, discord.Thread) and talk.parent is not None else message.channel
+        base = (
+            talk.parent
+            if isinstance(talk, discord.Thread) and talk.parent is not None
+            else message.channel
+        )
         members: dict[int, tuple[str, str, int]] = {}
         author = message.author
         members[author.id] = (author.display_name, author.name, author.id)
@@ -201,7 +216,9 @@ class Inbound:
         try:
             for seen in await aio(recent):
                 if seen.author.id != me.id and len(members) < MAX_MEMBERS:
-                    members.setdefault(seen.author.id, (seen.author.display_name, seen.author.name, seen.author.id))
+                    members.setdefault(
+                        seen.author.id, (seen.author.display_name, seen.author.name, seen.author.id)
+                    )
         except (discord.HTTPException, AttributeError) as exc:  # no history permission, or a DM
             log.debug("discord: no channel history for the context: %s", exc)
         guild = message.guild
@@ -218,7 +235,8 @@ class Inbound:
         )
         return context_prompt(place)
 
-    # -- attachments --------------------------------------------------------------------------------
+    # -- attachments
+    # --------------------------------------------------------------------------------
 
     async def save_attachments(
         self, message: discord.Message, folder: Path
@@ -247,5 +265,7 @@ class Inbound:
                 continue
             guessed = mimetypes.guess_type(path.name)[0]
             mime = item.content_type or guessed or "application/octet-stream"
-            saved.append(Attachment(path=str(path), mime_type=mime.split(";")[0].strip(), filename=path.name))
+            saved.append(
+                Attachment(path=str(path), mime_type=mime.split(";")[0].strip(), filename=path.name)
+            )
         return saved, notes

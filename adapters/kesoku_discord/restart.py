@@ -1,9 +1,10 @@
 """/restart: recycle the process through systemd when Kesoku runs as a service, else in place (execv).
 
-``kesoku service restart`` is started detached and not waited for: systemd stops this process (SIGTERM,
-a graceful stop) and starts a new one. Outside systemd (no ``INVOCATION_ID``, which systemd sets for
-every unit it starts: systemd.exec(5), "Environment Variables in Spawned Processes"), or when the
-command cannot be started or fails at once, the process replaces itself with ``os.execv``.
+``kesoku service restart`` is started detached and not waited for: systemd stops this process
+(SIGTERM, a graceful stop) and starts a new one. Outside systemd (no ``INVOCATION_ID``, which
+systemd sets for every unit it starts: systemd.exec(5), "Environment Variables in Spawned
+Processes"), or when the command cannot be started or fails at once, the process replaces itself
+with ``os.execv``.
 """
 
 from __future__ import annotations
@@ -33,7 +34,14 @@ def service_scope(env: Mapping[str, str]) -> Scope | None:
 
 def restart_command(scope: Scope) -> list[str]:
     """``<python> -m kesoku service restart --user|--system`` (the same interpreter and install as this one)."""
-    return [sys.executable, "-m", "kesoku", "service", "restart", "--user" if scope.user else "--system"]
+    return [
+        sys.executable,
+        "-m",
+        "kesoku",
+        "service",
+        "restart",
+        "--user" if scope.user else "--system",
+    ]
 
 
 def exec_argv() -> list[str]:
@@ -53,7 +61,9 @@ async def restart_process(env: Mapping[str, str] | None = None) -> None:
         argv = restart_command(scope)
         try:
             # Detached: systemd will stop this process, and the command must outlive it.
-            process = await trio.lowlevel.open_process(argv, start_new_session=True, stdin=subprocess.DEVNULL)
+            process = await trio.lowlevel.open_process(
+                argv, start_new_session=True, stdin=subprocess.DEVNULL
+            )
         except OSError as exc:
             log.warning("restart: cannot run %s: %s; restarting in place", " ".join(argv), exc)
         else:
@@ -62,7 +72,9 @@ async def restart_process(env: Mapping[str, str] | None = None) -> None:
             if process.returncode in (None, 0):
                 log.info("restart: %s accepted", " ".join(argv))
                 return
-            log.warning("restart: %s exited %s; restarting in place", " ".join(argv), process.returncode)
+            log.warning(
+                "restart: %s exited %s; restarting in place", " ".join(argv), process.returncode
+            )
     argv = exec_argv()
     log.info("restart: exec %s", " ".join(argv))
     sys.stdout.flush()

@@ -37,19 +37,27 @@ BUTTONS_PER_MESSAGE = 25
 class Actions(Protocol):
     """What the buttons ask of the adapter (implemented by :class:`kesoku_discord.adapter.DiscordAdapter`)."""
 
-    async def on_trace(self, interaction: discord.Interaction[Any], session_id: str, root_id: int) -> None:
+    async def on_trace(
+        self, interaction: discord.Interaction[Any], session_id: str, root_id: int
+    ) -> None:
         """Send the turn's trajectory page."""
 
-    async def on_stop(self, interaction: discord.Interaction[Any], session_id: str, root_id: int) -> None:
+    async def on_stop(
+        self, interaction: discord.Interaction[Any], session_id: str, root_id: int
+    ) -> None:
         """Stop the session's running turn."""
 
     async def on_clear(self, interaction: discord.Interaction[Any], session_id: str) -> None:
         """Delete the session."""
 
-    async def on_choice(self, interaction: discord.Interaction[Any], message_id: int, part: int, choice: int) -> None:
+    async def on_choice(
+        self, interaction: discord.Interaction[Any], message_id: int, part: int, choice: int
+    ) -> None:
         """A choice of a ``[question: …]`` was clicked."""
 
-    async def on_answer(self, interaction: discord.Interaction[Any], question_id: int, choice: int) -> None:
+    async def on_answer(
+        self, interaction: discord.Interaction[Any], question_id: int, choice: int
+    ) -> None:
         """Allow or Deny was clicked on a tool's question."""
 
 
@@ -75,13 +83,17 @@ def _actions(interaction: discord.Interaction[Any]) -> Actions:
     return actions
 
 
-class TraceButton(ui.DynamicItem[ui.Button[Any]], template=r"kesoku:trace:(?P<sid>[\w-]+):(?P<root>\d+)"):
+class TraceButton(
+    ui.DynamicItem[ui.Button[Any]], template=r"kesoku:trace:(?P<sid>[\w-]+):(?P<root>\d+)"
+):
     """📜: the turn's trajectory as an HTML file."""
 
     def __init__(self, session_id: str, root_id: int) -> None:
         super().__init__(
             ui.Button(
-                emoji=TRACE, style=discord.ButtonStyle.secondary, custom_id=f"kesoku:trace:{session_id}:{root_id}"
+                emoji=TRACE,
+                style=discord.ButtonStyle.secondary,
+                custom_id=f"kesoku:trace:{session_id}:{root_id}",
             )
         )
         self.session_id, self.root_id = session_id, root_id
@@ -99,12 +111,18 @@ class TraceButton(ui.DynamicItem[ui.Button[Any]], template=r"kesoku:trace:(?P<si
         await _guarded(interaction, action)
 
 
-class StopButton(ui.DynamicItem[ui.Button[Any]], template=r"kesoku:stop:(?P<sid>[\w-]+):(?P<root>\d+)"):
+class StopButton(
+    ui.DynamicItem[ui.Button[Any]], template=r"kesoku:stop:(?P<sid>[\w-]+):(?P<root>\d+)"
+):
     """🛑: stop the running turn."""
 
     def __init__(self, session_id: str, root_id: int) -> None:
         super().__init__(
-            ui.Button(emoji=STOP, style=discord.ButtonStyle.secondary, custom_id=f"kesoku:stop:{session_id}:{root_id}")
+            ui.Button(
+                emoji=STOP,
+                style=discord.ButtonStyle.secondary,
+                custom_id=f"kesoku:stop:{session_id}:{root_id}",
+            )
         )
         self.session_id, self.root_id = session_id, root_id
 
@@ -126,7 +144,11 @@ class ClearButton(ui.DynamicItem[ui.Button[Any]], template=r"kesoku:clear:(?P<si
 
     def __init__(self, session_id: str) -> None:
         super().__init__(
-            ui.Button(emoji=CLEAR, style=discord.ButtonStyle.secondary, custom_id=f"kesoku:clear:{session_id}")
+            ui.Button(
+                emoji=CLEAR,
+                style=discord.ButtonStyle.secondary,
+                custom_id=f"kesoku:clear:{session_id}",
+            )
         )
         self.session_id = session_id
 
@@ -143,7 +165,9 @@ class ClearButton(ui.DynamicItem[ui.Button[Any]], template=r"kesoku:clear:(?P<si
         await _guarded(interaction, action)
 
 
-class ChoiceButton(ui.DynamicItem[ui.Button[Any]], template=r"kesoku:q:(?P<mid>\d+):(?P<part>\d+):(?P<choice>\d+)"):
+class ChoiceButton(
+    ui.DynamicItem[ui.Button[Any]], template=r"kesoku:q:(?P<mid>\d+):(?P<part>\d+):(?P<choice>\d+)"
+):
     """One choice of a ``[question: …]``; the choice's text is read back from the stored message."""
 
     def __init__(self, message_id: int, part: int, choice: int, label: str = "…") -> None:
@@ -171,13 +195,19 @@ class ChoiceButton(ui.DynamicItem[ui.Button[Any]], template=r"kesoku:q:(?P<mid>\
         await _guarded(interaction, action)
 
 
-class AnswerButton(ui.DynamicItem[ui.Button[Any]], template=r"kesoku:ask:(?P<qid>\d+):(?P<choice>\d+)"):
+class AnswerButton(
+    ui.DynamicItem[ui.Button[Any]], template=r"kesoku:ask:(?P<qid>\d+):(?P<choice>\d+)"
+):
     """Allow or Deny on a tool's question (answered through ``rt.questions``, never as a user message)."""
 
     def __init__(self, question_id: int, choice: int, label: str = "…") -> None:
         style = discord.ButtonStyle.success if choice == 0 else discord.ButtonStyle.danger
         super().__init__(
-            ui.Button(label=button_label(label), style=style, custom_id=f"kesoku:ask:{question_id}:{choice}")
+            ui.Button(
+                label=button_label(label),
+                style=style,
+                custom_id=f"kesoku:ask:{question_id}:{choice}",
+            )
         )
         self.question_id, self.choice = question_id, choice
 

@@ -19,7 +19,9 @@ if TYPE_CHECKING:
     from kesoku.config.settings import Config
 
 
-async def serve(rt: Runtime, config: Config, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+async def serve(
+    rt: Runtime, config: Config, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
     """Run the Google Chat app until cancelled (see :func:`kesoku_gchat.adapter.serve`)."""
     from kesoku_gchat.adapter import serve as serve_adapter
 

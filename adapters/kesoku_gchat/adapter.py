@@ -1,7 +1,8 @@
 """The Google Chat adapter's task tree: Pub/Sub pull in, the durable log out.
 
 ```
-GChatAdapter.serve ── nursery ─┬─ Delivery.serve (log → Chat; hub events → turn cards; card updaters)
+GChatAdapter.serve ── nursery ─┬─ Delivery.serve (log → Chat; hub events → turn cards; card
+updaters)
                                ├─ Puller.serve (streaming pull; callbacks on the library's threads)
                                ├─ reactions and notes (short tasks)
                                └─ this task: one pulled event at a time → Inbound.handle → ack
@@ -16,7 +17,13 @@ from typing import TYPE_CHECKING
 import trio
 
 from kesoku.vocab.errors import OperatorError
-from kesoku_gchat.chat_api import CHAT_BOT_SCOPE, CHAT_ENDPOINT, ChatApi, app_credentials, user_credentials
+from kesoku_gchat.chat_api import (
+    CHAT_BOT_SCOPE,
+    CHAT_ENDPOINT,
+    ChatApi,
+    app_credentials,
+    user_credentials,
+)
 from kesoku_gchat.delivery import CARD_INTERVAL_S, Delivery
 from kesoku_gchat.inbound import Inbound
 from kesoku_gchat.pubsub import (
@@ -79,7 +86,8 @@ class GChatAdapter:
                         await inbound.handle(pulled)
                 finally:
                     _nack_waiting(receive)
-            nursery.cancel_scope.cancel()  # the stream ended: stop delivering too (the daemon reports it)
+            # the stream ended: stop delivering too (the daemon reports it)
+            nursery.cancel_scope.cancel()
 
 
 def _nack_waiting(receive: trio.MemoryReceiveChannel[PulledMessage]) -> None:
@@ -91,7 +99,9 @@ def _nack_waiting(receive: trio.MemoryReceiveChannel[PulledMessage]) -> None:
             return
 
 
-async def serve(rt: Runtime, config: Config, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+async def serve(
+    rt: Runtime, config: Config, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
     """The daemon's entry: credentials from ``[gchat]``, the real Chat API and Pub/Sub.
 
     Raises:
@@ -99,12 +109,16 @@ async def serve(rt: Runtime, config: Config, *, task_status: trio.TaskStatus[Non
     """
     gchat = config.gchat
     if not gchat.subscription:
-        raise OperatorError("gchat: set [gchat] subscription (the Pub/Sub subscription the Chat app publishes to)")
+        raise OperatorError(
+            "gchat: set [gchat] subscription (the Pub/Sub subscription the Chat app publishes to)"
+        )
     try:
         path = subscription_path(gchat.subscription, gchat.project_id)
     except ValueError as exc:
         raise OperatorError(f"gchat: {exc}") from None
-    credentials = await trio.to_thread.run_sync(app_credentials, gchat, [CHAT_BOT_SCOPE, PUBSUB_SCOPE])
+    credentials = await trio.to_thread.run_sync(
+        app_credentials, gchat, [CHAT_BOT_SCOPE, PUBSUB_SCOPE]
+    )
     user = None
     if gchat.reaction_emoji:
         try:

@@ -4,8 +4,8 @@ The field names are those of the Chat API REST reference (``Message.cardsV2[]`` 
 {``cardId``, ``card``}; ``Card`` {``header``, ``sections[]``}; ``Section`` {``header``,
 ``collapsible``, ``uncollapsibleWidgetsCount``, ``widgets[]``}; widgets ``textParagraph`` {``text``,
 ``textSyntax``}, ``buttonList`` {``buttons[]``: ``text``, ``onClick.action`` {``function``,
-``parameters[]``: ``key``, ``value``}}, ``divider``). The tests decode every body built here with the
-official client's ``Message`` type, which refuses an unknown field name.
+``parameters[]``: ``key``, ``value``}}, ``divider``). The tests decode every body built here with
+the official client's ``Message`` type, which refuses an unknown field name.
 
 Limits: "The maximum message size, including any text or cards, is 32,000 bytes" (Chat API, "Send a
 message"); a card's text paragraph is HTML unless ``textSyntax`` is ``MARKDOWN``.
@@ -39,7 +39,8 @@ WORKING = "⏳ Working…"
 Json = dict[str, Any]
 
 
-# -- widgets ----------------------------------------------------------------------------------------
+# -- widgets
+# ----------------------------------------------------------------------------------------
 
 
 def markdown(text: str) -> Json:
@@ -54,7 +55,10 @@ def paragraph(html_text: str) -> Json:
 
 def button(text: str, function: str, **parameters: str) -> Json:
     """A button whose click publishes a ``CARD_CLICKED`` event with ``function`` and ``parameters``."""
-    action = {"function": function, "parameters": [{"key": k, "value": v} for k, v in parameters.items()]}
+    action = {
+        "function": function,
+        "parameters": [{"key": k, "value": v} for k, v in parameters.items()],
+    }
     return {"text": text, "onClick": {"action": action}}
 
 
@@ -71,16 +75,23 @@ def body_bytes(body: Json) -> int:
     return len(json.dumps(body, ensure_ascii=False).encode())
 
 
-# -- the turn card ----------------------------------------------------------------------------------
+# -- the turn card
+# ----------------------------------------------------------------------------------
 
 
 def turn_card(
-    *, status: str, entries: Sequence[str], hidden: int = 0, session_id: str = "", running: bool = True
+    *,
+    status: str,
+    entries: Sequence[str],
+    hidden: int = 0,
+    session_id: str = "",
+    running: bool = True,
 ) -> Json:
     """The card of one turn: its status, and a collapsed "Thoughts & Tools" section.
 
     Args:
-        status: ``⏳ Working…`` while it runs; the metrics line (``TurnMetrics.render()``) once it ended.
+        status: ``⏳ Working…`` while it runs; the metrics line (``TurnMetrics.render()``) once it
+            ended.
         entries: The section's lines, already in Chat's HTML (see :func:`thought_entry`, ...).
         hidden: Older lines left out (shown as a count).
         session_id: The session, for the stop button.
@@ -91,7 +102,9 @@ def turn_card(
     """
     top: list[Json] = [paragraph(html.escape(status, quote=False))]
     if running and session_id:
-        top.append({"buttonList": {"buttons": [button("🛑 Stop", STOP_FUNCTION, session_id=session_id)]}})
+        top.append(
+            {"buttonList": {"buttons": [button("🛑 Stop", STOP_FUNCTION, session_id=session_id)]}}
+        )
     lines = list(entries)
     if hidden:
         lines.insert(0, f"<i>… {hidden} earlier {'line' if hidden == 1 else 'lines'}</i>")
@@ -148,15 +161,16 @@ OUTCOME_MARKS = {
 """How a tool call's line ends once its result is in (``kesoku.vocab.model.Outcome`` values)."""
 
 
-# -- answers ----------------------------------------------------------------------------------------
+# -- answers
+# ----------------------------------------------------------------------------------------
 
 
 def answer_bodies(parts: Iterable[Part], *, file_note: str = "📎 {name}") -> list[Json]:
     """The messages of one answer: Markdown cards, each within the message limit.
 
-    Text goes in ``textParagraph`` widgets with ``textSyntax: MARKDOWN``; a ``[question: … | …]`` is the
-    question in bold with its choices as a Markdown list under it; a ``[file: …]`` becomes a note
-    (``file_note`` with ``{name}``). Widgets are packed into one card until the next would pass
+    Text goes in ``textParagraph`` widgets with ``textSyntax: MARKDOWN``; a ``[question: … | …]`` is
+    the question in bold with its choices as a Markdown list under it; a ``[file: …]`` becomes a
+    note (``file_note`` with ``{name}``). Widgets are packed into one card until the next would pass
     :data:`TEXT_BUDGET_BYTES`; a text longer than that is split at line boundaries first.
 
     Args:
@@ -254,7 +268,8 @@ def _json_cost(text: str) -> int:
     return len(json.dumps(text, ensure_ascii=False).encode()) - 2
 
 
-# -- questions from tools ---------------------------------------------------------------------------
+# -- questions from tools
+# ---------------------------------------------------------------------------
 
 
 def question_body(question_id: int, text: str, options: Sequence[str]) -> Json:
@@ -263,7 +278,10 @@ def question_body(question_id: int, text: str, options: Sequence[str]) -> Json:
     A click publishes ``CARD_CLICKED`` with ``function`` :data:`ANSWER_FUNCTION` and the parameters
     ``question_id`` and ``choice``; typing ``allow`` or ``deny`` in the thread answers too.
     """
-    buttons = [button(option, ANSWER_FUNCTION, question_id=str(question_id), choice=option) for option in options]
+    buttons = [
+        button(option, ANSWER_FUNCTION, question_id=str(question_id), choice=option)
+        for option in options
+    ]
     hint = " / ".join(o.lower() for o in options)
     widgets = [
         markdown(text),
@@ -277,7 +295,9 @@ def answered_body(question_id: int, text: str, choice: str, note: str) -> Json:
     """The question card once answered: the buttons give way to the choice and who made it."""
     mark = "✔" if choice.lower() == "allow" else "✘"
     widgets = [markdown(text), markdown(f"{mark} **{choice}**{f' — {note}' if note else ''}")]
-    return message_body(f"question-{question_id}", [{"widgets": widgets}], fallback=f"{text} → {choice}")
+    return message_body(
+        f"question-{question_id}", [{"widgets": widgets}], fallback=f"{text} → {choice}"
+    )
 
 
 def _cut(text: str, limit: int) -> str:

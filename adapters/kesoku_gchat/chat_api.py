@@ -1,19 +1,21 @@
 """The Chat REST calls Kesoku makes, through the official client (google-apps-chat, REST transport).
 
 - ``spaces.messages.create`` (``POST /v1/{parent=spaces/*}/messages``) with ``messageReplyOption``
-  ``REPLY_MESSAGE_FALLBACK_TO_NEW_THREAD`` and ``message.thread.name`` to answer in the user's thread;
-- ``spaces.messages.update`` (``PUT /v1/{message.name=spaces/*/messages/*}``, ``updateMask=cardsV2``;
-  the client's ``update_message``) to update a turn card in place (the only way to change a card from a
-  Pub/Sub app: "Build a Google Chat app behind a firewall with Pub/Sub");
+  ``REPLY_MESSAGE_FALLBACK_TO_NEW_THREAD`` and ``message.thread.name`` to answer in the user's
+  thread;
+- ``spaces.messages.update`` (``PUT /v1/{message.name=spaces/*/messages/*}``,
+  ``updateMask=cardsV2``; the client's ``update_message``) to update a turn card in place (the only
+  way to change a card from a Pub/Sub app: "Build a Google Chat app behind a firewall with
+  Pub/Sub");
 - ``spaces.messages.reactions.create`` (``POST /v1/{parent=spaces/*/messages/*}/reactions``), which
   needs *user* authentication (a Chat app's service account cannot react);
 - ``media.download`` (``GET /v1/media/{resourceName}?alt=media``) for uploaded attachments, through
   google-auth's ``AuthorizedSession`` (the generated client has no media methods).
 
 The client is synchronous: every call runs in a worker thread. Errors are mapped in that thread to
-:class:`ChatApiError`, so the trio side never imports google.api_core. The client's own retries are off
-(``retry=None``; it retries 503 for 30 s by default): :meth:`ChatApi._call` owns them, so a failure is
-not retried twice over.
+:class:`ChatApiError`, so the trio side never imports google.api_core. The client's own retries are
+off (``retry=None``; it retries 503 for 30 s by default): :meth:`ChatApi._call` owns them, so a
+failure is not retried twice over.
 """
 
 from __future__ import annotations
@@ -77,7 +79,8 @@ def app_credentials(gchat: GChatConfig, scopes: list[str]) -> Credentials:
     - ``credentials_file``: a service-account key file.
     - ``impersonate_service_account``: key-less; Application Default Credentials (a user's, or the
       machine's) mint short-lived tokens for that account through the IAM Credentials API
-      (google-auth ``impersonated_credentials``; the caller needs ``roles/iam.serviceAccountTokenCreator``).
+      (google-auth ``impersonated_credentials``; the caller needs
+      ``roles/iam.serviceAccountTokenCreator``).
     - neither: Application Default Credentials as they are.
 
     Blocking (reads files, may query the metadata server): call it in a worker thread.
@@ -147,9 +150,11 @@ class ChatApi:
 
     Args:
         client: ``google.apps.chat_v1.ChatServiceClient`` with app credentials.
-        session: ``google.auth.transport.requests.AuthorizedSession`` with the same credentials (media).
+        session: ``google.auth.transport.requests.AuthorizedSession`` with the same credentials
+            (media).
         endpoint: The API's base URL (a loopback fake in tests).
-        user_client: A ``ChatServiceClient`` with user credentials, for reactions; None: no reactions.
+        user_client: A ``ChatServiceClient`` with user credentials, for reactions; None: no
+            reactions.
     """
 
     client: Any
@@ -159,7 +164,11 @@ class ChatApi:
 
     @classmethod
     async def connect(
-        cls, credentials: Credentials, *, endpoint: str = CHAT_ENDPOINT, user: Credentials | None = None
+        cls,
+        credentials: Credentials,
+        *,
+        endpoint: str = CHAT_ENDPOINT,
+        user: Credentials | None = None,
     ) -> ChatApi:
         """Build the clients (in a worker thread: importing the library takes a few hundred ms).
 
@@ -187,8 +196,12 @@ class ChatApi:
             request = chat_v1.CreateMessageRequest(parent=space, message=message)
             if thread:
                 request.message.thread = chat_v1.Thread(name=thread)
-                request.message_reply_option = getattr(chat_v1.CreateMessageRequest.MessageReplyOption, REPLY_OPTION)
-            created = self.client.create_message(request=request, timeout=CALL_TIMEOUT_S, retry=None)
+                request.message_reply_option = getattr(
+                    chat_v1.CreateMessageRequest.MessageReplyOption, REPLY_OPTION
+                )
+            created = self.client.create_message(
+                request=request, timeout=CALL_TIMEOUT_S, retry=None
+            )
             return str(created.name)
 
         return await self._call(call)
@@ -203,7 +216,9 @@ class ChatApi:
             message = chat_v1.Message.from_json(json.dumps({"cardsV2": body.get("cardsV2", [])}))
             message.name = name
             mask = field_mask_pb2.FieldMask(paths=["cards_v2"])
-            self.client.update_message(message=message, update_mask=mask, timeout=CALL_TIMEOUT_S, retry=None)
+            self.client.update_message(
+                message=message, update_mask=mask, timeout=CALL_TIMEOUT_S, retry=None
+            )
 
         await self._call(call)
 
@@ -220,7 +235,9 @@ class ChatApi:
             else:
                 mark = chat_v1.Emoji(unicode=emoji)
             reaction = chat_v1.Reaction(emoji=mark)
-            self.user_client.create_reaction(parent=message_name, reaction=reaction, timeout=CALL_TIMEOUT_S, retry=None)
+            self.user_client.create_reaction(
+                parent=message_name, reaction=reaction, timeout=CALL_TIMEOUT_S, retry=None
+            )
 
         await self._call(call)
 
@@ -238,7 +255,9 @@ class ChatApi:
             if response.status_code != 200:
                 status = int(response.status_code)
                 retryable = status == 429 or status >= 500
-                raise ChatApiError(f"media.download: HTTP {status}", retryable=retryable, status=status)
+                raise ChatApiError(
+                    f"media.download: HTTP {status}", retryable=retryable, status=status
+                )
             return bytes(response.content)
 
         return await self._call(call)
@@ -248,7 +267,8 @@ class ChatApi:
         delay_s = 1.0
         for attempt in range(1, TRIES + 1):
             try:
-                # Abandoned on cancel: a stopping adapter does not wait out a slow call (its result is dropped).
+                # Abandoned on cancel: a stopping adapter does not wait out a slow call (its result
+                # is dropped).
                 return await trio.to_thread.run_sync(_mapped, call, abandon_on_cancel=True)
             except ChatApiError as exc:
                 if not exc.retryable or attempt == TRIES:

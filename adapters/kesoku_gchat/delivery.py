@@ -27,7 +27,17 @@ from kesoku.tools.attachments import display_name
 from kesoku.tools.paths import check_share
 from kesoku.vocab.events import Compacted, ToolStarted, TurnEnded
 from kesoku.vocab.markup import FilePart, Part, TextPart, parse_reply
-from kesoku.vocab.model import ANSWER_KEY, QUESTION_KEY, Kind, Message, Role, Session, Status, is_answer, is_question
+from kesoku.vocab.model import (
+    ANSWER_KEY,
+    QUESTION_KEY,
+    Kind,
+    Message,
+    Role,
+    Session,
+    Status,
+    is_answer,
+    is_question,
+)
 from kesoku_gchat import cards
 from kesoku_gchat.chat_api import ChatApi, ChatApiError
 
@@ -97,7 +107,9 @@ class TurnCard:
         if found is not None:
             index, call = found
             meta = call.metadata
-            self.entries[index] = cards.tool_entry(meta.tool_name or "tool", meta.tool_arguments, mark)
+            self.entries[index] = cards.tool_entry(
+                meta.tool_name or "tool", meta.tool_arguments, mark
+            )
             self.changed.set()
 
     def body(self) -> dict[str, Any]:
@@ -121,7 +133,14 @@ class Delivery:
         card_interval_s: Least time between two updates of a turn card.
     """
 
-    def __init__(self, rt: Runtime, chatbot_id: str, api: ChatApi, *, card_interval_s: float = CARD_INTERVAL_S):
+    def __init__(
+        self,
+        rt: Runtime,
+        chatbot_id: str,
+        api: ChatApi,
+        *,
+        card_interval_s: float = CARD_INTERVAL_S,
+    ):
         self.rt = rt
         self.store = rt.gateway.store
         self.adapter = chatbot_id
@@ -177,7 +196,8 @@ class Delivery:
         except Exception as exc:
             log.warning("gchat: notice about message %d not sent: %s", message.id, exc)
 
-    # -- the log ------------------------------------------------------------------------------------
+    # -- the log
+    # ------------------------------------------------------------------------------------
 
     async def deliver(self, message: Message) -> None:
         """Show one message of the log in its session's thread."""
@@ -194,7 +214,9 @@ class Delivery:
             await self.send_system(session, message)
         elif message.role is Role.ASSISTANT and message.kind is Kind.THOUGHT:
             if message.content.strip():
-                (await self.card_for(session, message.root_id)).add(cards.thought_entry(message.content))
+                (await self.card_for(session, message.root_id)).add(
+                    cards.thought_entry(message.content)
+                )
         elif message.kind is Kind.TOOL_CALL:
             card = await self.card_for(session, message.root_id)
             meta = message.metadata
@@ -203,7 +225,9 @@ class Delivery:
         elif message.role is Role.TOOL and message.parent_id is not None:
             card = await self.card_for(session, message.root_id)
             outcome = message.metadata.outcome
-            card.mark_call(message.parent_id, cards.OUTCOME_MARKS.get(outcome.value if outcome else "", ""))
+            card.mark_call(
+                message.parent_id, cards.OUTCOME_MARKS.get(outcome.value if outcome else "", "")
+            )
 
     async def open_turn(self, session: Session, root_id: int) -> TurnCard:
         """A user message arrived: post its turn card (⏳ Working…) in the thread."""
@@ -263,7 +287,9 @@ class Delivery:
             if asked is not None:
                 choice = str(message.metadata.extra.get("choice", ""))
                 note = message.content.partition(": ")[2]
-                await self.api.update_message(asked[0], cards.answered_body(question_id, asked[1], choice, note))
+                await self.api.update_message(
+                    asked[0], cards.answered_body(question_id, asked[1], choice, note)
+                )
         if not message.content.strip():
             return
         card = self.cards.get(message.root_id)
@@ -273,7 +299,8 @@ class Delivery:
             for body in cards.answer_bodies(await self.shown_parts(session, message.content)):
                 await self.api.create_message(space, body, thread=thread)
 
-    # -- turn events --------------------------------------------------------------------------------
+    # -- turn events
+    # --------------------------------------------------------------------------------
 
     def ours(self, session_id: str) -> bool:
         """Whether a session belongs to this adapter (cached: the answer never changes)."""

@@ -1,7 +1,7 @@
 """Google Chat interaction events, as they arrive in a Pub/Sub message's data (pure: no Google imports).
 
-A Chat app configured with a Pub/Sub connection gets each interaction event published to its topic as
-the event's JSON (Chat API reference, ``Event``: ``type``, ``eventTime``, ``message``, ``user``,
+A Chat app configured with a Pub/Sub connection gets each interaction event published to its topic
+as the event's JSON (Chat API reference, ``Event``: ``type``, ``eventTime``, ``message``, ``user``,
 ``space``, ``action``, ``common``; the Pub/Sub quickstart "Build a Google Chat app behind a firewall
 with Pub/Sub"). Only the fields Kesoku uses are read; anything else is ignored, so a newer event
 format still parses.
@@ -57,13 +57,15 @@ class ChatEvent:
         type: ``MESSAGE``, ``CARD_CLICKED``, ``ADDED_TO_SPACE``, ...
         space: The space's resource name (``spaces/AAA``).
         thread: The thread's resource name (``spaces/AAA/threads/BBB``), or empty.
-        message_name: The message's resource name (``spaces/AAA/messages/CCC``): Kesoku's external id.
+        message_name: The message's resource name (``spaces/AAA/messages/CCC``): Kesoku's external
+            id.
         text: What the user wrote, without the app's @mention (``argumentText``, else ``text``).
         sender: The user's display name (else their resource name).
         sender_type: ``HUMAN`` or ``BOT``.
         created_at: ``message.createTime`` (else ``eventTime``) as UNIX seconds; None when absent.
         attachments: The message's attachments.
-        function: A card click's function (``common.invokedFunction`` / ``action.actionMethodName``).
+        function: A card click's function (``common.invokedFunction`` /
+            ``action.actionMethodName``).
         parameters: A card click's parameters (``common.parameters`` / ``action.parameters``).
     """
 
@@ -122,7 +124,9 @@ def parse_event(data: bytes) -> ChatEvent:
         sender=_str(user.get("displayName")) or _str(user.get("name")),
         sender_type=_str(user.get("type")) or "HUMAN",
         created_at=_timestamp(message.get("createTime")) or _timestamp(raw.get("eventTime")),
-        attachments=tuple(_attachment(a) for a in message.get("attachment") or () if isinstance(a, dict)),
+        attachments=tuple(
+            _attachment(a) for a in message.get("attachment") or () if isinstance(a, dict)
+        ),
         function=function,
         parameters=parameters,
     )

@@ -62,7 +62,9 @@ class Inbound:
         nursery: Where reactions run (they never delay an ack).
     """
 
-    def __init__(self, rt: Runtime, gchat: GChatConfig, api: ChatApi, nursery: trio.Nursery) -> None:
+    def __init__(
+        self, rt: Runtime, gchat: GChatConfig, api: ChatApi, nursery: trio.Nursery
+    ) -> None:
         self.rt = rt
         self.gchat = gchat
         self.adapter = gchat.chatbot_id
@@ -78,8 +80,8 @@ class Inbound:
         :data:`EVENT_TRIES` failures acked, logged and told to the user.
 
         Cancellation:
-            A cancelled handling nacks the message: Pub/Sub delivers it again (to this process after a
-            restart, or to another subscriber).
+            A cancelled handling nacks the message: Pub/Sub delivers it again (to this process after
+            a restart, or to another subscriber).
         """
         try:
             event = parse_event(pulled.data)
@@ -136,7 +138,8 @@ class Inbound:
             self.nursery.start_soon(self.tell_at, event.space, event.thread, text)
         return True
 
-    # -- messages -----------------------------------------------------------------------------------
+    # -- messages
+    # -----------------------------------------------------------------------------------
 
     async def message(self, event: ChatEvent) -> None:
         """A user wrote: answer an open question with it, or post it (attachments saved first)."""
@@ -149,7 +152,9 @@ class Inbound:
             return
         saved, notes = await self.save_attachments(event.attachments, Path(session.workspace))
         text = event.text
-        lines = [f"[attachment: {a.filename} → {a.path}]" for a in saved] + [f"[{note}]" for note in notes]
+        lines = [f"[attachment: {a.filename} → {a.path}]" for a in saved] + [
+            f"[{note}]" for note in notes
+        ]
         if lines:
             text = "\n\n".join(filter(None, [text, "\n".join(lines)]))
         before = self.rt.gateway.store.last_message_id()
@@ -225,7 +230,8 @@ class Inbound:
         except Exception as exc:
             log.warning("gchat: note not sent to %s: %s", thread or space, exc)
 
-    # -- card clicks --------------------------------------------------------------------------------
+    # -- card clicks
+    # --------------------------------------------------------------------------------
 
     def click(self, event: ChatEvent) -> None:
         """A button of one of our cards: Allow/Deny a question, or stop a turn.
@@ -239,10 +245,14 @@ class Inbound:
                 return
             question = self.rt.gateway.store.get_message(question_id)
             if question is None or not self._same_place(question.session_id, event):
-                log.warning("gchat: a click on question %s from another conversation ignored", question_id)
+                log.warning(
+                    "gchat: a click on question %s from another conversation ignored", question_id
+                )
                 return
             try:
-                self.rt.questions.answer(question_id, event.parameters.get("choice", ""), by=event.sender or "the user")
+                self.rt.questions.answer(
+                    question_id, event.parameters.get("choice", ""), by=event.sender or "the user"
+                )
             except ValueError as exc:
                 log.warning("gchat: %s", exc)
         elif event.function == STOP_FUNCTION:

@@ -3,9 +3,9 @@
 google-cloud-pubsub's ``SubscriberClient.subscribe`` keeps a gRPC stream open and calls back on its
 own threads. Each callback hands its message to trio with ``trio.from_thread.run(send.send, ...)``:
 the bounded memory channel plus the library's ``FlowControl`` are the backpressure (a full channel
-blocks the callback thread; past ``max_messages`` outstanding messages the library pauses the stream).
-A message is acked by its consumer only once it is persisted; one that cannot be handed over (the
-channel closed, the trio run over) is nacked, so Pub/Sub delivers it again.
+blocks the callback thread; past ``max_messages`` outstanding messages the library pauses the
+stream). A message is acked by its consumer only once it is persisted; one that cannot be handed
+over (the channel closed, the trio run over) is nacked, so Pub/Sub delivers it again.
 
 Ack and nack are safe from the trio thread: they only queue a request for the library's dispatcher
 thread (google-cloud-pubsub, ``subscriber.message.Message.ack``).
@@ -74,7 +74,9 @@ def subscription_path(subscription: str, project_id: str | None) -> str:
     if subscription.startswith("projects/"):
         return subscription
     if not project_id:
-        raise ValueError("[gchat] subscription is a short name: set [gchat] project_id (or GOOGLE_CLOUD_PROJECT)")
+        raise ValueError(
+            "[gchat] subscription is a short name: set [gchat] project_id (or GOOGLE_CLOUD_PROJECT)"
+        )
     return f"projects/{project_id}/subscriptions/{subscription}"
 
 
@@ -118,12 +120,13 @@ class Puller:
         """Pull until cancelled, sending each message into ``send``; ``started`` once the stream is open.
 
         Raises:
-            Exception: The stream ended with an error the library does not retry (the subscription does
-                not exist, permission denied): the adapter reports it and stops.
+            Exception: The stream ended with an error the library does not retry (the subscription
+                does not exist, permission denied): the adapter reports it and stops.
 
         Cancellation:
-            The stream is cancelled and its threads stopped (bounded by :data:`CLOSE_TIMEOUT_S`); messages
-            still unacked are redelivered by Pub/Sub (the callbacks still waiting nack them).
+            The stream is cancelled and its threads stopped (bounded by :data:`CLOSE_TIMEOUT_S`);
+            messages still unacked are redelivered by Pub/Sub (the callbacks still waiting nack
+            them).
         """
         token = trio.lowlevel.current_trio_token()
 
@@ -131,7 +134,12 @@ class Puller:
             # Runs on a library thread: hand over to trio, blocking while the channel is full.
             try:
                 trio.from_thread.run(send.send, message, trio_token=token)
-            except (trio.RunFinishedError, trio.BrokenResourceError, trio.ClosedResourceError, trio.Cancelled):
+            except (
+                trio.RunFinishedError,
+                trio.BrokenResourceError,
+                trio.ClosedResourceError,
+                trio.Cancelled,
+            ):
                 message.nack()
 
         subscriber = await trio.to_thread.run_sync(self.make_subscriber)
@@ -140,13 +148,13 @@ class Puller:
             future = await trio.to_thread.run_sync(self._subscribe, subscriber, callback)
             log.info("gchat: pulling %s", self.subscription)
             task_status.started()
-            # The future completes only when the stream fails for good (or is cancelled below): wait for
-            # it in a thread that a cancel abandons, then stop it.
+            # The future completes only when the stream fails for good (or is cancelled below): wait
+            # for it in a thread that a cancel abandons, then stop it.
             await trio.to_thread.run_sync(future.result, abandon_on_cancel=True)
         finally:
             send.close()
-            # Shielded: the stream's threads must be told to stop even when the daemon is being cancelled;
-            # bounded, the library joins them in the background.
+            # Shielded: the stream's threads must be told to stop even when the daemon is being
+            # cancelled; bounded, the library joins them in the background.
             with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT_S):
                 await trio.to_thread.run_sync(_close, future, subscriber, abandon_on_cancel=True)
 

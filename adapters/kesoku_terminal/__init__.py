@@ -21,9 +21,16 @@ def enabled(config: Config) -> bool:
 
 
 def chat(
-    config: Config, *, config_file: Path | None, prompt: str | None, session_id: str | None, llm_name: str | None
+    config: Config,
+    *,
+    config_file: Path | None,
+    prompt: str | None,
+    session_id: str | None,
+    llm_name: str | None,
 ) -> int:
     """Answer one prompt, or hold a conversation (see :func:`kesoku_terminal.app.chat`)."""
     from kesoku_terminal.app import chat as run_chat
 
-    return run_chat(config, config_file=config_file, prompt=prompt, session_id=session_id, llm_name=llm_name)
+    return run_chat(
+        config, config_file=config_file, prompt=prompt, session_id=session_id, llm_name=llm_name
+    )

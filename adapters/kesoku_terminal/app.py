@@ -1,8 +1,9 @@
 """``kesoku chat``: open the store, gateway and runtime in this process, then ask or converse.
 
-The runtime here answers only the sessions this process opened (a :class:`~kesoku.host.daemon.ScopedDispatcher`),
-and a daemon on the same database leaves terminal sessions alone, so a chat and ``kesoku start`` can
-share one ``kesoku.db`` without both answering a message.
+The runtime here answers only the sessions this process opened (a
+:class:`~kesoku.host.daemon.ScopedDispatcher`), and a daemon on the same database leaves terminal
+sessions alone, so a chat and ``kesoku start`` can share one ``kesoku.db`` without both answering a
+message.
 """
 
 from __future__ import annotations
@@ -23,7 +24,12 @@ if TYPE_CHECKING:
 
 
 def chat(
-    config: Config, *, config_file: Path | None, prompt: str | None, session_id: str | None, llm_name: str | None
+    config: Config,
+    *,
+    config_file: Path | None,
+    prompt: str | None,
+    session_id: str | None,
+    llm_name: str | None,
 ) -> int:
     """Answer one prompt (given, or piped on stdin) or, on a terminal without one, hold a conversation.
 
@@ -38,15 +44,17 @@ def chat(
         The exit code: 0 answered, 1 the turn failed, 130 stopped with Ctrl-C.
 
     Raises:
-        OperatorError: Nothing to ask, no terminal for the interactive mode, an unknown session, or a
-            config, database or backend problem (one line, exit 2).
+        OperatorError: Nothing to ask, no terminal for the interactive mode, an unknown session, or
+            a config, database or backend problem (one line, exit 2).
     """
     from kesoku.store import Store
 
     interactive = prompt is None and sys.stdin.isatty()
     question = None if interactive else read_question(prompt)
     if interactive and not sys.stdout.isatty():
-        raise OperatorError("chat: the interactive mode needs a terminal; give a PROMPT for a one-shot answer")
+        raise OperatorError(
+            "chat: the interactive mode needs a terminal; give a PROMPT for a one-shot answer"
+        )
     _log_warnings_only()
     db_path = Path(config.workspace.db_path)
     new_database = not db_path.exists()
@@ -72,7 +80,7 @@ def chat(
         serving.add(session.id)
         if config.sandbox.mode == "off" and (config.shell.enabled or config.run_code.enabled):
             logging.getLogger("kesoku.chat").warning(
-                "[sandbox] mode = \"off\": the shell and run_code run with your own access to every file"
+                '[sandbox] mode = "off": the shell and run_code run with your own access to every file'
             )
         if question is not None:
             from kesoku_terminal.oneshot import run_oneshot
@@ -95,8 +103,8 @@ def read_question(prompt: str | None, *, max_stdin_bytes: int = MAX_STDIN_BYTES)
     ``echo text | kesoku chat "summarize"`` asks "summarize", a blank line, then the text.
 
     Raises:
-        OperatorError: Both are empty; or stdin is larger than ``max_stdin_bytes`` or is not text (it
-            would be sent to the model as garbage, and a paid model bills for it).
+        OperatorError: Both are empty; or stdin is larger than ``max_stdin_bytes`` or is not text
+            (it would be sent to the model as garbage, and a paid model bills for it).
     """
     text = prompt or ""
     if not sys.stdin.isatty():

@@ -26,7 +26,10 @@ async def run_command(chat: ChatUI, line: str) -> None:
     name, _, args = line[1:].partition(" ")
     entry = COMMANDS.get(name.lower())
     if entry is None:
-        chat.sink.notice(f"unknown command /{name}: /help lists them; start a line with // to send a '/'", "yellow")
+        chat.sink.notice(
+            f"unknown command /{name}: /help lists them; start a line with // to send a '/'",
+            "yellow",
+        )
         return
     await entry[0](chat, args.strip())
 
@@ -60,7 +63,9 @@ async def _new(chat: ChatUI, args: str) -> None:
         return
     old = chat.session.id
     new_terminal_session(chat)
-    chat.sink.notice(f"new session {chat.session.id}; the previous one is kept: kesoku chat --session {old}")
+    chat.sink.notice(
+        f"new session {chat.session.id}; the previous one is kept: kesoku chat --session {old}"
+    )
 
 
 async def _clear(chat: ChatUI, args: str) -> None:
@@ -72,7 +77,9 @@ async def _clear(chat: ChatUI, args: str) -> None:
     new_terminal_session(chat)
     await chat.rt.gateway.delete_session(old.id)
     chat.serving.discard(old.id)
-    chat.sink.notice(f"deleted session {old.id} ({count} messages and its workspace); new session {chat.session.id}")
+    chat.sink.notice(
+        f"deleted session {old.id} ({count} messages and its workspace); new session {chat.session.id}"
+    )
 
 
 async def _compact(chat: ChatUI, args: str) -> None:
@@ -94,7 +101,9 @@ async def _usage(chat: ChatUI, args: str) -> None:
     except RuntimeError:  # a runtime built without a loaded config (in-process tests): no prices
         pricing = PricingConfig()
     model = chat.rt.llm_for(session).model
-    lines = usage_lines(store.history(session.id), turns=store.count_turns(session.id), model=model, pricing=pricing)
+    lines = usage_lines(
+        store.history(session.id), turns=store.count_turns(session.id), model=model, pricing=pricing
+    )
     chat.sink.notice(f"session {session.id}: {lines[0]}", "")
     for line in lines[1:]:
         chat.sink.notice(line, "")
@@ -120,21 +129,35 @@ async def _context(chat: ChatUI, args: str) -> None:
         now=dt.datetime.now().astimezone(),
     )
     parts = context_parts(
-        system=system, tools=[t.spec for t in tools], history=history, view_state=store.latest_view_state(session.id)
+        system=system,
+        tools=[t.spec for t in tools],
+        history=history,
+        view_state=store.latest_view_state(session.id),
     )
-    last_input = next((m.metadata.usage.input_tokens for m in reversed(history) if m.metadata.usage), 0)
-    chat.sink.notice(f"session {session.id} · {session.title or 'untitled'} · backend {llm.provider}/{llm.model}", "")
-    chat.sink.notice(f"working folder {cwd} · tools: {', '.join(t.name for t in tools) or 'none'}", "")
+    last_input = next(
+        (m.metadata.usage.input_tokens for m in reversed(history) if m.metadata.usage), 0
+    )
+    chat.sink.notice(
+        f"session {session.id} · {session.title or 'untitled'} · backend {llm.provider}/{llm.model}",
+        "",
+    )
+    chat.sink.notice(
+        f"working folder {cwd} · tools: {', '.join(t.name for t in tools) or 'none'}", ""
+    )
     chat.sink.notice("the next request holds:", "")
     for line in context_lines(parts, last_input_tokens=last_input):
         chat.sink.notice(f"  {line}", "")
     sources = store.taint_sources(session.id)
     if sources:
-        chat.sink.notice(f"tainted by {len(sources)} source(s); risky actions ask you first:", "yellow")
+        chat.sink.notice(
+            f"tainted by {len(sources)} source(s); risky actions ask you first:", "yellow"
+        )
         for source in sources:
             chat.sink.notice(f"  {source.kind}: {source.label}", "yellow")
     else:
-        chat.sink.notice("not tainted: no content from outside the workspace's trust has been read", "")
+        chat.sink.notice(
+            "not tainted: no content from outside the workspace's trust has been read", ""
+        )
 
 
 async def _sessions(chat: ChatUI, args: str) -> None:

@@ -147,7 +147,10 @@ class LiveSink:
     def question(self, question: Message) -> None:
         """Show a question and how to answer it."""
         self.notice(question.content, "bold yellow")
-        self.notice("answer y (Allow) or n (Deny); any other message denies it and is sent as usual", "yellow")
+        self.notice(
+            "answer y (Allow) or n (Deny); any other message denies it and is sent as usual",
+            "yellow",
+        )
         self.set_status("waiting for your answer")
 
     def turn_started(self, root: Message) -> None:
@@ -200,7 +203,11 @@ class ChatUI:
         self.prompt = PromptThread(self.live, history_file())
         self.output = AboveOutput(self.prompt, sys.stdout)
         self.console = Console(
-            file=as_text_stream(self.output), force_terminal=True, highlight=False, markup=False, emoji=False
+            file=as_text_stream(self.output),
+            force_terminal=True,
+            highlight=False,
+            markup=False,
+            emoji=False,
         )
         self.sink = LiveSink(self.console, self.live, self.prompt.invalidate)
         self.follower = Follower(rt.hub, rt.gateway, session.id, self.sink, on_event=self._on_event)
@@ -224,7 +231,9 @@ class ChatUI:
             0; 128 + the signal number after SIGTERM or SIGHUP (a closed terminal), which stop the
             running turn and kill its tools first, so none outlives the chat.
         """
-        handler = logging.StreamHandler(as_text_stream(self.output))  # log lines must not tear the prompt either
+        handler = logging.StreamHandler(
+            as_text_stream(self.output)
+        )  # log lines must not tear the prompt either
         handler.setFormatter(logging.Formatter("kesoku: %(message)s"))
         root = logging.getLogger()
         saved = root.handlers[:]
@@ -285,7 +294,11 @@ class ChatUI:
             return
         self._stops += 1
         self.rt.gateway.stop(self.session.id, force=self._stops > 1)
-        hint = "stopping the turn (Ctrl-C again kills running tools)" if self._stops == 1 else "killing running tools"
+        hint = (
+            "stopping the turn (Ctrl-C again kills running tools)"
+            if self._stops == 1
+            else "killing running tools"
+        )
         self.sink.notice(hint, "yellow")
 
     def switch(self, session: Session) -> None:
@@ -313,15 +326,17 @@ class ChatUI:
             self._update_busy()
 
     async def _watch_signals(self) -> None:
-        # The prompt turns Ctrl-C into a key; SIGINT arrives only in the instant between two prompts.
+        # The prompt turns Ctrl-C into a key; SIGINT arrives only in the instant between two
+        # prompts.
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
             async for signum in signals:
                 if signum == signal.SIGINT:
                     if self.busy:
                         self.stop_turn()
                     continue
-                # A closed terminal or a service manager wants the process gone: nothing it started may
-                # outlive it, and the turn must not be left half-run for a later start to resume.
+                # A closed terminal or a service manager wants the process gone: nothing it started
+                # may outlive it, and the turn must not be left half-run for a later start to
+                # resume.
                 self.terminated = signum
                 if self.busy:
                     self.rt.gateway.stop(self.session.id, force=True)

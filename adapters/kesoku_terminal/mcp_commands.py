@@ -1,9 +1,9 @@
 """``/mcp``: the prompts of MCP servers as chat commands.
 
-``/mcp`` lists the servers and their prompts; ``/mcp SERVER`` one server's prompts and their arguments;
-``/mcp SERVER PROMPT [ARGS]`` renders the prompt on the server and sends its text as the user's message.
-Arguments are ``name=value`` pairs, or bare values filling the prompt's arguments in order; quote a
-value with spaces (shell-style: ``/mcp files review code="x = 1"``).
+``/mcp`` lists the servers and their prompts; ``/mcp SERVER`` one server's prompts and their
+arguments; ``/mcp SERVER PROMPT [ARGS]`` renders the prompt on the server and sends its text as the
+user's message. Arguments are ``name=value`` pairs, or bare values filling the prompt's arguments in
+order; quote a value with spaces (shell-style: ``/mcp files review code="x = 1"``).
 
 The rendered prompt comes from the server, outside the workspace's trust: it taints the session
 (``mcp: SERVER``) before it is posted, like an MCP tool result.
@@ -43,7 +43,8 @@ def bind_arguments(spec: Sequence[tuple[str, bool]], words: Sequence[str]) -> di
         ``{name: value}``.
 
     Raises:
-        ValueError: An unknown name, a value given twice, too many values, or a required one missing.
+        ValueError: An unknown name, a value given twice, too many values, or a required one
+            missing.
     """
     names = [name for name, _ in spec]
     out: dict[str, str] = {}
@@ -76,7 +77,9 @@ def _signature(status: ServerStatus, prompt: str, spec: Sequence[tuple[str, bool
 
 def _list(chat: ChatUI, statuses: Sequence[ServerStatus]) -> None:
     for status in statuses:
-        detail = f"{len(status.tools)} tools" if status.state == "connected" else (status.error or "")
+        detail = (
+            f"{len(status.tools)} tools" if status.state == "connected" else (status.error or "")
+        )
         chat.sink.notice(f"{status.name} ({status.state}){': ' + detail if detail else ''}", "")
         for name, text, spec in status.prompts:
             chat.sink.notice(f"  {_signature(status, name, spec)}{'  ' + text if text else ''}", "")
@@ -97,7 +100,9 @@ async def mcp_command(chat: ChatUI, args: str) -> None:
     """``/mcp``: list servers and prompts, or send a server's prompt as the user's message."""
     manager = find_manager(chat)
     if manager is None:
-        chat.sink.notice("no MCP server is enabled: add a [[mcp.servers]] table to kesoku.toml", "yellow")
+        chat.sink.notice(
+            "no MCP server is enabled: add a [[mcp.servers]] table to kesoku.toml", "yellow"
+        )
         return
     try:
         words = shlex.split(args)
@@ -119,7 +124,9 @@ async def mcp_command(chat: ChatUI, args: str) -> None:
     spec = next((s for name, _, s in status.prompts if name == words[1]), None)
     if spec is None:
         known = ", ".join(name for name, _, _ in status.prompts) or "none"
-        chat.sink.notice(f"/mcp: {status.name} has no prompt {words[1]!r} (prompts: {known})", "yellow")
+        chat.sink.notice(
+            f"/mcp: {status.name} has no prompt {words[1]!r} (prompts: {known})", "yellow"
+        )
         return
     try:
         arguments = bind_arguments(spec, words[2:])
@@ -135,5 +142,7 @@ async def mcp_command(chat: ChatUI, args: str) -> None:
         chat.sink.notice(f"/mcp: {exc}", "yellow")
         return
     _taint(chat, status.name)
-    chat.sink.notice(f"sending {status.name}'s prompt {words[1]} ({len(text):,} characters) as your message")
+    chat.sink.notice(
+        f"sending {status.name}'s prompt {words[1]} ({len(text):,} characters) as your message"
+    )
     await chat.send(text)

@@ -2,14 +2,14 @@
 
 stdout carries only the model's answer text (so ``kesoku chat "..." > answer.txt`` and pipes work):
 streamed to a terminal, written to a pipe or a file once it is stored;
-thoughts, tool calls and results, system notices and the metrics line go to stderr, dimmed when stderr
-is a terminal. The metrics line is printed to a terminal, or when the turn was stopped, so a script
-reading stderr sees one line per event that matters.
+thoughts, tool calls and results, system notices and the metrics line go to stderr, dimmed when
+stderr is a terminal. The metrics line is printed to a terminal, or when the turn was stopped, so a
+script reading stderr sees one line per event that matters.
 
 Exit codes: 0 answered; 1 the turn failed (the model call failed, the step limit) or was interrupted
-by another message; 130 stopped by Ctrl-C (the shell's code for SIGINT); 143 or 129 stopped by SIGTERM
-or SIGHUP (``timeout``, a closed terminal): the turn is stopped and its running tools killed, so none
-outlives the chat, and the turn is left ``stopped``, not half-run.
+by another message; 130 stopped by Ctrl-C (the shell's code for SIGINT); 143 or 129 stopped by
+SIGTERM or SIGHUP (``timeout``, a closed terminal): the turn is stopped and its running tools
+killed, so none outlives the chat, and the turn is left ``stopped``, not half-run.
 """
 
 from __future__ import annotations
@@ -175,7 +175,9 @@ async def run_oneshot(rt: Runtime, session: Session, prompt: str) -> int:
     stops = _Controls(rt, session.id)
     # A pipe or a file gets the answer once it is stored: never text the session did not keep.
     live = sys.stdout.isatty()
-    follower = Follower(rt.hub, rt.gateway, session.id, sink, on_event=stops.on_event, live_answer=live)
+    follower = Follower(
+        rt.hub, rt.gateway, session.id, sink, on_event=stops.on_event, live_answer=live
+    )
     async with trio.open_nursery() as nursery:
         await nursery.start(follower.run)
         await nursery.start(rt.serve)
@@ -201,9 +203,10 @@ async def run_oneshot(rt: Runtime, session: Session, prompt: str) -> int:
 class _Controls:
     """Ctrl-C and questions in one-shot mode.
 
-    The first Ctrl-C stops the turn (running tools finish), the next kill tools. A question is asked on
-    the terminal when standard input is one (``y`` allows; anything else, or end of input, denies);
-    with standard input piped nobody can answer, so it is denied at once and the result says so.
+    The first Ctrl-C stops the turn (running tools finish), the next kill tools. A question is asked
+    on the terminal when standard input is one (``y`` allows; anything else, or end of input,
+    denies); with standard input piped nobody can answer, so it is denied at once and the result
+    says so.
     """
 
     def __init__(self, rt: Runtime, session_id: str) -> None:
@@ -229,20 +232,28 @@ class _Controls:
             if sys.stdin.isatty() and self.nursery is not None:
                 self.nursery.start_soon(self._ask, event.question)
             else:
-                self.rt.questions.answer(event.question.id, DENY, by="nobody (one-shot chat without a terminal)")
+                self.rt.questions.answer(
+                    event.question.id, DENY, by="nobody (one-shot chat without a terminal)"
+                )
 
     async def _ask(self, question: Message) -> None:
         print("Allow? [y/N] ", end="", file=sys.stderr, flush=True)
         line = await trio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
         self.rt.questions.answer(question.id, parse_answer(line) or DENY, by=user_name())
 
-    async def watch_signals(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def watch_signals(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
             task_status.started()
             async for signum in signals:
                 if signum == signal.SIGINT:
                     self.count += 1
-                    hint = "killing tools" if self.count > 1 else "stopping the turn (Ctrl-C again kills running tools)"
+                    hint = (
+                        "killing tools"
+                        if self.count > 1
+                        else "stopping the turn (Ctrl-C again kills running tools)"
+                    )
                 else:  # whoever sent it wants the process gone: nothing may outlive it
                     self.count = max(self.count, 2)
                     self.terminated = signum

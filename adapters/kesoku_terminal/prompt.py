@@ -65,14 +65,16 @@ InputEvent = Line | CtrlC | Eof
 class LiveState:
     """What the area above the input shows; written by trio, read by the prompt thread.
 
-    Each field is replaced whole (a str, a float, a bool), so the prompt thread never sees half an update.
+    Each field is replaced whole (a str, a float, a bool), so the prompt thread never sees half an
+    update.
 
     Attributes:
         partial: The unfinished last line of the streaming answer or thought.
         partial_style: Its prompt-toolkit style ('' for answer text).
         status: What the agent is doing (``thinking``, ``running shell``); None when idle.
         status_since: ``time.monotonic()`` when the status began.
-        busy: A turn of ours is running or queued (Ctrl-C then stops it rather than clearing the line).
+        busy: A turn of ours is running or queued (Ctrl-C then stops it rather than clearing the
+            line).
     """
 
     partial: str = ""
@@ -84,7 +86,9 @@ class LiveState:
 
 def history_file() -> History:
     """The input history, ``$XDG_STATE_HOME/kesoku/chat_history``; in memory when that cannot be written."""
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
     folder = Path(base) / "kesoku"
     try:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -131,7 +135,9 @@ class PromptThread:
             while not self._closing:
                 event: InputEvent
                 try:
-                    session.prompt(self._message, refresh_interval=REFRESH_S, prompt_continuation="  ")
+                    session.prompt(
+                        self._message, refresh_interval=REFRESH_S, prompt_continuation="  "
+                    )
                     continue  # only close() ends the prompt without an exception
                 except KeyboardInterrupt:
                     event = CtrlC()
@@ -172,7 +178,12 @@ class PromptThread:
             return False
         try:
             trio.from_thread.run(self._send.send, event)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.RunFinishedError, trio.Cancelled):
+        except (
+            trio.BrokenResourceError,
+            trio.ClosedResourceError,
+            trio.RunFinishedError,
+            trio.Cancelled,
+        ):
             return False
         return True
 
@@ -197,7 +208,10 @@ class PromptThread:
         if live.partial:
             fragments += [(live.partial_style, live.partial), ("", "\n")]
         if live.status is not None:
-            fragments += [(STATUS_STYLE, status_line(live.status, time.monotonic() - live.status_since)), ("", "\n")]
+            fragments += [
+                (STATUS_STYLE, status_line(live.status, time.monotonic() - live.status_since)),
+                ("", "\n"),
+            ]
         fragments.append(("bold", PROMPT))
         return fragments
 
@@ -208,7 +222,9 @@ class PromptThread:
         def _ctrl_c(event: KeyPressEvent) -> None:
             buffer = event.app.current_buffer
             if self.live.busy:
-                self._hand_over(CtrlC())  # stop the turn; keep the prompt and whatever is typed in it
+                self._hand_over(
+                    CtrlC()
+                )  # stop the turn; keep the prompt and whatever is typed in it
             elif buffer.text:
                 buffer.reset()  # idle with text typed: clear it, as a shell does
             else:
@@ -226,9 +242,10 @@ class AboveOutput:
 
     prompt-toolkit's own ``StdoutProxy`` prints through ``run_in_terminal``, which puts the terminal
     in cooked mode for each write: a key typed in that instant is echoed by the terminal, and a
-    Ctrl-D is lost. Here each batch of whole lines is written from the prompt's event loop between two
-    renders, without a mode switch: erase the prompt, write, redraw. A partial line waits for its
-    newline (the live area shows unfinished lines). With no prompt running it writes straight through.
+    Ctrl-D is lost. Here each batch of whole lines is written from the prompt's event loop between
+    two renders, without a mode switch: erase the prompt, write, redraw. A partial line waits for
+    its newline (the live area shows unfinished lines). With no prompt running it writes straight
+    through.
 
     Args:
         prompt: The prompt to print above.

@@ -37,7 +37,9 @@ def tool_result_line(result: Message) -> str:
             break
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     if len(lines) > 1 and lines[0].startswith("$ "):
-        lines = lines[1:]  # the shell tool repeats its command line first: the call line shows it already
+        lines = lines[
+            1:
+        ]  # the shell tool repeats its command line first: the call line shows it already
     first = lines[0] if lines else "(no output)"
     if len(first) > SUMMARY_MAX_CHARS:
         first = first[: SUMMARY_MAX_CHARS - 1] + "…"

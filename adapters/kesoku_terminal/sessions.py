@@ -42,7 +42,9 @@ def open_session(gateway: Gateway, session_id: str | None) -> Session:
     except AmbiguousSessionError as exc:
         raise OperatorError(f"--session {session_id}: {exc}") from None
     except UnknownSessionError as exc:
-        raise OperatorError(f"--session {session_id}: {exc} (/sessions in kesoku chat lists them)") from None
+        raise OperatorError(
+            f"--session {session_id}: {exc} (/sessions in kesoku chat lists them)"
+        ) from None
     if session.adapter != INTERACTIVE_ADAPTER:
         raise OperatorError(
             f"--session {session_id}: a {session.adapter} session; kesoku chat continues terminal sessions only"
@@ -55,7 +57,8 @@ def hold(gateway: Gateway, session: Session) -> Session:
     """Hold ``session`` for this process (before its first message is posted, so no other takes it).
 
     Raises:
-        OperatorError: Another Kesoku process is running the session, or its lock file cannot be made.
+        OperatorError: Another Kesoku process is running the session, or its lock file cannot be
+            made.
     """
     try:
         held = gateway.locks.acquire(session.id)

@@ -132,7 +132,8 @@ class Follower:
         self._cursor = gateway.store.last_message_id()
         self._filter = MessageFilter.from_kwargs({"session_id": session_id})
         self._ended = trio.Event()
-        # What the stream showed of the current step and the log has not confirmed yet (None: nothing).
+        # What the stream showed of the current step and the log has not confirmed yet (None:
+        # nothing).
         self._text: str | None = None
         self._thought: str | None = None
 
@@ -215,9 +216,9 @@ class Follower:
     def sync(self, *, up_to: int | None = None, turn_root: int | None = None) -> None:
         """Show log messages written since the last read, up to where the event being handled stands.
 
-        The view may lag behind the turn (events wait in the subscription while the turn goes on), so
-        the log can already hold what comes *after* the event; showing it now would put a later step's
-        text before this step's deltas. Each event therefore names its place in the log.
+        The view may lag behind the turn (events wait in the subscription while the turn goes on),
+        so the log can already hold what comes *after* the event; showing it now would put a later
+        step's text before this step's deltas. Each event therefore names its place in the log.
 
         Args:
             up_to: Stop after this message id (the call of ``ToolStarted``, the result of
@@ -232,7 +233,11 @@ class Follower:
             for message in batch:
                 if up_to is not None and message.id > up_to:
                     return
-                if turn_root is not None and message.role is not Role.USER and message.root_id > turn_root:
+                if (
+                    turn_root is not None
+                    and message.role is not Role.USER
+                    and message.root_id > turn_root
+                ):
                     return
                 self._cursor = message.id
                 self._show(message)
@@ -248,7 +253,8 @@ class Follower:
                 streamed, self._thought = self._thought, None
                 _reconcile(streamed, message.content, self.sink.thought, self.sink.thought_end)
             elif message.kind is Kind.TOOL_CALL:
-                self._close_streams()  # text streamed before the call but never persisted (whitespace)
+                # text streamed before the call but never persisted (whitespace)
+                self._close_streams()
                 self.sink.tool_call(message)
         elif message.role is Role.TOOL:
             self.sink.tool_result(message)
@@ -269,15 +275,17 @@ class Follower:
             self.sink.answer_end()
 
 
-def _reconcile(streamed: str | None, content: str, show: Callable[[str], None], end: Callable[[], None]) -> None:
+def _reconcile(
+    streamed: str | None, content: str, show: Callable[[str], None], end: Callable[[], None]
+) -> None:
     """Show what the stream did not of a persisted message, then end it."""
     if streamed is None:
         tail = content
     elif content.startswith(streamed):
         tail = content[len(streamed) :]
     else:
-        # The stream lost deltas (a subscriber that fell behind): close the garbled line and show the
-        # persisted message whole; a repeat beats a wrong answer.
+        # The stream lost deltas (a subscriber that fell behind): close the garbled line and show
+        # the persisted message whole; a repeat beats a wrong answer.
         end()
         tail = content
     if tail:

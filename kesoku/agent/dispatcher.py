@@ -1,24 +1,25 @@
 """The dispatcher: user messages → one SessionWorker per session, in the dispatcher's nursery.
 
 Where it sits: ARCHITECTURE.md, "Task tree".
-At start it recovers what a crash left: user messages still ``pending`` or ``processing`` go to their
-session's worker (a turn left ``processing`` resumes; its tool calls without results are answered
-``lost`` first). Then it follows ``gateway.listen(role="user")``. Message status in the store is the
-durable state, so the dispatcher needs no cursor of its own: the listener is opened before the recovery
-scan, and a message seen by both is queued once.
+At start it recovers what a crash left: user messages still ``pending`` or ``processing`` go to
+their session's worker (a turn left ``processing`` resumes; its tool calls without results are
+answered ``lost`` first). Then it follows ``gateway.listen(role="user")``. Message status in the
+store is the durable state, so the dispatcher needs no cursor of its own: the listener is opened
+before the recovery scan, and a message seen by both is queued once.
 
-A worker runs only while this process holds its session's lock (:mod:`kesoku.store.locks`). A message
-of a session another process holds is left to that process (its dispatcher sees every user message too)
-and looked at again every :data:`BUSY_RETRY_S` until it is answered or the session is free, so a message
-posted just as the other process lets go is not stranded.
+A worker runs only while this process holds its session's lock (:mod:`kesoku.store.locks`). A
+message of a session another process holds is left to that process (its dispatcher sees every user
+message too) and looked at again every :data:`BUSY_RETRY_S` until it is answered or the session is
+free, so a message posted just as the other process lets go is not stranded.
 
-A worker that raises is a bug: its turn is marked failed, the user is told, the process keeps running,
-and messages that were waiting for that worker get a fresh one.
+A worker that raises is a bug: its turn is marked failed, the user is told, the process keeps
+running, and messages that were waiting for that worker get a fresh one.
 
 Running out of file descriptors (EMFILE, ENFILE) is not a bug of the session but of the moment: a
-lock that cannot be taken, or a worker that fails that way, never stops the dispatcher. The session's
-messages wait with the busy ones and are tried again every :data:`BUSY_RETRY_S`, with one warning
-naming the session; a turn that keeps failing so is marked failed after :data:`OUT_OF_FILES_RETRIES`.
+lock that cannot be taken, or a worker that fails that way, never stops the dispatcher. The
+session's messages wait with the busy ones and are tried again every :data:`BUSY_RETRY_S`, with one
+warning naming the session; a turn that keeps failing so is marked failed after
+:data:`OUT_OF_FILES_RETRIES`.
 """
 
 from __future__ import annotations
@@ -74,8 +75,8 @@ class Dispatcher:
         """Recover, then dispatch user messages until cancelled.
 
         Cancellation:
-            Cancelling stops every worker; turns in progress stay ``processing`` and resume at the next
-            start (a running tool batch finishes first: it is shielded).
+            Cancelling stops every worker; turns in progress stay ``processing`` and resume at the
+            next start (a running tool batch finishes first: it is shielded).
         """
         gateway = self.rt.gateway
         with gateway.listen(role=Role.USER) as listener:
@@ -231,7 +232,9 @@ class Dispatcher:
             store.set_status((r.id for r in roots), Status.FAILED)
             await self.rt.gateway.post(in_turn(root, Role.SYSTEM, Kind.TEXT, text))
         except StoreError as failure:  # the database is still locked: the log line is all there is
-            log.error("session %s: the failed turn could not be recorded: %s", root.session_id, failure)
+            log.error(
+                "session %s: the failed turn could not be recorded: %s", root.session_id, failure
+            )
         metrics = TurnMetrics(
             session_id=root.session_id,
             root_id=root.id,

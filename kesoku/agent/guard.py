@@ -5,8 +5,8 @@ an attachment, a URL named in a shell line, an MCP server), the session records 
 per (kind, label). While a session is tainted the tools ask the user before a shell line outside the
 allowlist and before run_code; a write outside the workspace asks in any case.
 
-Sources are kept in memory at once (a tool in a worker thread may add one) and written to the store by
-:meth:`SessionGuard.flush`, which the turn calls on the trio thread after each step's tool batch.
+Sources are kept in memory at once (a tool in a worker thread may add one) and written to the store
+by :meth:`SessionGuard.flush`, which the turn calls on the trio thread after each step's tool batch.
 """
 
 from __future__ import annotations
@@ -45,7 +45,9 @@ class SessionGuard(TaintSources):
 
     def add_taint(self, kind: str, label: str) -> None:
         """Record a taint source unless it is known; thread-safe, written to the store by :meth:`flush`."""
-        super().add_taint(kind, label if len(label) <= LABEL_MAX_CHARS else label[: LABEL_MAX_CHARS - 1] + "…")
+        super().add_taint(
+            kind, label if len(label) <= LABEL_MAX_CHARS else label[: LABEL_MAX_CHARS - 1] + "…"
+        )
 
     def _added(self, source: TaintSource) -> None:
         self._unsaved.append(source)

@@ -49,7 +49,9 @@ class SessionHistory:
         self.view: ViewState | None = ViewState.decode(stored) if stored is not None else None
         """The compacted view requests are built under (None: the whole history)."""
         self._start = 0  # messages[_start:] are sent (the rest is archived)
-        self._head: tuple[LLMTurn, LLMTurn] | None = None  # (first turn, the same with the archives' text)
+        self._head: tuple[LLMTurn, LLMTurn] | None = (
+            None  # (first turn, the same with the archives' text)
+        )
 
     def set_view(self, view: ViewState) -> None:
         """Build requests under a new view from now on (after a compaction stored it)."""
@@ -120,8 +122,9 @@ class SessionHistory:
         head = view.head_text() if view is not None else None
         if head is None or not turns:
             return turns
-        # The first turn with the archives' text is built once per first turn, so the request's turns
-        # stay the same objects from one call to the next (the checker and turn log rely on it).
+        # The first turn with the archives' text is built once per first turn, so the request's
+        # turns stay the same objects from one call to the next (the checker and turn log rely on
+        # it).
         if self._head is None or self._head[0] != turns[0]:
             self._head = (turns[0], with_head(turns[:1], head)[0])
         return [self._head[1], *turns[1:]]

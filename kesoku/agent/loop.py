@@ -1,20 +1,21 @@
 """The step loop a turn and a subagent share.
 
-One step: the request, one model call (streamed, turn-logged), the answer and its tool calls kept, the
-calls run as a batch, their results kept; again until the model answers without calls. The loop also
-holds what any loop needs with an imperfect model:
+One step: the request, one model call (streamed, turn-logged), the answer and its tool calls kept,
+the calls run as a batch, their results kept; again until the model answers without calls. The loop
+also holds what any loop needs with an imperfect model:
 
-- a reply cut at its output limit, or flagged malformed by the provider, runs none of its calls: each
-  gets a ``truncated`` result saying so, and the loop's later calls get a larger output limit, once
-  (:meth:`~kesoku.llm.base.BaseLLM.larger_output_limit`); a cut reply with nothing in it is asked again
-  with that larger limit;
-- identical calls that keep returning the same are refused (:class:`~kesoku.agent.repeat.RepeatGuard`), and
-  a model that makes one again ends the loop ``repeating``.
+- a reply cut at its output limit, or flagged malformed by the provider, runs none of its calls:
+  each gets a ``truncated`` result saying so, and the loop's later calls get a larger output limit,
+  once (:meth:`~kesoku.llm.base.BaseLLM.larger_output_limit`); a cut reply with nothing in it is
+  asked again with that larger limit;
+- identical calls that keep returning the same are refused
+  (:class:`~kesoku.agent.repeat.RepeatGuard`), and a model that makes one again ends the loop
+  ``repeating``.
 
 Where things are kept and what surrounds a step differ, and are the hooks of :class:`StepLoop`: a
-:class:`~kesoku.agent.turn.Turn` posts to the session's durable log, compacts, checks the window and runs
-its batch shielded; a :class:`~kesoku.agent.subagent.Subagent` keeps an in-memory history and runs inside
-its parent's batch.
+:class:`~kesoku.agent.turn.Turn` posts to the session's durable log, compacts, checks the window and
+runs its batch shielded; a :class:`~kesoku.agent.subagent.Subagent` keeps an in-memory history and
+runs inside its parent's batch.
 """
 
 from __future__ import annotations
@@ -57,7 +58,12 @@ class StepLoop(abc.ABC, Generic[C]):
     """Put before a failed call's error in its turn log (a subagent's say so)."""
 
     def __init__(
-        self, llm: BaseLLM, session: Session, turnlog: TurnLogWriter | None, *, max_identical_calls: int
+        self,
+        llm: BaseLLM,
+        session: Session,
+        turnlog: TurnLogWriter | None,
+        *,
+        max_identical_calls: int,
     ) -> None:
         self.llm = llm
         self.session = session
@@ -96,7 +102,9 @@ class StepLoop(abc.ABC, Generic[C]):
                 if grown is not None:
                     continue  # nothing to keep: ask again with the larger limit
                 return await self._end(
-                    TurnState.FAILED, f"⚠ The model's reply was {cut} before it said anything.", response.usage
+                    TurnState.FAILED,
+                    f"⚠ The model's reply was {cut} before it said anything.",
+                    response.usage,
                 )
             calls = await self._keep(response)
             if not calls:

@@ -62,23 +62,25 @@ def build_system_prompt(
 
     Args:
         persona: ``agent.persona``.
-        tools: The tools offered this turn (one snippet line each; the full schemas go with the request).
+        tools: The tools offered this turn (one snippet line each; the full schemas go with the
+            request).
         skills: ``(name, description)`` of each available skill.
         notes: From :func:`read_notes`.
         cwd: The working directory.
         now: The local date and time.
 
     Returns:
-        The prompt text, valid UTF-8 (:func:`kesoku.vocab.text.valid_text`): a working directory whose
-        name holds a byte that is not UTF-8 (the OS gives it as a lone surrogate) would otherwise
-        fail every request.
+        The prompt text, valid UTF-8 (:func:`kesoku.vocab.text.valid_text`): a working directory
+        whose name holds a byte that is not UTF-8 (the OS gives it as a lone surrogate) would
+        otherwise fail every request.
     """
     parts = [persona.strip(), RULES]
     if tools:
         parts.append("Tools:\n" + "\n".join(f"- {t.snippet}" for t in tools))
     if skills:
         parts.append(
-            "Skills (call use_skill with the name to read one):\n" + "\n".join(f"- {n}: {d}" for n, d in skills)
+            "Skills (call use_skill with the name to read one):\n"
+            + "\n".join(f"- {n}: {d}" for n, d in skills)
         )
     for name, text in notes:
         parts.append(f"<{name}>\n{text}\n</{name}>")

@@ -1,14 +1,14 @@
 """Questions to the user: a tool asks Allow or Deny and waits; an adapter shows the choices and answers.
 
-A question is a ``system`` message of the turn whose ``metadata.extra["question"]`` holds the choices,
-so every adapter sees it through the gateway like any other message (and a trajectory shows it). The
-answer comes back in-process through :meth:`Questions.answer` (a button, a typed ``y``), and is written
-as a second system message whose ``metadata.extra["answer_to"]`` names the question. Neither is shown
-to the model: the tool's result says what the user decided.
+A question is a ``system`` message of the turn whose ``metadata.extra["question"]`` holds the
+choices, so every adapter sees it through the gateway like any other message (and a trajectory shows
+it). The answer comes back in-process through :meth:`Questions.answer` (a button, a typed ``y``),
+and is written as a second system message whose ``metadata.extra["answer_to"]`` names the question.
+Neither is shown to the model: the tool's result says what the user decided.
 
-No answer within ``agent.question_timeout_s`` counts as Deny; so does a stop of the turn or a new user
-message (the user moved on), and so does a question nobody can answer after a restart: open questions
-live in memory only, and the tool that asked is then ``lost`` anyway.
+No answer within ``agent.question_timeout_s`` counts as Deny; so does a stop of the turn or a new
+user message (the user moved on), and so does a question nobody can answer after a restart: open
+questions live in memory only, and the tool that asked is then ``lost`` anyway.
 """
 
 from __future__ import annotations
@@ -36,7 +36,16 @@ QUESTION_TIMEOUT_S = 300.0
 RECORD_BOUND_S = 5.0
 """How long writing the answer record may take when the asking tool is being cancelled."""
 
-_ANSWER_WORDS = {"allow": ALLOW, "a": ALLOW, "y": ALLOW, "yes": ALLOW, "deny": DENY, "d": DENY, "n": DENY, "no": DENY}
+_ANSWER_WORDS = {
+    "allow": ALLOW,
+    "a": ALLOW,
+    "y": ALLOW,
+    "yes": ALLOW,
+    "deny": DENY,
+    "d": DENY,
+    "n": DENY,
+    "no": DENY,
+}
 
 
 def parse_answer(text: str) -> str | None:
@@ -57,11 +66,14 @@ class Questions:
 
     Args:
         gateway: Where questions and answer records are posted.
-        hub: Where :class:`~kesoku.vocab.events.QuestionAsked` is published (adapters show it at once).
+        hub: Where :class:`~kesoku.vocab.events.QuestionAsked` is published (adapters show it at
+            once).
         timeout_s: Default wait for an answer.
     """
 
-    def __init__(self, gateway: Gateway, hub: EventHub, *, timeout_s: float = QUESTION_TIMEOUT_S) -> None:
+    def __init__(
+        self, gateway: Gateway, hub: EventHub, *, timeout_s: float = QUESTION_TIMEOUT_S
+    ) -> None:
         self.gateway = gateway
         self.hub = hub
         self.timeout_s = timeout_s
@@ -79,12 +91,14 @@ class Questions:
             The answer; ``allowed`` only when someone chose Allow.
 
         Cancellation:
-            The question is closed as dismissed (the record is written within a short shielded bound)
-            and Cancelled propagates.
+            The question is closed as dismissed (the record is written within a short shielded
+            bound) and Cancelled propagates.
         """
         wait_s = self.timeout_s if timeout_s is None else timeout_s
         meta = Metadata(extra={QUESTION_KEY: {"options": [ALLOW, DENY]}})
-        message = await self.gateway.post(in_turn(root, Role.SYSTEM, Kind.TEXT, f"❓ {text}", metadata=meta))
+        message = await self.gateway.post(
+            in_turn(root, Role.SYSTEM, Kind.TEXT, f"❓ {text}", metadata=meta)
+        )
         entry = self._open[message.id] = _Open(message)
         self.hub.publish(QuestionAsked(message.session_id, message))
         timed_out = False
@@ -96,7 +110,11 @@ class Questions:
             self._open.pop(message.id, None)
             if entry.choice is None:
                 entry.choice = DENY
-                entry.note = f"no answer within {wait_s:g} s" if timed_out else "dismissed: the tool was stopped"
+                entry.note = (
+                    f"no answer within {wait_s:g} s"
+                    if timed_out
+                    else "dismissed: the tool was stopped"
+                )
             # Shielded and bounded: the record closes the question for the adapters even while the
             # asking tool is being cancelled (a forced stop).
             with trio.CancelScope(shield=True), trio.move_on_after(RECORD_BOUND_S):
@@ -112,7 +130,8 @@ class Questions:
             by: Who answered, for the record (a user name).
 
         Returns:
-            False when the question is no longer open (answered, timed out, or from before a restart).
+            False when the question is no longer open (answered, timed out, or from before a
+            restart).
 
         Raises:
             ValueError: ``choice`` is neither Allow nor Deny.
@@ -130,7 +149,11 @@ class Questions:
 
     def open_questions(self, session_id: str) -> list[Message]:
         """The questions of a session still waiting for an answer, oldest first."""
-        return [e.message for e in self._open.values() if e.message.session_id == session_id and not e.done.is_set()]
+        return [
+            e.message
+            for e in self._open.values()
+            if e.message.session_id == session_id and not e.done.is_set()
+        ]
 
     def dismiss(self, session_id: str, reason: str) -> int:
         """Deny every open question of a session (a stop, or a new message: the user moved on).
@@ -149,4 +172,6 @@ class Questions:
     async def _record(self, question: Message, choice: str, note: str) -> None:
         meta = Metadata(extra={ANSWER_KEY: question.id, "choice": choice})
         mark = "✔" if choice == ALLOW else "✘"
-        await self.gateway.post(in_turn(question, Role.SYSTEM, Kind.TEXT, f"{mark} {choice}: {note}", metadata=meta))
+        await self.gateway.post(
+            in_turn(question, Role.SYSTEM, Kind.TEXT, f"{mark} {choice}: {note}", metadata=meta)
+        )

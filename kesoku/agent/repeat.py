@@ -3,14 +3,15 @@
 Small models loop: asked a simple question, a 135M model made 28 identical ``list_skills()`` calls
 until its context overflowed, and 50 identical failing ``grep`` calls until the step cap. A call is
 identified by its tool name and its arguments as canonical JSON (keys sorted). Once one call has run
-``max_identical`` times in a turn and every run returned the same text with the same outcome, the next
-identical call is not run: its result says so and repeats, briefly, what the earlier runs returned.
-A call whose result changed (a poll) runs again, and so does every call after a new call or a changed
-result (an edit, then the tests again: the edit may have changed what the tests return); a loop of
-calls that all keep returning the same is refused all the same. When the model makes a refused call
-once more, it is stuck: the turn (or the subagent) ends as ``repeating``.
+``max_identical`` times in a turn and every run returned the same text with the same outcome, the
+next identical call is not run: its result says so and repeats, briefly, what the earlier runs
+returned. A call whose result changed (a poll) runs again, and so does every call after a new call
+or a changed result (an edit, then the tests again: the edit may have changed what the tests
+return); a loop of calls that all keep returning the same is refused all the same. When the model
+makes a refused call once more, it is stuck: the turn (or the subagent) ends as ``repeating``.
 
-Used by the turn loop (kesoku.agent.turn) and by subagents (kesoku.agent.subagent), so both refuse the same way.
+Used by the turn loop (kesoku.agent.turn) and by subagents (kesoku.agent.subagent), so both refuse
+the same way.
 """
 
 from __future__ import annotations
@@ -85,20 +86,25 @@ class RepeatGuard:
             "same result. Use what it returned, try something different, or answer."
         )
 
-    def record(self, name: str, arguments: Mapping[str, object], content: str, outcome: Outcome) -> None:
+    def record(
+        self, name: str, arguments: Mapping[str, object], content: str, outcome: Outcome
+    ) -> None:
         """Note a call that ran and what it returned."""
         if self.max_identical <= 0:
             return
         seen = self._seen.setdefault(call_key(name, arguments), _Seen())
-        # Two capped outputs that differ only in how much was cut (a listing that grew by a line) are
-        # the same to the model: it reads the same head and tail.
+        # Two capped outputs that differ only in how much was cut (a listing that grew by a line)
+        # are the same to the model: it reads the same head and tail.
         kept = MARKER_PATTERN.sub(MARKER.format(cut="N"), content)
-        digest = hashlib.blake2b(f"{outcome}\0{kept}".encode(errors="replace"), digest_size=16).digest()
+        digest = hashlib.blake2b(
+            f"{outcome}\0{kept}".encode(errors="replace"), digest_size=16
+        ).digest()
         if digest == seen.digest:  # what it returned last time: a repeat, even after a reset
             seen.runs += 1
             return
         # Something new happened (a call not made before, or one whose result changed): it may have
-        # changed what every other call returns (an edit, then the tests again), so they may run again.
+        # changed what every other call returns (an edit, then the tests again), so they may run
+        # again.
         for other in self._seen.values():
             other.runs, other.refused, other.told = 0, False, False  # its digest is kept
         seen.runs, seen.digest, seen.outcome = 1, digest, outcome
@@ -110,7 +116,9 @@ def call_key(name: str, arguments: Mapping[str, object]) -> bytes:
     try:
         canonical = msgspec.json.encode(arguments, order="sorted")
     except (TypeError, ValueError, OverflowError):  # arguments JSON cannot hold: fall back to repr
-        canonical = repr(sorted(arguments.items(), key=lambda kv: str(kv[0]))).encode(errors="replace")
+        canonical = repr(sorted(arguments.items(), key=lambda kv: str(kv[0]))).encode(
+            errors="replace"
+        )
     return name.encode(errors="replace") + b"\0" + canonical
 
 

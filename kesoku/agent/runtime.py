@@ -1,8 +1,8 @@
 """The runtime: what turns need (gateway, backends, tools, settings) and the task tree that runs them.
 
-``Runtime.serve`` opens the nursery below the root (ARCHITECTURE.md, "Task tree"): the turn-log writer and the
-dispatcher (which owns one worker per session). Adapters post user messages to the gateway and read
-replies from it; they watch live progress through :attr:`Runtime.hub`.
+``Runtime.serve`` opens the nursery below the root (ARCHITECTURE.md, "Task tree"): the turn-log
+writer and the dispatcher (which owns one worker per session). Adapters post user messages to the
+gateway and read replies from it; they watch live progress through :attr:`Runtime.hub`.
 """
 
 from __future__ import annotations
@@ -85,7 +85,8 @@ class Runtime:
         compaction: When and how far to compact sessions (``[compaction]``).
         gates: The path gates every file decision of this process uses: the file tools and the
             adapters (``[file: …]``, attachments). None: gates protecting only the gateway's
-            database (:func:`kesoku.host.daemon.build_runtime` passes the config's, its file included).
+            database (:func:`kesoku.host.daemon.build_runtime` passes the config's, its file
+            included).
     """
 
     def __init__(
@@ -161,8 +162,8 @@ class Runtime:
             skills: ``(name, description)`` of the skills, for the system prompt.
             tool_sources: Tools that come and go (the MCP servers), served in the runtime's nursery.
             gates: The path gates of the tools and the adapters (see
-                :func:`kesoku.host.daemon.runtime_gates`); None: the config's without its file, which
-                only the caller knows.
+                :func:`kesoku.host.daemon.runtime_gates`); None: the config's without its file,
+                which only the caller knows.
 
         Raises:
             OperatorError: The chosen backend cannot be built (missing key, unknown name).
@@ -223,7 +224,11 @@ class Runtime:
                 if tool.name in names:
                     if tool.name not in self._shadowed:
                         self._shadowed.add(tool.name)
-                        log.warning("tool %s of %s is hidden by another tool of that name", tool.name, source.name)
+                        log.warning(
+                            "tool %s of %s is hidden by another tool of that name",
+                            tool.name,
+                            source.name,
+                        )
                     continue
                 names.add(tool.name)
                 out.append(tool)
@@ -246,8 +251,8 @@ class Runtime:
         """Run the turn-log writer, the tool sources and the dispatcher until cancelled.
 
         Cancellation:
-            See :meth:`Dispatcher.serve`; queued turn logs are written before the writer returns, and
-            the backends used are closed (bounded by :data:`CLOSE_TIMEOUT_S`).
+            See :meth:`Dispatcher.serve`; queued turn logs are written before the writer returns,
+            and the backends used are closed (bounded by :data:`CLOSE_TIMEOUT_S`).
         """
         try:
             async with trio.open_nursery() as nursery:
@@ -258,7 +263,8 @@ class Runtime:
                 await nursery.start(self.dispatcher.serve)
                 task_status.started()
         finally:
-            # Shielded: a cancelled daemon still releases HTTP clients and provider-side caches; bounded.
+            # Shielded: a cancelled daemon still releases HTTP clients and provider-side caches;
+            # bounded.
             with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT_S):
                 for llm in list(self._used.values()):
                     await llm.aclose()

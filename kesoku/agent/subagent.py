@@ -2,17 +2,17 @@
 
 The child gets the session's backend, the parent's tools minus ``subagent`` (no nesting), a system
 prompt of its own and an in-memory history that starts with the task. It runs the turn's step loop
-(:class:`~kesoku.agent.loop.StepLoop`: model call, the step's tool calls run concurrently, results, again;
-cut replies run nothing; repeats are refused) until the model answers without tool calls,
+(:class:`~kesoku.agent.loop.StepLoop`: model call, the step's tool calls run concurrently, results,
+again; cut replies run nothing; repeats are refused) until the model answers without tool calls,
 ``subagent.max_steps`` model calls are used, or it repeats a call it was told repeats. Nothing of
 the child is written to the session log: only its conclusion comes back, as the ``subagent`` tool
 result (each of its model calls is still logged to ``llm-turn-{idx}.log.yaml`` like any other). Its
-system prompt and tool results are masked (:meth:`~kesoku.agent.runtime.Runtime.mask`) as the gateway masks
-the session's messages.
+system prompt and tool results are masked (:meth:`~kesoku.agent.runtime.Runtime.mask`) as the
+gateway masks the session's messages.
 
-Cancellation: the child runs inside the parent's tool batch, so it is cancelled with it (a forced stop,
-the tool's ``timeout_s``); its running tools are cancelled and kill their process groups. A first stop
-or a new user message lets it finish, like any running tool.
+Cancellation: the child runs inside the parent's tool batch, so it is cancelled with it (a forced
+stop, the tool's ``timeout_s``); its running tools are cancelled and kill their process groups. A
+first stop or a new user message lets it finish, like any running tool.
 """
 
 from __future__ import annotations
@@ -55,7 +55,9 @@ details would clutter this conversation (searching a codebase, trying several co
 it needs in `task`: it cannot see this conversation."""
 
 
-def subagent_tool(rt: Runtime, *, max_steps: int = MAX_STEPS, timeout_s: float = SUBAGENT_TIMEOUT_S) -> Tool:
+def subagent_tool(
+    rt: Runtime, *, max_steps: int = MAX_STEPS, timeout_s: float = SUBAGENT_TIMEOUT_S
+) -> Tool:
     """The ``subagent`` tool of a runtime.
 
     Args:
@@ -70,14 +72,21 @@ def subagent_tool(rt: Runtime, *, max_steps: int = MAX_STEPS, timeout_s: float =
     async def run(arguments: Mapping[str, Any], ctx: ToolContext) -> str:
         task = arguments.get("task")
         if not isinstance(task, str) or not task.strip():
-            raise ToolError("`task` must be a non-empty string: the whole task, with what the subagent needs")
+            raise ToolError(
+                "`task` must be a non-empty string: the whole task, with what the subagent needs"
+            )
         tools = [t for t in rt.current_tools() if t.name != "subagent"]
-        return await Subagent(rt, rt.llm_for(ctx.session), tools, ctx, max_steps=max_steps).run(task)
+        return await Subagent(rt, rt.llm_for(ctx.session), tools, ctx, max_steps=max_steps).run(
+            task
+        )
 
     parameters = {
         "type": "object",
         "properties": {
-            "task": {"type": "string", "description": "The task, complete: the subagent sees nothing else."}
+            "task": {
+                "type": "string",
+                "description": "The task, complete: the subagent sees nothing else.",
+            }
         },
         "required": ["task"],
     }
@@ -97,7 +106,9 @@ class Subagent(StepLoop[ToolCallBlock]):
 
     log_prefix = "subagent: "
 
-    def __init__(self, rt: Runtime, llm: BaseLLM, tools: Sequence[Tool], ctx: ToolContext, *, max_steps: int) -> None:
+    def __init__(
+        self, rt: Runtime, llm: BaseLLM, tools: Sequence[Tool], ctx: ToolContext, *, max_steps: int
+    ) -> None:
         super().__init__(llm, ctx.session, rt.turnlog, max_identical_calls=rt.max_identical_calls)
         self.rt = rt
         self.tools = {t.name: t for t in tools}
@@ -114,8 +125,8 @@ class Subagent(StepLoop[ToolCallBlock]):
         """Work on ``task`` until a conclusion or the step cap.
 
         Returns:
-            The conclusion (the text of the last model answer), or a note saying the step cap was hit
-            (or that it kept repeating a call) with the last text it wrote.
+            The conclusion (the text of the last model answer), or a note saying the step cap was
+            hit (or that it kept repeating a call) with the last text it wrote.
 
         Raises:
             ToolError: A model call failed (after the backend's retries).
@@ -125,14 +136,20 @@ class Subagent(StepLoop[ToolCallBlock]):
         self._specs = [t.spec for t in self.tools.values()]
         notes = read_notes(cwd)
         system = build_system_prompt(
-            persona=PERSONA, tools=list(self.tools.values()), skills=(), notes=notes, cwd=cwd, now=now
+            persona=PERSONA,
+            tools=list(self.tools.values()),
+            skills=(),
+            notes=notes,
+            cwd=cwd,
+            now=now,
         )
         self._system = self.rt.mask(system)  # as the turn's: AGENTS.md may hold a secret
         self.turns = [LLMTurn("user", (TextBlock(task),))]
         await self.run_steps()
         return self.conclusion
 
-    # -- the step loop's hooks (kesoku.agent.loop) -----------------------------------------------------
+    # -- the step loop's hooks (kesoku.agent.loop)
+    # -----------------------------------------------------
 
     async def _prepare(self) -> LLMRequest | TurnState:
         if self.model_calls >= self.max_steps:
@@ -149,7 +166,8 @@ class Subagent(StepLoop[ToolCallBlock]):
     async def _keep(self, response: LLMResponse) -> list[ToolCallBlock]:
         step = self.model_calls - 1
         calls = [
-            c if c.id else msgspec.structs.replace(c, id=f"sub_{step}_{i}") for i, c in enumerate(response.tool_calls)
+            c if c.id else msgspec.structs.replace(c, id=f"sub_{step}_{i}")
+            for i, c in enumerate(response.tool_calls)
         ]
         if calls:
             self._last_text = response.text.strip() or self._last_text
@@ -161,13 +179,18 @@ class Subagent(StepLoop[ToolCallBlock]):
         return calls
 
     async def _answered(self, response: LLMResponse, cut: str | None) -> TurnState:
-        self.conclusion = response.text.strip() or "(the subagent ended without writing a conclusion)"
+        self.conclusion = (
+            response.text.strip() or "(the subagent ended without writing a conclusion)"
+        )
         if cut is not None:
             self.conclusion += f" [the conclusion was {cut}]"
         return TurnState.DONE
 
     async def _refuse(self, calls: Sequence[ToolCallBlock], notes: Sequence[str]) -> None:
-        results = (ToolResultBlock(c.id, c.name, n, Outcome.TRUNCATED) for c, n in zip(calls, notes, strict=True))
+        results = (
+            ToolResultBlock(c.id, c.name, n, Outcome.TRUNCATED)
+            for c, n in zip(calls, notes, strict=True)
+        )
         self.turns.append(LLMTurn("user", tuple(results)))
 
     async def _repeating(self, name: str) -> TurnState:
@@ -178,7 +201,9 @@ class Subagent(StepLoop[ToolCallBlock]):
         )
 
     async def _end(self, state: TurnState, notice: str, usage: Usage | None = None) -> TurnState:
-        self.conclusion = f"{notice} Its last words: {self._last_text}" if self._last_text else notice
+        self.conclusion = (
+            f"{notice} Its last words: {self._last_text}" if self._last_text else notice
+        )
         return state
 
     async def _run_batch(self, calls: Sequence[ToolCallBlock]) -> None:
@@ -191,7 +216,9 @@ class Subagent(StepLoop[ToolCallBlock]):
                 return
             tool = self.tools.get(call.name)
             child = replace(self.ctx, call_id=call.id, deadline=None)
-            content, outcome = await run_tool(tool, call.name, call.arguments, child, known=self.tools)
+            content, outcome = await run_tool(
+                tool, call.name, call.arguments, child, known=self.tools
+            )
             self.repeats.record(call.name, call.arguments, content, outcome)
             # Masked here: these results go to the model without passing the gateway.
             results[i] = ToolResultBlock(call.id, call.name, self.rt.mask(content), outcome)

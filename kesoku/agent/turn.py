@@ -4,14 +4,15 @@ Where it runs: ARCHITECTURE.md, "Task tree".
 
 Interruption and stop act through two scopes the turn exposes to its worker:
 
-- the *stream scope* wraps one model call. An interruption (a new user message) or a stop cancels it:
-  the partial answer is kept as an ``interrupted`` message and the turn ends.
+- the *stream scope* wraps one model call. An interruption (a new user message) or a stop cancels
+  it: the partial answer is kept as an ``interrupted`` message and the turn ends.
 - the *batch scope* wraps one step's tool calls. It is shielded, so an interruption or a first stop
   never cuts a running tool: it finishes (or hits its own ``timeout_s``) and its result is posted;
-  calls that had not started get ``skipped`` results. A second stop (or ``force``) cancels the batch's
-  kill scope: running tools are cancelled and their results say ``killed`` and why (a second stop,
-  the user). A shutdown whose grace ran out kills them the same way (:meth:`Turn.kill_tools`) without
-  stopping the turn: it stays ``processing`` and resumes after the restart, its results saying so.
+  calls that had not started get ``skipped`` results. A second stop (or ``force``) cancels the
+  batch's kill scope: running tools are cancelled and their results say ``killed`` and why (a second
+  stop, the user). A shutdown whose grace ran out kills them the same way (:meth:`Turn.kill_tools`)
+  without stopping the turn: it stays ``processing`` and resumes after the restart, its results
+  saying so.
 
 Every tool call of a step is posted before the batch runs and every result is posted together after
 it, so parallel calls and their results stay grouped (the Gemini rule) and a crash leaves calls the
@@ -41,7 +42,17 @@ from kesoku.vocab.errors import BackendError
 from kesoku.vocab.events import Compacted, ModelDelta, ToolFinished, ToolStarted
 from kesoku.vocab.ir import LLMEvent, LLMRequest, LLMResponse, LLMTurn, ToolCallBlock
 from kesoku.vocab.metrics import TurnMetrics, TurnState
-from kesoku.vocab.model import Kind, Message, Metadata, Outcome, Role, Session, Status, Usage, in_turn
+from kesoku.vocab.model import (
+    Kind,
+    Message,
+    Metadata,
+    Outcome,
+    Role,
+    Session,
+    Status,
+    Usage,
+    in_turn,
+)
 from kesoku.vocab.transcript import LOST_RESULT, call_id_of
 
 if TYPE_CHECKING:
@@ -97,8 +108,12 @@ class Turn(StepLoop[Message]):
     ) -> None:
         super().__init__(llm, session, rt.turnlog, max_identical_calls=rt.max_identical_calls)
         self.rt = rt
-        self.compactor = compactor if compactor is not None else Compactor(rt.gateway.store, rt.compaction)
-        self.guard = guard if guard is not None else SessionGuard(rt.gateway.store, rt.questions, session.id)
+        self.compactor = (
+            compactor if compactor is not None else Compactor(rt.gateway.store, rt.compaction)
+        )
+        self.guard = (
+            guard if guard is not None else SessionGuard(rt.gateway.store, rt.questions, session.id)
+        )
         self.history = history if history is not None else SessionHistory(rt.gateway, session.id)
         self.session_turns = session_turns
         self.roots = list(roots)
@@ -119,8 +134,9 @@ class Turn(StepLoop[Message]):
         self._system = ""
         self._fixed = 0.0
         """The estimated tokens of the system prompt and tools of the step in progress."""
-        # Estimated tokens below which auto compaction is not tried again: after an attempt that found
-        # nothing old enough, re-planning over the whole history on every step would be in vain.
+        # Estimated tokens below which auto compaction is not tried again: after an attempt that
+        # found nothing old enough, re-planning over the whole history on every step would be in
+        # vain.
         self._compaction_retry_at = 0.0
 
     # -- control, called by the worker ------------------------------------------------------------
@@ -138,7 +154,9 @@ class Turn(StepLoop[Message]):
         self.interrupted = True
         if self._stream_scope is not None:
             self._stream_scope.cancel()
-        self.rt.questions.dismiss(self.session.id, "the user sent a new message instead of answering")
+        self.rt.questions.dismiss(
+            self.session.id, "the user sent a new message instead of answering"
+        )
 
     def stop(self, *, force: bool = False) -> None:
         """Stop the turn without pivoting; the second stop (or ``force``) kills running tools."""
@@ -183,7 +201,9 @@ class Turn(StepLoop[Message]):
         """
         started = trio.current_time()
         store = self.rt.gateway.store
-        store.set_status((r.id for r in self.roots if r.status is not Status.PROCESSING), Status.PROCESSING)
+        store.set_status(
+            (r.id for r in self.roots if r.status is not Status.PROCESSING), Status.PROCESSING
+        )
         for root in self.roots:
             for attachment in root.metadata.attachments:
                 self.guard.add_taint("attachment", attachment.filename)
@@ -208,11 +228,14 @@ class Turn(StepLoop[Message]):
 
     async def _loop(self) -> TurnState:
         await self._heal()
-        await self.rt.compaction.learn_window(self.llm)  # a model no table knows: ask its server, once
+        await self.rt.compaction.learn_window(
+            self.llm
+        )  # a model no table knows: ask its server, once
         self._system = self._system_prompt()
         return await self.run_steps()
 
-    # -- the step loop's hooks (kesoku.agent.loop) -----------------------------------------------------
+    # -- the step loop's hooks (kesoku.agent.loop)
+    # -----------------------------------------------------
 
     async def _prepare(self) -> LLMRequest | TurnState:
         # A shutdown cancels the turn between steps as well: it must stay `processing` (resumed
@@ -241,7 +264,9 @@ class Turn(StepLoop[Message]):
         if refusal is not None:  # sending it would only earn a refusal, or a silently cut prompt
             await self._post_system(refusal)
             return TurnState.FAILED
-        return await self.llm.request_from_turns(turns, system=self._system, tools=specs, checker=self.history.checker)
+        return await self.llm.request_from_turns(
+            turns, system=self._system, tools=specs, checker=self.history.checker
+        )
 
     async def _failed(self, error: BackendError, response: LLMResponse) -> TurnState | None:
         if error.context_overflow and not self._overflow_retried:
@@ -249,11 +274,15 @@ class Turn(StepLoop[Message]):
             if await self._compact("context overflow", self._fixed, force=True):
                 return None
         # The notice is the failed call's only message: it carries whatever usage was streamed.
-        return await self._end(TurnState.FAILED, f"⚠ The model call failed: {error}", response.usage)
+        return await self._end(
+            TurnState.FAILED, f"⚠ The model call failed: {error}", response.usage
+        )
 
     def _called(self, request: LLMRequest, response: LLMResponse) -> None:
         if response.usage.input_tokens:
-            self.compactor.calibration.update(request, response.usage.input_tokens, head=self._fixed)
+            self.compactor.calibration.update(
+                request, response.usage.input_tokens, head=self._fixed
+            )
 
     async def _cut_short(self, response: LLMResponse) -> TurnState:
         await self._post_partial(response)
@@ -271,7 +300,9 @@ class Turn(StepLoop[Message]):
         return TurnState.DONE
 
     async def _refuse(self, calls: Sequence[Message], notes: Sequence[str]) -> None:
-        results = [self._result(c, note, Outcome.TRUNCATED) for c, note in zip(calls, notes, strict=True)]
+        results = [
+            self._result(c, note, Outcome.TRUNCATED) for c, note in zip(calls, notes, strict=True)
+        ]
         for result in await self._post(results):
             self.rt.hub.publish(ToolFinished(self.session.id, result))
 
@@ -315,24 +346,29 @@ class Turn(StepLoop[Message]):
             if refusal is not None:
                 results[call.id] = self._result(call, refusal, Outcome.REPEATED)
         calls_to_run = [c for c in calls if c.id not in results]
-        # Shielded: an interruption or a first stop never cuts a running tool (ARCHITECTURE.md); each call has
-        # its own timeout_s, and BATCH_BOUND_S bounds a tool that ignores it. Only a forced stop cancels
-        # the inner kill scope: the tools are cancelled and report `killed`.
+        # Shielded: an interruption or a first stop never cuts a running tool (ARCHITECTURE.md);
+        # each call has its own timeout_s, and BATCH_BOUND_S bounds a tool that ignores it. Only a
+        # forced stop cancels the inner kill scope: the tools are cancelled and report `killed`.
         with trio.CancelScope(shield=True):
             with trio.CancelScope(deadline=trio.current_time() + BATCH_BOUND_S) as kill_scope:
                 self._batch_scope = kill_scope
                 if self.kill_reason is not None:
                     kill_scope.cancel()
-                if not self.cut and len(calls_to_run) == 1:  # the usual step: no nursery and task for one call
+                if (
+                    not self.cut and len(calls_to_run) == 1
+                ):  # the usual step: no nursery and task for one call
                     await self._run_call(calls_to_run[0], results)
                 elif not self.cut and calls_to_run:
                     async with trio.open_nursery() as nursery:
                         for call in calls_to_run:
                             nursery.start_soon(self._run_call, call, results)
             self._batch_scope = None
-            messages = [results.get(c.id) or self._result(c, _SKIPPED, Outcome.SKIPPED) for c in calls]
+            messages = [
+                results.get(c.id) or self._result(c, _SKIPPED, Outcome.SKIPPED) for c in calls
+            ]
             self.guard.flush()
-            # Still shielded: the effects happened, so their results must be written even at shutdown.
+            # Still shielded: the effects happened, so their results must be written even at
+            # shutdown.
             posted = await self._post(messages)
         for result in posted:
             self.rt.hub.publish(ToolFinished(self.session.id, result))
@@ -343,9 +379,17 @@ class Turn(StepLoop[Message]):
         self.rt.hub.publish(ToolStarted(self.session.id, call))
         arguments: Mapping[str, object] = call.metadata.tool_arguments or {}
         cap = self.rt.compaction.result_cap(self.llm, self.compactor.calibration.ratio)
-        ctx = ToolContext(self.session, self.rt.cwd(self.session), call_id_of(call), self.guard, max_output_bytes=cap)
+        ctx = ToolContext(
+            self.session,
+            self.rt.cwd(self.session),
+            call_id_of(call),
+            self.guard,
+            max_output_bytes=cap,
+        )
         try:
-            content, outcome = await run_tool(self._tools.get(name), name, arguments, ctx, known=self._tools)
+            content, outcome = await run_tool(
+                self._tools.get(name), name, arguments, ctx, known=self._tools
+            )
         except BaseException:  # only cancellations get here (run_tool types every other failure)
             results[call.id] = self._cancelled_result(call, name)
             raise
@@ -354,14 +398,20 @@ class Turn(StepLoop[Message]):
 
     def _cancelled_result(self, call: Message, name: str) -> Message:
         if self.kill_reason is not None:
-            return self._result(call, f"[killed] {name} was killed: {self.kill_reason}.", Outcome.KILLED)
+            return self._result(
+                call, f"[killed] {name} was killed: {self.kill_reason}.", Outcome.KILLED
+            )
         bound = f"{BATCH_BOUND_S / 3600:g} h"
-        return self._result(call, f"[timed_out] {name} exceeded the batch bound ({bound}).", Outcome.TIMED_OUT)
+        return self._result(
+            call, f"[timed_out] {name} exceeded the batch bound ({bound}).", Outcome.TIMED_OUT
+        )
 
     def _result(self, call: Message, content: str, outcome: Outcome) -> Message:
         name = call.metadata.tool_name or "tool"
         meta = Metadata(tool_name=name, call_id=call.metadata.call_id, outcome=outcome)
-        return in_turn(self.root, Role.TOOL, Kind.TOOL_RESULT, content, parent_id=call.id, metadata=meta)
+        return in_turn(
+            self.root, Role.TOOL, Kind.TOOL_RESULT, content, parent_id=call.id, metadata=meta
+        )
 
     # -- posting ----------------------------------------------------------------------------------
 
@@ -374,22 +424,38 @@ class Turn(StepLoop[Message]):
             signed_by=call.signed_by,
         )
         return in_turn(
-            self.root, Role.ASSISTANT, Kind.TOOL_CALL, _call_summary(call.name, call.arguments), metadata=meta
+            self.root,
+            Role.ASSISTANT,
+            Kind.TOOL_CALL,
+            _call_summary(call.name, call.arguments),
+            metadata=meta,
         )
 
     def _answer_messages(self, response: LLMResponse, status: Status) -> list[Message]:
         out: list[Message] = []
-        # One thought message per signed block: each block goes back to the provider with its own signature.
+        # One thought message per signed block: each block goes back to the provider with its own
+        # signature.
         for block in response.thought_blocks:
             meta = Metadata(thought_signature=block.signature, signed_by=block.signed_by)
-            out.append(in_turn(self.root, Role.ASSISTANT, Kind.THOUGHT, block.text, status=status, metadata=meta))
+            out.append(
+                in_turn(
+                    self.root,
+                    Role.ASSISTANT,
+                    Kind.THOUGHT,
+                    block.text,
+                    status=status,
+                    metadata=meta,
+                )
+            )
         if response.text.strip():
             out.append(in_turn(self.root, Role.ASSISTANT, Kind.TEXT, response.text, status=status))
         return out
 
     async def _post_partial(self, response: LLMResponse) -> None:
         """Keep what the model streamed before the cut; its unfinished tool calls are dropped unrun."""
-        await self._post(_with_step_usage(self._answer_messages(response, Status.INTERRUPTED), response.usage))
+        await self._post(
+            _with_step_usage(self._answer_messages(response, Status.INTERRUPTED), response.usage)
+        )
 
     async def _post_system(self, text: str, usage: Usage | None = None) -> None:
         notice = in_turn(self.root, Role.SYSTEM, Kind.TEXT, text)
@@ -398,10 +464,12 @@ class Turn(StepLoop[Message]):
     async def _post(self, messages: list[Message]) -> list[Message]:
         if not messages:
             return []
-        # One timestamp per post, never behind the previous one: history sorts by (root_ts, ts, id), so
-        # the messages of a post stay in posting order even if the wall clock steps back.
+        # One timestamp per post, never behind the previous one: history sorts by (root_ts, ts, id),
+        # so the messages of a post stay in posting order even if the wall clock steps back.
         ts = self._last_ts = max(time.time(), self._last_ts + 1e-6)
-        return await self.rt.gateway.post_many([msgspec.structs.replace(m, ts=ts) for m in messages])
+        return await self.rt.gateway.post_many(
+            [msgspec.structs.replace(m, ts=ts) for m in messages]
+        )
 
     # -- context ----------------------------------------------------------------------------------
 
@@ -420,8 +488,14 @@ class Turn(StepLoop[Message]):
         for call in orphans:
             name = call.metadata.tool_name or "tool"
             meta = Metadata(tool_name=name, call_id=call.metadata.call_id, outcome=Outcome.LOST)
-            results.append(in_turn(call, Role.TOOL, Kind.TOOL_RESULT, LOST_RESULT, parent_id=call.id, metadata=meta))
-        log.warning("session %s: %d tool call(s) without results marked lost", self.session.id, len(results))
+            results.append(
+                in_turn(
+                    call, Role.TOOL, Kind.TOOL_RESULT, LOST_RESULT, parent_id=call.id, metadata=meta
+                )
+            )
+        log.warning(
+            "session %s: %d tool call(s) without results marked lost", self.session.id, len(results)
+        )
         await self.rt.gateway.post_many(results)
 
     def _over_limit(self, estimate: int) -> bool:
@@ -430,9 +504,12 @@ class Turn(StepLoop[Message]):
         if not policy.enabled:
             return False
         limit = policy.limit(self.llm)
-        if estimate <= limit or (estimate < self._compaction_retry_at and estimate <= policy.window(self.llm)):
+        if estimate <= limit or (
+            estimate < self._compaction_retry_at and estimate <= policy.window(self.llm)
+        ):
             return False
-        # Should this attempt find nothing old enough, the next is worth it only once the turn has grown.
+        # Should this attempt find nothing old enough, the next is worth it only once the turn has
+        # grown.
         self._compaction_retry_at = estimate + limit * COMPACTION_RETRY_GROWTH
         return True
 
@@ -441,7 +518,11 @@ class Turn(StepLoop[Message]):
         window = self.rt.compaction.window(self.llm)
         if estimate <= window:
             return None
-        why = "compaction could not make it smaller" if self.rt.compaction.enabled else "compaction is off"
+        why = (
+            "compaction could not make it smaller"
+            if self.rt.compaction.enabled
+            else "compaction is off"
+        )
         # The local model's window is the n_ctx it is loaded with: a larger one is set there.
         key = "[local] n_ctx" if self.llm.provider == "local" else "[compaction.context_windows]"
         return (
@@ -452,7 +533,9 @@ class Turn(StepLoop[Message]):
     async def _compact(self, reason: str, fixed: float, *, force: bool = False) -> bool:
         """Compact the session's view before the next request; True when a new view is in force."""
         self.history.sync()
-        active_ts = min(r.root_ts for r in self.roots)  # every message this turn answers stays verbatim
+        active_ts = min(
+            r.root_ts for r in self.roots
+        )  # every message this turn answers stays verbatim
         view = await self.compactor.compact(
             self.history.up_to(self.root),
             active_ts,
@@ -503,7 +586,9 @@ def _with_step_usage(messages: list[Message], usage: Usage) -> list[Message]:
     """
     if messages and usage.total_tokens:
         first = messages[0]
-        messages[0] = msgspec.structs.replace(first, metadata=msgspec.structs.replace(first.metadata, usage=usage))
+        messages[0] = msgspec.structs.replace(
+            first, metadata=msgspec.structs.replace(first.metadata, usage=usage)
+        )
     return messages
 
 

@@ -3,10 +3,10 @@
 Where it runs: ARCHITECTURE.md, "Task tree".
 
 The dispatcher hands the worker every new user message of its session. While a turn runs, a new
-message interrupts it (the model stream is cut; running tools finish) and the worker pivots: the next
-turn answers every message still waiting, rooted on the newest, so the turn's messages sort after all
-of them and the model sees the whole history. An idle worker returns after ``worker_idle_s``; the
-dispatcher starts a new one when the session speaks again.
+message interrupts it (the model stream is cut; running tools finish) and the worker pivots: the
+next turn answers every message still waiting, rooted on the newest, so the turn's messages sort
+after all of them and the model sees the whole history. An idle worker returns after
+``worker_idle_s``; the dispatcher starts a new one when the session speaks again.
 """
 
 from __future__ import annotations
@@ -70,7 +70,9 @@ class SessionWorker:
 
         A ``processing`` message (a turn a crash left open) queues without interrupting: it resumes.
         """
-        if message.id in self.pending or (self.turn is not None and message.id in {r.id for r in self.turn.roots}):
+        if message.id in self.pending or (
+            self.turn is not None and message.id in {r.id for r in self.turn.roots}
+        ):
             return
         self.pending[message.id] = message
         if self.turn is not None and message.status is Status.PENDING:
@@ -111,13 +113,14 @@ class SessionWorker:
             Exception: A bug in a turn; the dispatcher marks the turn failed and tells the user.
 
         Cancellation:
-            Cancelling (daemon shutdown) leaves the running turn ``processing``; it resumes at the next
-            start.
+            Cancelling (daemon shutdown) leaves the running turn ``processing``; it resumes at the
+            next start.
         """
-        # A session opened by another process (or whose folder was removed) may have no workspace yet:
-        # its tools run there, and a shell cannot start in a folder that does not exist. The common case
-        # (it exists) is one stat on the loop; a thread hop per session start would cost more, and under a
-        # test's autojump clock it lets virtual time jump ahead before the first turn starts.
+        # A session opened by another process (or whose folder was removed) may have no workspace
+        # yet: its tools run there, and a shell cannot start in a folder that does not exist. The
+        # common case (it exists) is one stat on the loop; a thread hop per session start would cost
+        # more, and under a test's autojump clock it lets virtual time jump ahead before the first
+        # turn starts.
         if not _is_dir(self.session.workspace):
             await trio.Path(self.session.workspace).mkdir(parents=True, exist_ok=True)
         task_status.started()
@@ -209,7 +212,11 @@ class SessionWorker:
             and last.status is Status.DONE
         }
         if answered:
-            log.info("session %s: %d resumed turn(s) had already been answered", self.session.id, len(answered))
+            log.info(
+                "session %s: %d resumed turn(s) had already been answered",
+                self.session.id,
+                len(answered),
+            )
             self.rt.gateway.store.set_status(answered, Status.DONE)
         return [r for r in roots if r.id not in answered]
 

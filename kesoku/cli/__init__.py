@@ -2,10 +2,10 @@
 
 Only the light set is imported here: every command lives in its own module and is loaded lazily by
 cyclopts (``app.command("module:function")``), so SDKs, discord and Pub/Sub are imported only by the
-code that uses them. The bare overview (``kesoku``, ``kesoku --help``, ``kesoku --version``) is printed
-without importing cyclopts and rich at all: they cost about 200 ms before the first line, several
-times the interpreter itself (bench/startup_bench.py). A test keeps that overview equal to the
-commands the cyclopts app knows.
+code that uses them. The bare overview (``kesoku``, ``kesoku --help``, ``kesoku --version``) is
+printed without importing cyclopts and rich at all: they cost about 200 ms before the first line,
+several times the interpreter itself (bench/startup_bench.py). A test keeps that overview equal to
+the commands the cyclopts app knows.
 """
 
 from __future__ import annotations
@@ -27,8 +27,16 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("service", "kesoku.cli.service_cmd:service_app", "Install and control the systemd service."),
     ("sessions", "", "List, show, fork, export (JSON lines) and clear sessions."),
     ("skills", "", "List the skills the agent can use, and the ones that fail to load."),
-    ("start", "kesoku.cli.start_cmd:start", "Run the daemon in the foreground (what systemd runs)."),
-    ("trace", "kesoku.cli.trace_cmd:trace", "Write a session's trajectory as an HTML page (works offline)."),
+    (
+        "start",
+        "kesoku.cli.start_cmd:start",
+        "Run the daemon in the foreground (what systemd runs).",
+    ),
+    (
+        "trace",
+        "kesoku.cli.trace_cmd:trace",
+        "Write a session's trajectory as an HTML page (works offline).",
+    ),
 )
 """(name, lazy import path, one-line help) of each top-level command; the sub-apps below."""
 _HELP_FLAGS = frozenset({"--help", "-h"})
@@ -50,7 +58,9 @@ def build_app() -> App:
         name="check",
         help="Validate a kesoku.toml; exit 2 with one line naming the problem.",
     )
-    config_app.command("kesoku.cli.config_cmd:schema", name="schema", help="Print the JSON Schema of kesoku.toml.")
+    config_app.command(
+        "kesoku.cli.config_cmd:schema", name="schema", help="Print the JSON Schema of kesoku.toml."
+    )
     app.command(config_app)
     skills_app = App(name="skills", help=dict((c[0], c[2]) for c in COMMANDS)["skills"])
     skills_app.command("kesoku.cli.skills_cmd:list_skills", name="list")

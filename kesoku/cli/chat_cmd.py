@@ -48,4 +48,6 @@ def chat(
     adapter = entry.load()
     if not isinstance(adapter, ChatAdapter):
         raise OperatorError(f"the terminal adapter ({entry.value}) has no chat(); reinstall kesoku")
-    raise SystemExit(adapter.chat(cfg, config_file=path, prompt=prompt, session_id=session, llm_name=llm))
+    raise SystemExit(
+        adapter.chat(cfg, config_file=path, prompt=prompt, session_id=session, llm_name=llm)
+    )

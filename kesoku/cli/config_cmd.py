@@ -36,7 +36,8 @@ def check(*, config: Annotated[Path | None, Parameter(name=["--config", "-c"])] 
 def schema() -> None:
     """Print the JSON Schema of kesoku.toml (for editors: ``#:schema`` in the first line of the file).
 
-    The committed copy lives in schema/kesoku.schema.json; regenerate it after changing kesoku/config/settings.py:
+    The committed copy lives in schema/kesoku.schema.json; regenerate it after changing
+    kesoku/config/settings.py:
 
         kesoku config schema > schema/kesoku.schema.json
     """

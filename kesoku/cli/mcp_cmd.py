@@ -41,7 +41,9 @@ def list_servers(
     path = config if config is not None else default_config_path()
     cfg = load_config(path)
     if not cfg.mcp.servers:
-        print("no MCP servers configured: add a [[mcp.servers]] table to kesoku.toml (name, transport, command or url)")
+        print(
+            "no MCP servers configured: add a [[mcp.servers]] table to kesoku.toml (name, transport, command or url)"
+        )
         return
     # Failures are in the table below; the log lines would say the same thing a second time.
     logging.getLogger("kesoku.mcp").addHandler(logging.NullHandler())
@@ -64,13 +66,17 @@ def _sandbox(cfg: Config, path: Path | None) -> Sandbox | None:
     return Sandbox.from_config(cfg, PathGates.from_config(cfg, config_file=path))
 
 
-async def probe(config: McpConfig, timeout_s: float, sandbox: Sandbox | None = None) -> list[ServerStatus]:
+async def probe(
+    config: McpConfig, timeout_s: float, sandbox: Sandbox | None = None
+) -> list[ServerStatus]:
     """Connect every enabled server once (concurrently), then stop them; their statuses."""
     import trio
 
     from kesoku.mcp.manager import McpManager
 
-    manager = McpManager(config, connect_timeout_s=timeout_s, startup_wait_s=timeout_s + 1.0, sandbox=sandbox)
+    manager = McpManager(
+        config, connect_timeout_s=timeout_s, startup_wait_s=timeout_s + 1.0, sandbox=sandbox
+    )
     async with trio.open_nursery() as nursery:
         await nursery.start(manager.serve)
         statuses = manager.statuses()
@@ -98,5 +104,8 @@ def render(status: ServerStatus) -> list[str]:
     lines.extend(f"  {name:<{width}}  {_cut(text)}".rstrip() for name, text in status.tools)
     for name, text, arguments in status.prompts:
         args = " ".join(arg if required else f"[{arg}]" for arg, required in arguments)
-        lines.append(f"  prompt: /mcp {status.name} {name} {args}".rstrip() + (f"  {_cut(text)}" if text else ""))
+        lines.append(
+            f"  prompt: /mcp {status.name} {name} {args}".rstrip()
+            + (f"  {_cut(text)}" if text else "")
+        )
     return lines

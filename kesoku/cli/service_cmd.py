@@ -16,7 +16,9 @@ from cyclopts import App, Parameter
 from kesoku.host import service as svc
 from kesoku.host.service import UNIT_NAME, Scope
 
-service_app = App(name="service", help="Install and control Kesoku as a systemd service (kesoku.service).")
+service_app = App(
+    name="service", help="Install and control Kesoku as a systemd service (kesoku.service)."
+)
 
 UserFlag = Annotated[
     bool,
@@ -38,10 +40,10 @@ def install_cmd(
 ) -> None:
     """Write kesoku.service, reload systemd and enable it for boot (without starting it).
 
-    The unit runs `kesoku start -c CONFIG` from CONFIG's folder with this Python, restarts always, and
-    allows 210 s to stop. It is sandboxed: read-only but for the database's folder, the sessions and
-    agent.project_dir (created now when missing), without capabilities; a system unit runs as the
-    user who ran sudo, never root. --dry-run shows every setting and why.
+    The unit runs `kesoku start -c CONFIG` from CONFIG's folder with this Python, restarts always,
+    and allows 210 s to stop. It is sandboxed: read-only but for the database's folder, the sessions
+    and agent.project_dir (created now when missing), without capabilities; a system unit runs as
+    the user who ran sudo, never root. --dry-run shows every setting and why.
 
     PATH, HTTP_PROXY, HTTPS_PROXY, GOOGLE_API_KEY, GOOGLE_CLOUD_PROJECT, GOOGLE_CLOUD_LOCATION,
     GOOGLE_GENAI_USE_VERTEXAI and DISCORD_TOKEN are copied from this shell when set. Secrets (every
@@ -64,11 +66,15 @@ def install_cmd(
             f"service install: {config} does not exist; give the daemon's config with -c PATH, or start from "
             "the commented reference kesoku.toml of the Kesoku repository (`kesoku config schema` lists every key)"
         )
-    cfg = load_config(config)  # a service that crash-loops on a config typo helps nobody: check it now
+    cfg = load_config(
+        config
+    )  # a service that crash-loops on a config typo helps nobody: check it now
     unit = svc.plan_unit(config, env, user=user, cfg=cfg)
     if not unit.namespaces:
         note = "its file system sandbox is off" if user else "no PrivateUsers="
-        print(f"# this machine refuses user namespaces: {note} (the unit says more)", file=sys.stderr)
+        print(
+            f"# this machine refuses user namespaces: {note} (the unit says more)", file=sys.stderr
+        )
     if dry_run:
         sys.stdout.write(unit.render())
         for folder in unit.paths.writable:
@@ -99,7 +105,9 @@ def uninstall_cmd(*, user: UserFlag = True) -> None:
 def _control(action: str, user: bool) -> None:
     code = svc.control(Scope(user), action)
     if code == 0:
-        print(f"{action} {UNIT_NAME}: done; `kesoku service status{'' if user else ' --system'}` shows it")
+        print(
+            f"{action} {UNIT_NAME}: done; `kesoku service status{'' if user else ' --system'}` shows it"
+        )
     raise SystemExit(code)
 
 

@@ -1,9 +1,9 @@
 """``kesoku sessions list | show | clear | fork | export``: the sessions in the database, from outside the chat.
 
-Every command that takes an ID accepts a unique prefix of it (at least 4 characters), as ``kesoku chat
---session`` does (:meth:`kesoku.store.Store.resolve_session`). These commands open the database
-directly; they are safe beside a running daemon (SQLite WAL), except ``clear`` of a session whose turn
-is running, which is refused.
+Every command that takes an ID accepts a unique prefix of it (at least 4 characters), as ``kesoku
+chat --session`` does (:meth:`kesoku.store.Store.resolve_session`). These commands open the database
+directly; they are safe beside a running daemon (SQLite WAL), except ``clear`` of a session whose
+turn is running, which is refused.
 """
 
 from __future__ import annotations
@@ -46,7 +46,9 @@ def open_store(config: Path | None) -> Iterator[tuple[Config, Store]]:
     cfg = load_config(config if config is not None else default_config_path())
     path = Path(cfg.workspace.db_path)
     if not path.exists():
-        raise OperatorError(f"no database at {path} (workspace.db_path): nothing has been stored yet")
+        raise OperatorError(
+            f"no database at {path} (workspace.db_path): nothing has been stored yet"
+        )
     store = Store(path)
     try:
         yield cfg, store
@@ -67,7 +69,9 @@ def find_session(store: Store, session_id: str) -> Session:
     except AmbiguousSessionError as exc:
         raise OperatorError(f"session {session_id}: {exc}") from None
     except UnknownSessionError as exc:
-        raise OperatorError(f"session {session_id}: {exc} (kesoku sessions list shows them)") from None
+        raise OperatorError(
+            f"session {session_id}: {exc} (kesoku sessions list shows them)"
+        ) from None
 
 
 def output_gates(cfg: Config, config: Path | None) -> PathGates:
@@ -109,7 +113,9 @@ def write_output(path: Path, data: bytes, gates: PathGates) -> None:
 
 
 def list_sessions(
-    *, adapter: Annotated[str | None, Parameter(name="--adapter")] = None, config: ConfigOption = None
+    *,
+    adapter: Annotated[str | None, Parameter(name="--adapter")] = None,
+    config: ConfigOption = None,
 ) -> None:
     """List the sessions, oldest first: id, creation time, adapter, turns, title (a fork names its parent).
 
@@ -128,7 +134,9 @@ def list_sessions(
             rows.append((s.id, _when(s.created_at), s.adapter, str(store.count_turns(s.id)), title))
         widths = [max(len(r[i]) for r in rows) for i in range(4)]
         for r in rows:
-            print(f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]:>{widths[3]}}  {r[4]}")
+            print(
+                f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]:>{widths[3]}}  {r[4]}"
+            )
 
 
 def show(
@@ -188,8 +196,12 @@ def clear(session_id: str, /, *, config: ConfigOption = None) -> None:
     with open_store(config) as (_, store):
         s = find_session(store, session_id)
         history = store.history(s.id)
-        if any(m.role is Role.USER and m.status in (Status.PENDING, Status.PROCESSING) for m in history):
-            raise OperatorError(f"session {s.id} has a turn running or queued: stop it first, then clear it")
+        if any(
+            m.role is Role.USER and m.status in (Status.PENDING, Status.PROCESSING) for m in history
+        ):
+            raise OperatorError(
+                f"session {s.id} has a turn running or queued: stop it first, then clear it"
+            )
         store.delete_session(s.id)
         shutil.rmtree(s.workspace, ignore_errors=True)
         print(f"deleted session {s.id} ({len(history)} messages and its workspace {s.workspace})")
@@ -209,7 +221,8 @@ def fork(
 
     Args:
         session_id: The session (id or unique prefix).
-        at: The id of the last message to copy (kesoku sessions show lists them). Default: all of them.
+        at: The id of the last message to copy (kesoku sessions show lists them). Default: all of
+            them.
         config: The TOML file. Default: $KESOKU_CONFIG, else ./kesoku.toml, else built-in defaults.
     """
     from kesoku.host.daemon import INTERACTIVE_ADAPTER
@@ -226,10 +239,14 @@ def fork(
                 at_message_id=at,
             )
         except UnknownSessionError as exc:
-            raise OperatorError(f"fork --at {at}: {exc} (kesoku sessions show {s.id} lists them)") from None
+            raise OperatorError(
+                f"fork --at {at}: {exc} (kesoku sessions show {s.id} lists them)"
+            ) from None
         Path(new.workspace).mkdir(parents=True, exist_ok=True)
         count = len(store.history(new.id))
-        print(f"forked {s.id} into {new.id} ({count} messages); continue it: kesoku chat --session {new.id}")
+        print(
+            f"forked {s.id} into {new.id} ({count} messages); continue it: kesoku chat --session {new.id}"
+        )
 
 
 def export(
@@ -254,7 +271,9 @@ def export(
         gates = output_gates(cfg, config)
         s = find_session(store, session_id)
         lines = [encode({"type": "session", **msgspec.to_builtins(s)})]
-        lines += [encode({"type": "message", **msgspec.to_builtins(m)}) for m in store.history(s.id)]
+        lines += [
+            encode({"type": "message", **msgspec.to_builtins(m)}) for m in store.history(s.id)
+        ]
     data = b"\n".join(lines) + b"\n"
     if output is None:
         sys.stdout.buffer.write(data)

@@ -20,9 +20,10 @@ def list_skills(
 ) -> None:
     """List the skills: name, source, platforms and description; broken ones as warnings on stderr.
 
-    Skills are read from workspace.skills_dir of kesoku.toml (default ./skills next to the file), then
-    from the skills bundled with Kesoku; a workspace skill hides a bundled one of the same name. A skill
-    is a folder holding SKILL.md (the public Agent Skills layout; scripts/ and references/ may sit beside):
+    Skills are read from workspace.skills_dir of kesoku.toml (default ./skills next to the file),
+    then from the skills bundled with Kesoku; a workspace skill hides a bundled one of the same
+    name. A skill is a folder holding SKILL.md (the public Agent Skills layout; scripts/ and
+    references/ may sit beside):
 
         ---
         name: my-skill   # what use_skill takes
@@ -31,8 +32,8 @@ def list_skills(
         ---
         The instructions, in Markdown.
 
-    A skill whose file cannot be read is skipped with one warning naming the file and line; the others
-    still load. Exit 0 even with warnings; 2 with one line when the config is bad.
+    A skill whose file cannot be read is skipped with one warning naming the file and line; the
+    others still load. Exit 0 even with warnings; 2 with one line when the config is bad.
 
     Args:
         config: The TOML file. Default: $KESOKU_CONFIG, else ./kesoku.toml, else built-in defaults.
@@ -44,7 +45,8 @@ def list_skills(
 
     path = config if config is not None else default_config_path()
     cfg = load_config(path)
-    # The warnings are printed below; without this, logging's last-resort handler would print them twice.
+    # The warnings are printed below; without this, logging's last-resort handler would print them
+    # twice.
     logging.getLogger("kesoku.tools.skill_library").addHandler(logging.NullHandler())
     library = SkillLibrary.from_config(cfg)
     skills, warnings = library.scan()
@@ -56,17 +58,23 @@ def list_skills(
         if wanted is None and not s.runs_on(HOST_PLATFORM):
             platforms += f" (not {HOST_PLATFORM})"
         text = (
-            s.description if len(s.description) <= DESCRIPTION_WIDTH else s.description[: DESCRIPTION_WIDTH - 1] + "…"
+            s.description
+            if len(s.description) <= DESCRIPTION_WIDTH
+            else s.description[: DESCRIPTION_WIDTH - 1] + "…"
         )
         rows.append((s.name, s.source, platforms, text))
     if shown:
         widths = [max(len(row[i]) for row in rows) for i in range(3)]
         for row in rows:
-            print(f"{row[0]:<{widths[0]}}  {row[1]:<{widths[1]}}  {row[2]:<{widths[2]}}  {row[3]}".rstrip())
+            print(
+                f"{row[0]:<{widths[0]}}  {row[1]:<{widths[1]}}  {row[2]:<{widths[2]}}  {row[3]}".rstrip()
+            )
     else:
         where = f" for {wanted}" if wanted else ""
         print(f"no skills{where}")
     dirs = ", ".join(f"{d} ({source})" for d, source in library.dirs)
-    print(f"\nread from: {dirs}\nadd a skill: {library.skills_dir or '<skills_dir>'}/<name>/SKILL.md")
+    print(
+        f"\nread from: {dirs}\nadd a skill: {library.skills_dir or '<skills_dir>'}/<name>/SKILL.md"
+    )
     for line in warnings:
         print(f"warning: {line}", file=sys.stderr)

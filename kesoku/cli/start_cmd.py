@@ -12,9 +12,9 @@ def start(*, config: Annotated[Path | None, Parameter(name=["--config", "-c"])] 
     """Run Kesoku in the foreground: the agent runtime and every enabled adapter (Discord, Google Chat).
 
     Logs one line per event on stderr (journald-friendly under systemd). SIGTERM or Ctrl-C stops
-    gracefully: model calls are cut, running tools may finish within agent.shutdown_grace_s (a second
-    signal kills them), and cut turns resume at the next start. SIGHUP re-reads the config, applies
-    what can change live (agent.persona, agent.max_steps_per_turn, agent.worker_idle_s,
+    gracefully: model calls are cut, running tools may finish within agent.shutdown_grace_s (a
+    second signal kills them), and cut turns resume at the next start. SIGHUP re-reads the config,
+    applies what can change live (agent.persona, agent.max_steps_per_turn, agent.worker_idle_s,
     agent.shutdown_grace_s) and names the keys that need a restart. Terminal sessions are left to
     `kesoku chat`.
 

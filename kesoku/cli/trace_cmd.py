@@ -22,13 +22,16 @@ def trace(
     /,
     *,
     turn: Annotated[int | None, Parameter(name=["--turn", "-t"])] = None,
-    output: Annotated[Path | None, Parameter(name=["--output", "-o"], allow_leading_hyphen=True)] = None,
+    output: Annotated[
+        Path | None, Parameter(name=["--output", "-o"], allow_leading_hyphen=True)
+    ] = None,
     config: ConfigOption = None,
 ) -> None:
     """Write the trajectory of a session as one HTML page that works offline.
 
-    The page shows the user's messages, each model call with its timing and token usage, thoughts, tool
-    calls with their arguments and results, interruptions, stops and compactions. Open it in any browser.
+    The page shows the user's messages, each model call with its timing and token usage, thoughts,
+    tool calls with their arguments and results, interruptions, stops and compactions. Open it in
+    any browser.
 
     Args:
         session: The session (id or unique prefix; kesoku sessions list shows them).

@@ -1,6 +1,7 @@
 """One-line config errors, with the file's line and "did you mean" for unknown keys.
 
-msgspec's "Expected `int`, got `str` - at `$.a.b[0]`" becomes "kesoku.toml:14: a.b[0]: expected int, got str".
+msgspec's "Expected `int`, got `str` - at `$.a.b[0]`" becomes "kesoku.toml:14: a.b[0]: expected int,
+got str".
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from typing import Annotated, Any, Literal, Union
 import msgspec
 
 # ---------------------------------------------------------------------------------------------------
-# Errors: msgspec's "Expected `int`, got `str` - at `$.a.b[0]`" → "file:line: a.b[0]: expected int, got str"
+# Errors: msgspec's "Expected `int`, got `str` - at `$.a.b[0]`" → "file:line: a.b[0]: expected int,
+# got str"
 
 Segment = str | int
 _MSGSPEC = re.compile(r"(?P<msg>.*?)(?: - at `\$(?P<path>[^`]*)`)?", re.S)
@@ -48,10 +50,14 @@ def explain(error: str, data: dict[str, Any], name: str, text: str, root: type) 
     elif field := re.fullmatch(r"Object missing required field `(.*)`", msg):
         path.append(field[1])
         choices = _choices(_type_at(path, data, root))
-        msg = "required key is missing" + (f" (one of {', '.join(map(repr, choices))})" if choices else "")
+        msg = "required key is missing" + (
+            f" (one of {', '.join(map(repr, choices))})" if choices else ""
+        )
     elif re.fullmatch(r"Invalid (enum )?value .*", msg):
         choices = _choices(_type_at(path, data, root))
-        expected = f"expected one of {', '.join(map(repr, choices))}" if choices else "invalid value"
+        expected = (
+            f"expected one of {', '.join(map(repr, choices))}" if choices else "invalid value"
+        )
         msg = f"{expected}, got {_value_at(path, data)!r}"
     elif msg.startswith("Expected "):
         # TOML words: a table, not an object; and no null, so "str | null" is just "str".
@@ -129,7 +135,11 @@ def _unwrap(tp: Any, value: Any) -> Any:
 
 
 def _tag(tp: Any) -> str | None:
-    tag = tp.__struct_config__.tag if isinstance(tp, type) and issubclass(tp, msgspec.Struct) else None
+    tag = (
+        tp.__struct_config__.tag
+        if isinstance(tp, type) and issubclass(tp, msgspec.Struct)
+        else None
+    )
     return tag if isinstance(tag, str) else None
 
 
@@ -164,7 +174,9 @@ def _format_path(path: list[Segment]) -> str:
         if isinstance(seg, int):
             out += f"[{seg}]"
         else:
-            key = seg if re.fullmatch(r"[A-Za-z0-9_-]+", seg) else '"' + seg.replace('"', '\\"') + '"'
+            key = (
+                seg if re.fullmatch(r"[A-Za-z0-9_-]+", seg) else '"' + seg.replace('"', '\\"') + '"'
+            )
             out += f".{key}" if out else key
     return out
 

@@ -44,53 +44,92 @@ class _Section(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=
 class WorkspaceConfig(_Section, frozen=True, kw_only=True):
     """Where Kesoku keeps its state. Relative paths are relative to the config file's folder."""
 
-    db_path: Annotated[str, _doc("SQLite database file (messages, sessions, cursors).")] = "kesoku.db"
-    skills_dir: Annotated[str, _doc("Folder of skills, one sub-folder with a SKILL.md each.")] = "skills"
-    sessions_dir: Annotated[str, _doc("Folder of per-session workspaces (sessions/<id>/).")] = "sessions"
-    readable_roots: Annotated[tuple[str, ...], _doc("Folders every tool may read besides the workspace.")] = ()
+    db_path: Annotated[str, _doc("SQLite database file (messages, sessions, cursors).")] = (
+        "kesoku.db"
+    )
+    skills_dir: Annotated[str, _doc("Folder of skills, one sub-folder with a SKILL.md each.")] = (
+        "skills"
+    )
+    sessions_dir: Annotated[str, _doc("Folder of per-session workspaces (sessions/<id>/).")] = (
+        "sessions"
+    )
+    readable_roots: Annotated[
+        tuple[str, ...], _doc("Folders every tool may read besides the workspace.")
+    ] = ()
     shareable_roots: Annotated[
-        tuple[str, ...], _doc("Folders [file: /abs/path] may send from besides the session workspace.")
+        tuple[str, ...],
+        _doc("Folders [file: /abs/path] may send from besides the session workspace."),
     ] = ()
 
 
 class AgentConfig(_Section, frozen=True, kw_only=True):
     """The agent loop: which model backend and how long a turn may run."""
 
-    # Unset: the backends pick one from the API keys present, and 'local' (offline) when there is none.
-    llm: Annotated[Backend | None, _doc("Model backend. Unset: by API keys present, else 'local'.")] = None
+    # Unset: the backends pick one from the API keys present, and 'local' (offline) when there is
+    # none.
+    llm: Annotated[
+        Backend | None, _doc("Model backend. Unset: by API keys present, else 'local'.")
+    ] = None
     persona: Annotated[str, _doc("Opening of the system prompt: who the agent is.")] = (
         "You are Kesoku, a helpful autonomous agent. Use your tools to act, check your work, "
         "and answer briefly and truthfully."
     )
-    max_steps_per_turn: Annotated[int, _doc("Model calls allowed in one turn before it stops.", gt=0)] = 50
+    max_steps_per_turn: Annotated[
+        int, _doc("Model calls allowed in one turn before it stops.", gt=0)
+    ] = 50
     max_identical_calls: Annotated[
-        int, _doc("Runs of one identical tool call returning the same in a turn; then refused. 0: off.", ge=0)
+        int,
+        _doc(
+            "Runs of one identical tool call returning the same in a turn; then refused. 0: off.",
+            ge=0,
+        ),
     ] = 2
-    fallback: Annotated[tuple[Backend, ...], _doc("Backends tried in order if the chosen one fails.")] = ()
+    fallback: Annotated[
+        tuple[Backend, ...], _doc("Backends tried in order if the chosen one fails.")
+    ] = ()
     project_dir: Annotated[
-        str | None, _doc("Working folder; its AGENTS.md/CLAUDE.md join the system prompt. Unset: the session's.")
+        str | None,
+        _doc(
+            "Working folder; its AGENTS.md/CLAUDE.md join the system prompt. Unset: the session's."
+        ),
     ] = None
-    worker_idle_s: Annotated[Seconds, _doc("An idle session worker is stopped after this long.")] = 600.0
+    worker_idle_s: Annotated[
+        Seconds, _doc("An idle session worker is stopped after this long.")
+    ] = 600.0
     max_retries: Annotated[
-        int, _doc("Retries of a model call after a rate limit, overload, 5xx or dropped connection.", ge=0)
+        int,
+        _doc(
+            "Retries of a model call after a rate limit, overload, 5xx or dropped connection.", ge=0
+        ),
     ] = 4
-    retry_cap_s: Annotated[Seconds, _doc("Longest backoff between two retries (jittered, doubling).")] = 30.0
-    shutdown_grace_s: Annotated[Seconds, _doc("On SIGTERM, how long running tools may take to finish.")] = 180.0
+    retry_cap_s: Annotated[
+        Seconds, _doc("Longest backoff between two retries (jittered, doubling).")
+    ] = 30.0
+    shutdown_grace_s: Annotated[
+        Seconds, _doc("On SIGTERM, how long running tools may take to finish.")
+    ] = 180.0
     question_timeout_s: Annotated[
-        Seconds, _doc("How long a question to the user (Allow / Deny) waits; no answer counts as Deny.")
+        Seconds,
+        _doc("How long a question to the user (Allow / Deny) waits; no answer counts as Deny."),
     ] = 300.0
 
     def __post_init__(self) -> None:
         for i, backend in enumerate(self.fallback):
             if backend == "scripted":
-                # A replayed script answering for a failed real model would look like a working agent.
-                raise _invalid(f"fallback[{i}]", "'scripted' replays a scenario and is never a fallback; remove it")
+                # A replayed script answering for a failed real model would look like a working
+                # agent.
+                raise _invalid(
+                    f"fallback[{i}]",
+                    "'scripted' replays a scenario and is never a fallback; remove it",
+                )
 
 
 class ScriptedConfig(_Section, frozen=True, kw_only=True):
     """The scripted backend: replays a YAML scenario of model steps (tests, demos, bug reports)."""
 
-    path: Annotated[str | None, _doc("Scenario file (YAML) replayed when a backend is 'scripted'.")] = None
+    path: Annotated[
+        str | None, _doc("Scenario file (YAML) replayed when a backend is 'scripted'.")
+    ] = None
 
 
 class GeminiConfig(_Section, frozen=True, kw_only=True):
@@ -98,28 +137,49 @@ class GeminiConfig(_Section, frozen=True, kw_only=True):
 
     model_name: Annotated[str, _doc("Gemini model id.")] = "gemini-2.5-flash"
     auth_mode: Annotated[AuthMode, _doc("Gemini API key, or Vertex AI (ADC).")] = "api_key"
-    api_key: Annotated[Secret | None, _doc("API key; else GEMINI_API_KEY, then GOOGLE_API_KEY.")] = None
-    project_id: Annotated[str | None, _doc("GCP project for vertex; else GOOGLE_CLOUD_PROJECT.")] = None
+    api_key: Annotated[
+        Secret | None, _doc("API key; else GEMINI_API_KEY, then GOOGLE_API_KEY.")
+    ] = None
+    project_id: Annotated[
+        str | None, _doc("GCP project for vertex; else GOOGLE_CLOUD_PROJECT.")
+    ] = None
     location: Annotated[str, _doc("Vertex AI region; else GOOGLE_CLOUD_LOCATION.")] = "us-central1"
-    # medium, not the seed sample's high: a chat daemon answers faster and cheaper; high is one key away.
-    thinking_level: Annotated[ThinkingLevel, _doc("Reasoning effort (a thinking budget).")] = "medium"
+    # medium, not the seed sample's high: a chat daemon answers faster and cheaper; high is one key
+    # away.
+    thinking_level: Annotated[ThinkingLevel, _doc("Reasoning effort (a thinking budget).")] = (
+        "medium"
+    )
     base_url: Annotated[str | None, _doc("Override of the API endpoint (proxies, tests).")] = None
-    context_caching_threshold: Annotated[int, _doc("Cache prompts from this many tokens.", gt=0)] = 4096
+    context_caching_threshold: Annotated[
+        int, _doc("Cache prompts from this many tokens.", gt=0)
+    ] = 4096
     timeout_s: Annotated[Seconds, _doc("Timeout of one request, and of a stalled stream.")] = 120.0
 
 
 class ClaudeConfig(_Section, frozen=True, kw_only=True):
     """Anthropic Claude: direct with an API key, or on Vertex AI."""
 
-    model_name: Annotated[str, _doc("Model id (Vertex AI may want a dated form).")] = "claude-sonnet-4-6"
-    auth_mode: Annotated[AuthMode | None, _doc("Unset: vertex if project_id and no api_key.")] = None
+    model_name: Annotated[str, _doc("Model id (Vertex AI may want a dated form).")] = (
+        "claude-sonnet-4-6"
+    )
+    auth_mode: Annotated[AuthMode | None, _doc("Unset: vertex if project_id and no api_key.")] = (
+        None
+    )
     api_key: Annotated[Secret | None, _doc("API key; else ANTHROPIC_API_KEY.")] = None
-    project_id: Annotated[str | None, _doc("GCP project for Vertex AI; else GOOGLE_CLOUD_PROJECT.")] = None
+    project_id: Annotated[
+        str | None, _doc("GCP project for Vertex AI; else GOOGLE_CLOUD_PROJECT.")
+    ] = None
     location: Annotated[str, _doc("Vertex AI region; else GOOGLE_CLOUD_LOCATION.")] = "us-east5"
-    thinking_level: Annotated[ThinkingLevel, _doc("Reasoning effort (a thinking budget).")] = "medium"
-    max_output_tokens: Annotated[int, _doc("Output tokens of one call, thinking included.", gt=0)] = 16384
+    thinking_level: Annotated[ThinkingLevel, _doc("Reasoning effort (a thinking budget).")] = (
+        "medium"
+    )
+    max_output_tokens: Annotated[
+        int, _doc("Output tokens of one call, thinking included.", gt=0)
+    ] = 16384
     base_url: Annotated[str | None, _doc("Override of the API endpoint (proxies, tests).")] = None
-    context_caching_threshold: Annotated[int, _doc("Cache prompts from this many tokens.", gt=0)] = 1024
+    context_caching_threshold: Annotated[
+        int, _doc("Cache prompts from this many tokens.", gt=0)
+    ] = 1024
     timeout_s: Annotated[Seconds, _doc("Timeout of one request, and of a stalled stream.")] = 120.0
 
     @property
@@ -142,7 +202,9 @@ class OpenAIConfig(_Section, frozen=True, kw_only=True):
 class LocalConfig(_Section, frozen=True, kw_only=True):
     """The offline model run by llama-cpp-python (extra: kesoku[local])."""
 
-    model_path: Annotated[str | None, _doc("GGUF file. Unset: the bundled SmolLM2-135M-Instruct.")] = None
+    model_path: Annotated[
+        str | None, _doc("GGUF file. Unset: the bundled SmolLM2-135M-Instruct.")
+    ] = None
     n_ctx: Annotated[
         int,
         _doc(
@@ -160,7 +222,9 @@ class DiscordChannel(_Section, frozen=True, kw_only=True):
 
     channels: Annotated[tuple[str, ...], _doc("Channel ids or names.", min_length=1)]
     llm: Annotated[Backend | None, _doc("Backend for these channels. Unset: agent.llm.")] = None
-    auto_thread: Annotated[bool, _doc("Open a thread per conversation; false answers in the channel.")] = True
+    auto_thread: Annotated[
+        bool, _doc("Open a thread per conversation; false answers in the channel.")
+    ] = True
 
 
 class DiscordConfig(_Section, frozen=True, kw_only=True):
@@ -178,11 +242,19 @@ class GChatConfig(_Section, frozen=True, kw_only=True):
 
     enabled: Annotated[bool, _doc("Run the Google Chat adapter.")] = False
     chatbot_id: Annotated[str, _doc("Adapter name stored with each session.")] = "gchat"
-    project_id: Annotated[str | None, _doc("GCP project of Pub/Sub; else GOOGLE_CLOUD_PROJECT.")] = None
-    subscription: Annotated[str | None, _doc("Pub/Sub subscription the Chat app publishes to.")] = None
+    project_id: Annotated[
+        str | None, _doc("GCP project of Pub/Sub; else GOOGLE_CLOUD_PROJECT.")
+    ] = None
+    subscription: Annotated[str | None, _doc("Pub/Sub subscription the Chat app publishes to.")] = (
+        None
+    )
     credentials_file: Annotated[str | None, _doc("Service-account key file.")] = None
-    impersonate_service_account: Annotated[str | None, _doc("Service account to impersonate.")] = None
-    reaction_emoji: Annotated[str | None, _doc("Emoji added to each incoming message (user ADC).")] = None
+    impersonate_service_account: Annotated[str | None, _doc("Service account to impersonate.")] = (
+        None
+    )
+    reaction_emoji: Annotated[
+        str | None, _doc("Emoji added to each incoming message (user ADC).")
+    ] = None
     llm: Annotated[Backend | None, _doc("Backend for Google Chat. Unset: agent.llm.")] = None
 
 
@@ -190,18 +262,22 @@ class ShellConfig(_Section, frozen=True, kw_only=True):
     """The shell tool and its command policy (regexes checked on every simple command)."""
 
     enabled: Annotated[bool, _doc("Offer the shell tool to the model.")] = True
-    use_shell: Annotated[bool, _doc("Run through /bin/sh (pipes, redirects) instead of argv.")] = True
-    mode: Annotated[Literal["allowlist", "blocklist"], _doc("Which pattern list applies.")] = "blocklist"
+    use_shell: Annotated[bool, _doc("Run through /bin/sh (pipes, redirects) instead of argv.")] = (
+        True
+    )
+    mode: Annotated[Literal["allowlist", "blocklist"], _doc("Which pattern list applies.")] = (
+        "blocklist"
+    )
     allowlist_patterns: Annotated[
         tuple[str, ...], _doc("Regexes (re.match from the program on) of allowed commands.")
     ] = (r"^(echo|ls|pwd|cat|git|uv|grep|find|python|sed|awk)(\s|$)",)
     blocklist_patterns: Annotated[
         tuple[str, ...], _doc("Regexes (re.match from the program on) of refused commands.")
-    ] = (
-        r"(\b|^)(rm|sudo|shutdown|reboot|mkfs|dd|chmod|chown)(\b|\s|$)",
-    )
+    ] = (r"(\b|^)(rm|sudo|shutdown|reboot|mkfs|dd|chmod|chown)(\b|\s|$)",)
     timeout_s: Annotated[Seconds, _doc("A command running longer is stopped.")] = 120.0
-    max_output_bytes: Annotated[int, _doc("Output kept per command (head and tail).", gt=0)] = 32_000
+    max_output_bytes: Annotated[int, _doc("Output kept per command (head and tail).", gt=0)] = (
+        32_000
+    )
 
     def __post_init__(self) -> None:
         for key in ("allowlist_patterns", "blocklist_patterns"):
@@ -215,7 +291,9 @@ class ShellConfig(_Section, frozen=True, kw_only=True):
 class RunCodeConfig(_Section, frozen=True, kw_only=True):
     """The run_code tool: a Python snippet run in a fresh temporary folder, in a subprocess."""
 
-    enabled: Annotated[bool, _doc("Offer run_code. It can do anything Python can: off by default.")] = False
+    enabled: Annotated[
+        bool, _doc("Offer run_code. It can do anything Python can: off by default.")
+    ] = False
     timeout_s: Annotated[Seconds, _doc("A snippet running longer is stopped.")] = 60.0
     max_output_bytes: Annotated[int, _doc("Output kept per run (head and tail).", gt=0)] = 32_000
 
@@ -228,12 +306,18 @@ class SandboxConfig(_Section, frozen=True, kw_only=True):
 
     mode: Annotated[
         SandboxMode,
-        _doc("auto: bubblewrap, else Landlock; bwrap or landlock: only that one; off: none (warned at start)."),
+        _doc(
+            "auto: bubblewrap, else Landlock; bwrap or landlock: only that one; off: none (warned at start)."
+        ),
     ] = "auto"
-    network: Annotated[bool, _doc("Let sandboxed processes reach the network (off: no network at all).")] = False
+    network: Annotated[
+        bool, _doc("Let sandboxed processes reach the network (off: no network at all).")
+    ] = False
     env: Annotated[
         tuple[Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], ...],
-        _doc("Environment variables passed to tools besides PATH, HOME, LANG, LC_*, TERM, TZ, USER …"),
+        _doc(
+            "Environment variables passed to tools besides PATH, HOME, LANG, LC_*, TERM, TZ, USER …"
+        ),
     ] = ()
 
 
@@ -241,7 +325,9 @@ class SubagentConfig(_Section, frozen=True, kw_only=True):
     """The subagent tool: a child turn loop with the parent's tools, for a self-contained task."""
 
     enabled: Annotated[bool, _doc("Offer the subagent tool.")] = True
-    max_steps: Annotated[int, _doc("Model calls a subagent may make before it must conclude.", gt=0)] = 20
+    max_steps: Annotated[
+        int, _doc("Model calls a subagent may make before it must conclude.", gt=0)
+    ] = 20
 
 
 class TurnLogsConfig(_Section, frozen=True, kw_only=True):
@@ -250,7 +336,11 @@ class TurnLogsConfig(_Section, frozen=True, kw_only=True):
     enabled: Annotated[bool, _doc("Write a turn log for every model call.")] = True
     max_mb_per_session: Annotated[
         float,
-        _doc("Megabytes of turn logs kept per session, oldest deleted first; 0 keeps all.", ge=0, le=1_000_000),
+        _doc(
+            "Megabytes of turn logs kept per session, oldest deleted first; 0 keeps all.",
+            ge=0,
+            le=1_000_000,
+        ),
     ] = 256
 
     @property
@@ -263,13 +353,23 @@ class CompactionConfig(_Section, frozen=True, kw_only=True):
     """Progressive compaction that keeps long sessions inside the context window."""
 
     enabled: Annotated[bool, _doc("Compact automatically (/compact works either way).")] = True
-    threshold: Annotated[float, _doc("Compact above this fraction of the context window.", gt=0, le=1)] = 0.85
-    context_windows: Annotated[dict[str, PositiveInt], _doc("Tokens per model name (overrides).")] = {}
+    threshold: Annotated[
+        float, _doc("Compact above this fraction of the context window.", gt=0, le=1)
+    ] = 0.85
+    context_windows: Annotated[
+        dict[str, PositiveInt], _doc("Tokens per model name (overrides).")
+    ] = {}
     thresholds: Annotated[
-        dict[str, Annotated[float, msgspec.Meta(gt=0, le=1)]], _doc("Per-model threshold (overrides).")
+        dict[str, Annotated[float, msgspec.Meta(gt=0, le=1)]],
+        _doc("Per-model threshold (overrides)."),
     ] = {}
     tool_result_share: Annotated[
-        float, _doc("Most of the context window one tool result may fill (tools' own caps still apply).", gt=0, le=1)
+        float,
+        _doc(
+            "Most of the context window one tool result may fill (tools' own caps still apply).",
+            gt=0,
+            le=1,
+        ),
     ] = 0.2
 
 
@@ -278,7 +378,9 @@ class ModelPrice(_Section, frozen=True, kw_only=True):
 
     input_usd_per_mtok: Annotated[float, _doc("Input tokens (not cached).", ge=0)]
     output_usd_per_mtok: Annotated[float, _doc("Output tokens, thinking included.", ge=0)]
-    cached_input_usd_per_mtok: Annotated[float | None, _doc("Cached input tokens. Unset: the input price.")] = None
+    cached_input_usd_per_mtok: Annotated[
+        float | None, _doc("Cached input tokens. Unset: the input price.")
+    ] = None
 
 
 class PricingConfig(_Section, frozen=True, kw_only=True):
@@ -303,9 +405,14 @@ class McpStdioServer(_McpServer, frozen=True, kw_only=True, tag="stdio"):
     command: Annotated[str, _doc("Program to run.", min_length=1)]
     args: Annotated[tuple[str, ...], _doc("Its arguments.")] = ()
     env: Annotated[dict[str, str], _doc("Extra environment variables.")] = {}
-    cwd: Annotated[str | None, _doc("Working directory, relative to the config file. Unset: Kesoku's.")] = None
+    cwd: Annotated[
+        str | None, _doc("Working directory, relative to the config file. Unset: Kesoku's.")
+    ] = None
     sandbox: Annotated[
-        bool, _doc("Run the server in the OS sandbox of [sandbox]; it may write only its cwd and a private /tmp.")
+        bool,
+        _doc(
+            "Run the server in the OS sandbox of [sandbox]; it may write only its cwd and a private /tmp."
+        ),
     ] = False
 
 
@@ -325,7 +432,9 @@ class McpConfig(_Section, frozen=True, kw_only=True):
         first: dict[str, int] = {}
         for i, server in enumerate(self.servers):
             if server.name in first:
-                problem = f"duplicate server name {server.name!r} (also servers[{first[server.name]}])"
+                problem = (
+                    f"duplicate server name {server.name!r} (also servers[{first[server.name]}])"
+                )
                 raise _invalid(f"servers[{i}].name", problem)
             first[server.name] = i
 
@@ -369,7 +478,10 @@ _ENV_FALLBACKS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("openai", "base_url", ("OPENAI_BASE_URL",)),
     ("discord", "bot_token", ("DISCORD_TOKEN",)),
     ("gchat", "credentials_file", ("GOOGLE_APPLICATION_CREDENTIALS",)),
-    *((section, "project_id", ("GOOGLE_CLOUD_PROJECT",)) for section in ("gemini", "claude", "gchat")),
+    *(
+        (section, "project_id", ("GOOGLE_CLOUD_PROJECT",))
+        for section in ("gemini", "claude", "gchat")
+    ),
     *((section, "location", ("GOOGLE_CLOUD_LOCATION",)) for section in ("gemini", "claude")),
 )
 
@@ -408,7 +520,9 @@ def default_config_path(env: Mapping[str, str] | None = None) -> Path | None:
     return local if local.is_file() else None
 
 
-def load_config(path: str | os.PathLike[str] | None = None, *, env: Mapping[str, str] | None = None) -> Config:
+def load_config(
+    path: str | os.PathLike[str] | None = None, *, env: Mapping[str, str] | None = None
+) -> Config:
     """Read, validate and complete a config file.
 
     Args:
@@ -437,7 +551,9 @@ def load_config(path: str | os.PathLike[str] | None = None, *, env: Mapping[str,
     try:
         cfg = msgspec.convert(data, Config)
     except msgspec.ValidationError as exc:
-        raise ConfigError(explain(str(exc), data, os.fspath(file or "kesoku.toml"), text, Config)) from None
+        raise ConfigError(
+            explain(str(exc), data, os.fspath(file or "kesoku.toml"), text, Config)
+        ) from None
     _check_scripted(cfg, os.fspath(file or "kesoku.toml"), text)
     return _apply_env(_resolve_paths(cfg, base), data, env)
 
@@ -448,9 +564,14 @@ def _check_scripted(cfg: Config, name: str, text: str) -> None:
     chosen += [(f"discord.channels[{i}].llm", c.llm) for i, c in enumerate(cfg.discord.channels)]
     for key, backend in chosen:
         if backend == "scripted" and cfg.scripted.path is None:
-            line = next((n for n, ln in enumerate(text.splitlines(), 1) if ln.strip().startswith("llm")), None)
+            line = next(
+                (n for n, ln in enumerate(text.splitlines(), 1) if ln.strip().startswith("llm")),
+                None,
+            )
             where = f"{name}:{line}" if line else name
-            raise ConfigError(f"{where}: scripted.path: required when {key} = 'scripted' (the scenario file to replay)")
+            raise ConfigError(
+                f"{where}: scripted.path: required when {key} = 'scripted' (the scenario file to replay)"
+            )
 
 
 def set_config(cfg: Config) -> None:
@@ -470,10 +591,13 @@ def get_config() -> Config:
         The Config passed to :func:`set_config`.
 
     Raises:
-        RuntimeError: Nothing was set yet (a test or entry point forgot ``set_config(load_config())``).
+        RuntimeError: Nothing was set yet (a test or entry point forgot
+            ``set_config(load_config())``).
     """
     if _current is None:
-        raise RuntimeError("no config loaded: call kesoku.config.settings.set_config(load_config(...)) at startup")
+        raise RuntimeError(
+            "no config loaded: call kesoku.config.settings.set_config(load_config(...)) at startup"
+        )
     return _current
 
 
@@ -489,7 +613,8 @@ def config_json_schema() -> dict[str, Any]:
     root = defs.pop("Config")
     root["title"] = "Kesoku configuration (kesoku.toml)"
     schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", **root, "$defs": defs}
-    # Round trip: plain JSON types (tuple defaults become lists), equal to what `config schema` prints.
+    # Round trip: plain JSON types (tuple defaults become lists), equal to what `config schema`
+    # prints.
     return typing.cast(dict[str, Any], msgspec.json.decode(msgspec.json.encode(schema)))
 
 
@@ -504,7 +629,9 @@ def _read_toml(file: Path) -> tuple[dict[str, Any], str]:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
-        raise ConfigError(f"{name}:{line}: not UTF-8 (byte 0x{raw[exc.start]:02x}); save as UTF-8") from None
+        raise ConfigError(
+            f"{name}:{line}: not UTF-8 (byte 0x{raw[exc.start]:02x}); save as UTF-8"
+        ) from None
     try:
         return tomllib.loads(text), text
     except tomllib.TOMLDecodeError as exc:
@@ -524,7 +651,9 @@ def _resolve_paths(cfg: Config, base: Path) -> Config:
             cfg = _replace(cfg, section, key, os.fspath(base / Path(value).expanduser()))
     for key in ("readable_roots", "shareable_roots"):
         roots = getattr(cfg.workspace, key)
-        cfg = _replace(cfg, "workspace", key, tuple(os.fspath(base / Path(r).expanduser()) for r in roots))
+        cfg = _replace(
+            cfg, "workspace", key, tuple(os.fspath(base / Path(r).expanduser()) for r in roots)
+        )
     servers = tuple(
         msgspec.structs.replace(s, cwd=os.fspath(base / Path(s.cwd).expanduser()))
         if isinstance(s, McpStdioServer) and s.cwd is not None

@@ -5,11 +5,12 @@ exactly like a first-party one. An entry point names an object (usually a module
 
 - ``enabled(config) -> bool``: whether the daemon runs it. Optional: without it, the adapter is
   enabled when the config section of the same name says ``enabled = true`` (``[discord] enabled``).
-- ``async serve(rt, config, *, task_status)``: run until cancelled, calling ``task_status.started()``
-  once connected. Stopping is cancelling; an exception is reported in one line and the daemon
-  starts the adapter again with backoff (1 s doubling to 60 s), except an ``OperatorError`` or an
-  ``ImportError``, which only the operator can fix. An adapter keeps each message its own failure
-  domain: one that cannot be handled is logged and told in one line, and the adapter goes on.
+- ``async serve(rt, config, *, task_status)``: run until cancelled, calling
+  ``task_status.started()`` once connected. Stopping is cancelling; an exception is reported in one
+  line and the daemon starts the adapter again with backoff (1 s doubling to 60 s), except an
+  ``OperatorError`` or an ``ImportError``, which only the operator can fix. An adapter keeps each
+  message its own failure domain: one that cannot be handled is logged and told in one line, and the
+  adapter goes on.
 
 The terminal adapter offers ``chat(config, ...)`` instead (see :class:`ChatAdapter`), which
 ``kesoku chat`` calls. The core never imports an adapter package by name: it asks the entry points.
@@ -43,7 +44,11 @@ class Adapter(Protocol):
     """A chat surface the daemon runs (a module or an object satisfies it structurally)."""
 
     async def serve(
-        self, rt: Runtime, config: Config, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+        self,
+        rt: Runtime,
+        config: Config,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Post user messages to ``rt.gateway`` and deliver replies until cancelled.
 
@@ -53,7 +58,8 @@ class Adapter(Protocol):
             task_status: ``started()`` once the adapter is connected and listening.
 
         Cancellation:
-            Cancelling is the only way to stop it; it must return promptly (no shield without a bound).
+            Cancelling is the only way to stop it; it must return promptly (no shield without a
+            bound).
         """
         ...
 
@@ -91,7 +97,8 @@ class AdapterEntry:
     """One registered adapter, not yet imported.
 
     Attributes:
-        name: The entry point's name (``discord``); also the config section the default ``enabled`` reads.
+        name: The entry point's name (``discord``); also the config section the default ``enabled``
+            reads.
         value: What it points at: ``module`` or ``module:attribute``.
     """
 
@@ -136,7 +143,9 @@ def find_adapter(name: str, entries: Sequence[AdapterEntry] | None = None) -> Ad
         if entry.name == name:
             return entry
     known = ", ".join(e.name for e in entries) or "none"
-    raise OperatorError(f"no adapter {name!r} is installed (entry points {GROUP}: {known}); reinstall kesoku")
+    raise OperatorError(
+        f"no adapter {name!r} is installed (entry points {GROUP}: {known}); reinstall kesoku"
+    )
 
 
 def section_enabled(name: str, config: Config) -> bool | None:
@@ -155,7 +164,8 @@ def is_enabled(entry: AdapterEntry, adapter: object, config: Config) -> bool:
         config: The loaded config.
 
     Returns:
-        The adapter's own ``enabled(config)`` when it has one, else its config section's ``enabled``.
+        The adapter's own ``enabled(config)`` when it has one, else its config section's
+        ``enabled``.
     """
     check = getattr(adapter, "enabled", None)
     if callable(check):

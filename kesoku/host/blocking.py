@@ -1,8 +1,9 @@
 """A trio Instrument that catches task steps holding the event loop too long (about 20 ms).
 
 Each step is timed twice: by the CPU time of the trio thread, which a busy machine does not inflate,
-and by the wall clock, which also sees blocking calls (a sleep, an fsync, a socket read). A step is a
-violation when its CPU time exceeds ``cpu_threshold_s`` or its wall time exceeds ``wall_threshold_s``.
+and by the wall clock, which also sees blocking calls (a sleep, an fsync, a socket read). A step is
+a violation when its CPU time exceeds ``cpu_threshold_s`` or its wall time exceeds
+``wall_threshold_s``.
 
 Three things are left out of the wall time, as no task's doing: garbage-collector pauses (they stop
 every thread alike); on Linux, the time the thread waited for a CPU while runnable (the run-queue
@@ -10,8 +11,8 @@ delay, ``/proc/thread-self/schedstat``, field 2: Documentation/scheduler/sched-s
 loaded disk's stalls. A watchdog thread looks at a step that runs long: time it finds the thread in
 uninterruptible disk sleep (state ``D`` in ``/proc/self/task/TID/stat``, proc(5)) is the disk's, and
 so is the whole wait of a step it never saw waiting elsewhere that read or wrote the disk (block
-operations or major page faults, ``getrusage(RUSAGE_THREAD)``, getrusage(2)): on a loaded machine the
-watchdog itself waits for a CPU, or for the GIL a page fault holds, and sees little. A step that
+operations or major page faults, ``getrusage(RUSAGE_THREAD)``, getrusage(2)): on a loaded machine
+the watchdog itself waits for a CPU, or for the GIL a page fault holds, and sees little. A step that
 slept, or waited on a socket or a lock (state ``S``), is blamed, and the report says where the
 watchdog saw it waiting; one that touched no disk is blamed even when the watchdog saw nothing.
 """
@@ -43,14 +44,17 @@ SAMPLE_S = 0.025
 class BlockingDetector(trio.abc.Instrument):
     """Records task steps over the thresholds in :attr:`violations` as ``(task name, cpu_s, wall_s)``.
 
-    ``wall_s`` leaves out garbage-collector pauses, the time spent waiting for a CPU and the time spent
-    in disk sleep. :attr:`where` holds, per violation, the innermost frames the watchdog saw the step
-    in (empty when it saw none).
+    ``wall_s`` leaves out garbage-collector pauses, the time spent waiting for a CPU and the time
+    spent in disk sleep. :attr:`where` holds, per violation, the innermost frames the watchdog saw
+    the step in (empty when it saw none).
 
-    Use it as ``trio.run(main, instruments=[detector])``; the test suite runs every trio test under one.
+    Use it as ``trio.run(main, instruments=[detector])``; the test suite runs every trio test under
+    one.
     """
 
-    def __init__(self, cpu_threshold_s: float = CPU_THRESHOLD_S, wall_threshold_s: float = WALL_THRESHOLD_S) -> None:
+    def __init__(
+        self, cpu_threshold_s: float = CPU_THRESHOLD_S, wall_threshold_s: float = WALL_THRESHOLD_S
+    ) -> None:
         self.cpu_threshold_s = cpu_threshold_s
         self.wall_threshold_s = wall_threshold_s
         self.violations: list[tuple[str, float, float]] = []
@@ -58,8 +62,8 @@ class BlockingDetector(trio.abc.Instrument):
         self._cpu = self._wall = self._waited = self._gc_s = 0.0
         self._gc_started = 0.0
         self._schedstat: int | None = None
-        # Shared with the watchdog: the start of the step in progress (0.0 between steps), and what it
-        # saw of that step. Plain attribute reads and rebinds are atomic under the GIL.
+        # Shared with the watchdog: the start of the step in progress (0.0 between steps), and what
+        # it saw of that step. Plain attribute reads and rebinds are atomic under the GIL.
         self._step_started = 0.0
         self._disk_s = 0.0
         self._io = 0
@@ -79,7 +83,9 @@ class BlockingDetector(trio.abc.Instrument):
         self._ident = threading.get_ident()
         self._stat_path = f"/proc/self/task/{threading.get_native_id()}/stat"
         self._stop.clear()
-        self._watchdog = threading.Thread(target=self._watch, name="kesoku-blocking-watchdog", daemon=True)
+        self._watchdog = threading.Thread(
+            target=self._watch, name="kesoku-blocking-watchdog", daemon=True
+        )
         self._watchdog.start()
 
     def after_run(self) -> None:
@@ -114,27 +120,31 @@ class BlockingDetector(trio.abc.Instrument):
             started, now = self._step_started, time.perf_counter()
             if not started or now - started < SAMPLE_S:
                 continue
-            # A loaded machine wakes the watchdog late: a sample in state D stands for the time since
-            # the previous sample of the same step.
+            # A loaded machine wakes the watchdog late: a sample in state D stands for the time
+            # since the previous sample of the same step.
             since, last = max(last, started), now
             state = self.thread_state()
             if self._step_started != started:
                 continue  # that step ended while we looked
             if state == "D":
                 self._disk_s += now - since
-            elif state != "R" and not self._seen_at:  # R: running, or waiting for a CPU (not blamed)
+            elif (
+                state != "R" and not self._seen_at
+            ):  # R: running, or waiting for a CPU (not blamed)
                 self._seen_at = "?"  # blamed, even where the stack cannot be read
                 frame = sys._current_frames().get(self._ident)
                 if frame is not None:
                     top = traceback.extract_stack(frame)[-3:]
-                    self._seen_at = " < ".join(f"{f.name} ({f.filename}:{f.lineno})" for f in reversed(top))
+                    self._seen_at = " < ".join(
+                        f"{f.name} ({f.filename}:{f.lineno})" for f in reversed(top)
+                    )
 
     def _run_queue_delay(self) -> float:
         """Seconds the trio thread has spent runnable but waiting for a CPU, since it started."""
         if self._schedstat is None:
             return 0.0
-        # "<ns on a CPU> <ns waiting on a run queue> <time slices>". The first lags behind the running
-        # thread until the next tick, so CPU time comes from time.thread_time instead.
+        # "<ns on a CPU> <ns waiting on a run queue> <time slices>". The first lags behind the
+        # running thread until the next tick, so CPU time comes from time.thread_time instead.
         return int(os.pread(self._schedstat, 96, 0).split()[1]) / 1e9
 
     def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
@@ -158,7 +168,9 @@ class BlockingDetector(trio.abc.Instrument):
         self._step_started = 0.0
         wall = time.perf_counter() - self._wall - self._gc_s
         cpu = time.thread_time() - self._cpu - self._gc_s
-        if wall > self.wall_threshold_s:  # only then are the run-queue delay and disk sleep worth a look
+        if (
+            wall > self.wall_threshold_s
+        ):  # only then are the run-queue delay and disk sleep worth a look
             wall -= self._run_queue_delay() - self._waited + self._disk_s
             if not self._seen_at and (self._disk_s or self.disk_io() > self._io):
                 # Seen only in disk sleep or on a CPU, or not seen at all while it read or wrote the
@@ -172,6 +184,7 @@ class BlockingDetector(trio.abc.Instrument):
         """One line per violation, with where the step was seen waiting when it was."""
         return "; ".join(
             f"{name} held the event loop for {cpu * 1000:.1f} ms CPU, {wall * 1000:.1f} ms wall"
-            " (not counting time spent waiting for a CPU or the disk)" + (f", seen in {where}" if where else "")
+            " (not counting time spent waiting for a CPU or the disk)"
+            + (f", seen in {where}" if where else "")
             for (name, cpu, wall), where in zip(self.violations, self.where, strict=True)
         )

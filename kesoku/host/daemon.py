@@ -3,19 +3,20 @@
 Task tree under ``trio.run``::
 
     root nursery ─┬─ signal watcher: SIGTERM/SIGINT → graceful stop; SIGHUP → reload kesoku.toml
-                  ├─ runtime scope ── Runtime.serve (turn logs, dispatcher → workers) + turn-metrics log
-                  └─ adapters scope ── one task per enabled adapter (each failure reported,
+                  ├─ runtime scope ── Runtime.serve (turn logs, dispatcher → workers) + turn-metrics
+                  log └─ adapters scope ── one task per enabled adapter (each failure reported,
                                        the adapter restarted with backoff; others go on)
 
-Graceful stop: the runtime scope is cancelled first, which cuts model streams at once; a running tool
-batch is shielded and finishes (its results are posted). If tools still run after
+Graceful stop: the runtime scope is cancelled first, which cuts model streams at once; a running
+tool batch is shielded and finishes (its results are posted). If tools still run after
 ``agent.shutdown_grace_s`` (or at a second SIGTERM/SIGINT) they are killed (outcome ``killed``, the
-result naming the shutdown as the reason). Adapters are cancelled last, so they can still deliver what
-the finishing tools produced. Turns cut this way stay ``processing`` and resume at the next start
-(ARCHITECTURE.md, "Task tree"): the model then sees which tools the shutdown killed.
+result naming the shutdown as the reason). Adapters are cancelled last, so they can still deliver
+what the finishing tools produced. Turns cut this way stay ``processing`` and resume at the next
+start (ARCHITECTURE.md, "Task tree"): the model then sees which tools the shutdown killed.
 
-Logging is one line per event on stderr: under journald (``$JOURNAL_STREAM``) each line starts with a
-syslog priority (``<4>``) so ``journalctl -p warning`` filters it, and without a terminal there is no ANSI.
+Logging is one line per event on stderr: under journald (``$JOURNAL_STREAM``) each line starts with
+a syslog priority (``<4>``) so ``journalctl -p warning`` filters it, and without a terminal there is
+no ANSI.
 
 The module also holds what ``kesoku chat`` shares with the daemon: :func:`build_runtime`, which also
 decides which sessions a process answers (a daemon and a chat on one database must not both answer).
@@ -65,17 +66,44 @@ RESTART_RESET_S = 120.0
 """An adapter that ran this long before failing starts again after :data:`RESTART_MIN_S`."""
 SESSION_CACHE_SIZE = 4096
 """Sessions whose owner (adapter) the daemon remembers, to route user messages without a query each."""
-LIVE_KEYS = ("agent.persona", "agent.max_steps_per_turn", "agent.worker_idle_s", "agent.shutdown_grace_s")
+LIVE_KEYS = (
+    "agent.persona",
+    "agent.max_steps_per_turn",
+    "agent.worker_idle_s",
+    "agent.shutdown_grace_s",
+)
 """Keys a SIGHUP applies to the running daemon; every other change needs a restart."""
 # Chatty libraries log every HTTP request at INFO: one line per event means ours, not theirs.
-_QUIET_LOGGERS = ("httpx", "httpx2", "httpcore", "httpcore2", "hpack", "google_genai", "anthropic", "openai")
+_QUIET_LOGGERS = (
+    "httpx",
+    "httpx2",
+    "httpcore",
+    "httpcore2",
+    "hpack",
+    "google_genai",
+    "anthropic",
+    "openai",
+)
 _EXTRAS = ("discord", "gchat")
 """First-party adapters whose dependencies come with the extra of the same name."""
-_SYSLOG_PRIORITY = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3, logging.CRITICAL: 2}
-_COLORS = {logging.DEBUG: "2", logging.INFO: "36", logging.WARNING: "33", logging.ERROR: "31", logging.CRITICAL: "1;31"}
+_SYSLOG_PRIORITY = {
+    logging.DEBUG: 7,
+    logging.INFO: 6,
+    logging.WARNING: 4,
+    logging.ERROR: 3,
+    logging.CRITICAL: 2,
+}
+_COLORS = {
+    logging.DEBUG: "2",
+    logging.INFO: "36",
+    logging.WARNING: "33",
+    logging.ERROR: "31",
+    logging.CRITICAL: "1;31",
+}
 
 
-# -- the runtime of a process -----------------------------------------------------------------------
+# -- the runtime of a process
+# -----------------------------------------------------------------------
 
 
 def runtime_gates(
@@ -115,15 +143,16 @@ def default_tools(
 
     The file tools (read, write, edit, list, glob, grep: always, through the path gates), the shell
     tool (``[shell] enabled``), run_code (``[run_code] enabled``) and the skill tools (list_skills,
-    use_skill). MCP servers' tools come and go: the runtime asks its tool source (kesoku.mcp) at every
-    step. The subagent tool is the runtime's own. The shell and run_code are left out where no OS
-    sandbox works (``[sandbox] mode`` not ``off``), unless the sandbox asks the user instead (the
+    use_skill). MCP servers' tools come and go: the runtime asks its tool source (kesoku.mcp) at
+    every step. The subagent tool is the runtime's own. The shell and run_code are left out where no
+    OS sandbox works (``[sandbox] mode`` not ``off``), unless the sandbox asks the user instead (the
     terminal).
 
     Args:
         config: The loaded config.
         config_file: The file it came from: the tools may not read it (it can hold keys).
-        skills: The skills library; None: the one of ``workspace.skills_dir`` and the bundled skills.
+        skills: The skills library; None: the one of ``workspace.skills_dir`` and the bundled
+            skills.
         gates: The process's path gates; None: the sandbox's, else :func:`runtime_gates` of the
             arguments above.
         sandbox: What confines tool processes; None: ``[sandbox]`` over these gates, refusing to run
@@ -136,7 +165,11 @@ def default_tools(
 
     skills = skills if skills is not None else SkillLibrary.from_config(config)
     if gates is None:
-        gates = sandbox.gates if sandbox is not None else runtime_gates(config, config_file=config_file, skills=skills)
+        gates = (
+            sandbox.gates
+            if sandbox is not None
+            else runtime_gates(config, config_file=config_file, skills=skills)
+        )
     sandbox = sandbox if sandbox is not None else Sandbox.from_config(config, gates)
     max_bytes = config.shell.max_output_bytes
     tools = list(file_tools(gates, max_output_bytes=max_bytes))
@@ -148,7 +181,9 @@ def default_tools(
     if config.run_code.enabled and runs_processes:
         from kesoku.tools.run_code import run_code_tool
 
-        tools.append(run_code_tool(config.run_code, sandbox, ask_always=config.shell.mode == "allowlist"))
+        tools.append(
+            run_code_tool(config.run_code, sandbox, ask_always=config.shell.mode == "allowlist")
+        )
     tools.extend(skill_tools(skills, max_output_bytes=max_bytes))
     return tuple(tools)
 
@@ -211,15 +246,20 @@ def build_runtime(
     # Secrets are masked at the gateway: the store, turn logs, traces and the model see them masked.
     gateway = Gateway(store, config.workspace.sessions_dir, redactor=Redactor.from_config(config))
     skills = SkillLibrary.from_config(config)
-    skills.scan()  # parse once now: each turn then only checks the files for changes (~15 µs a skill)
+    # parse once now: each turn then only checks the files for changes (~15 µs a skill)
+    skills.scan()
     gates = runtime_gates(config, config_file=config_file, skills=skills)
     sandbox = Sandbox.from_config(config, gates, ask_unsandboxed=interactive)
     tools = default_tools(config, skills=skills, gates=gates, sandbox=sandbox)
     sources: list[ToolSource] = []
     if any(server.enabled for server in config.mcp.servers):
-        from kesoku.mcp.manager import McpManager  # light: the mcp SDK loads in a thread at the first connection
+        from kesoku.mcp.manager import (
+            McpManager,
+        )  # light: the mcp SDK loads in a thread at the first connection
 
-        sources.append(McpManager(config.mcp, max_output_bytes=config.shell.max_output_bytes, sandbox=sandbox))
+        sources.append(
+            McpManager(config.mcp, max_output_bytes=config.shell.max_output_bytes, sandbox=sandbox)
+        )
     rt = Runtime.from_config(
         config,
         gateway,
@@ -282,7 +322,9 @@ class LineFormatter(logging.Formatter):
         return f"{stamp} {level} {name}: {text}"
 
 
-def configure_logging(stream: TextIO | None = None, *, level: int = logging.INFO) -> logging.Handler:
+def configure_logging(
+    stream: TextIO | None = None, *, level: int = logging.INFO
+) -> logging.Handler:
     """Send the log to ``stream`` (stderr), one line per event, styled for where it goes.
 
     Args:
@@ -337,7 +379,13 @@ def run(config_path: Path | None) -> int:
     try:
         rt = build_runtime(config, store, config_file=path, serves=daemon_serves(store))
         where = f"config {path.resolve()}" if path is not None else "no config file (defaults)"
-        log.info("kesoku %s starting: pid %d, %s, db %s", __version__, os.getpid(), where, config.workspace.db_path)
+        log.info(
+            "kesoku %s starting: pid %d, %s, db %s",
+            __version__,
+            os.getpid(),
+            where,
+            config.workspace.db_path,
+        )
         log_sandbox(rt.sandbox, config)
         daemon = Daemon(rt, config, path)
         try:
@@ -384,9 +432,11 @@ def log_sandbox(sandbox: Sandbox | None, config: Config) -> None:
     if probe.mechanism in ("bwrap", "landlock"):
         log.info("%s", sandbox.describe())
     elif probe.mechanism == "off":
-        log.warning("%s; set [sandbox] mode = \"auto\" to confine them", sandbox.describe())
+        log.warning('%s; set [sandbox] mode = "auto" to confine them', sandbox.describe())
     elif config.shell.enabled or config.run_code.enabled:
-        log.warning("%s: the shell and run_code are not offered to chat sessions", sandbox.describe())
+        log.warning(
+            "%s: the shell and run_code are not offered to chat sessions", sandbox.describe()
+        )
 
 
 class Backoff:
@@ -425,7 +475,12 @@ class Daemon:
     """
 
     def __init__(
-        self, rt: Runtime, config: Config, config_path: Path | None, *, entries: list[AdapterEntry] | None = None
+        self,
+        rt: Runtime,
+        config: Config,
+        config_path: Path | None,
+        *,
+        entries: list[AdapterEntry] | None = None,
     ) -> None:
         self.rt = rt
         self.config = config
@@ -442,7 +497,8 @@ class Daemon:
             0.
 
         Cancellation:
-            Cancelling from outside skips the grace period: tool batches still finish (they are shielded).
+            Cancelling from outside skips the grace period: tool batches still finish (they are
+            shielded).
         """
         from kesoku.host.adapters import adapter_entries
 
@@ -476,7 +532,9 @@ class Daemon:
             How many turns were running.
         """
         reason = f"Kesoku shut down ({why}); the turn resumes after the restart"
-        return sum(worker.kill_tools(reason) for worker in list(self.rt.dispatcher.workers.values()))
+        return sum(
+            worker.kill_tools(reason) for worker in list(self.rt.dispatcher.workers.values())
+        )
 
     async def _wait_for_tools(self) -> None:
         grace_s = self.config.agent.shutdown_grace_s
@@ -484,17 +542,23 @@ class Daemon:
             await self.runtime_done.wait()
         if self.runtime_done.is_set():
             return
-        log.warning("tools still running after %g s (agent.shutdown_grace_s): killing them", grace_s)
+        log.warning(
+            "tools still running after %g s (agent.shutdown_grace_s): killing them", grace_s
+        )
         self.kill_tools(f"agent.shutdown_grace_s = {grace_s:g} s ran out")
         with trio.move_on_after(KILL_WAIT_S):
             await self.runtime_done.wait()
         if not self.runtime_done.is_set():
-            log.error("a tool ignores cancellation; waiting for it (systemd's TimeoutStopSec bounds this)")
+            log.error(
+                "a tool ignores cancellation; waiting for it (systemd's TimeoutStopSec bounds this)"
+            )
             await self.runtime_done.wait()
 
     # -- tasks ------------------------------------------------------------------------------------
 
-    async def _watch_signals(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def _watch_signals(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
             task_status.started()
             async for signum in signals:
@@ -504,7 +568,12 @@ class Daemon:
                 elif not self.stopping.is_set():
                     running = sum(w.turn is not None for w in self.rt.dispatcher.workers.values())
                     grace_s = self.config.agent.shutdown_grace_s
-                    log.info("%s: stopping; %d running turn(s) get up to %g s for their tools", name, running, grace_s)
+                    log.info(
+                        "%s: stopping; %d running turn(s) get up to %g s for their tools",
+                        name,
+                        running,
+                        grace_s,
+                    )
                     self.request_stop()
                 else:
                     log.warning("%s again: killing running tools now", name)
@@ -521,7 +590,9 @@ class Daemon:
         finally:
             self.runtime_done.set()
 
-    async def _log_turns(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def _log_turns(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         from kesoku.vocab.events import TurnEnded
 
         store = self.rt.gateway.store
@@ -549,12 +620,22 @@ class Daemon:
         try:
             adapter = entry.load()
         except Exception as exc:  # an ImportError, or any error of the module's own import
-            log.error("adapter %s: cannot load %s: %s%s", entry.name, entry.value, _describe(exc), _hint(entry, exc))
+            log.error(
+                "adapter %s: cannot load %s: %s%s",
+                entry.name,
+                entry.value,
+                _describe(exc),
+                _hint(entry, exc),
+            )
             return
         if not is_enabled(entry, adapter, self.config):
             return
         if not isinstance(adapter, Adapter):
-            log.error("adapter %s: enabled, but %s has no serve() (not built yet); skipped", entry.name, entry.value)
+            log.error(
+                "adapter %s: enabled, but %s has no serve() (not built yet); skipped",
+                entry.name,
+                entry.value,
+            )
             return
         backoff = Backoff()
         while True:

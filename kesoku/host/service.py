@@ -5,10 +5,10 @@ The unit runs ``<python> -m kesoku start -c <config>`` from the config's folder,
 (180 s by default), so running tools finish before systemd would kill them. ``KillMode=mixed`` sends
 SIGTERM to the daemon only, not to the tools' processes, for the same reason.
 
-The unit is sandboxed (:mod:`kesoku.host.service_sandbox`): read-only but for the database's folder, the
-sessions and the project folder, which ``install`` creates when missing; no capabilities; a system
-call allow list; settings that would break the tools' own sandbox (bubblewrap, Landlock) left out.
-A system unit runs as the user who ran ``sudo`` (``User=``), never as root.
+The unit is sandboxed (:mod:`kesoku.host.service_sandbox`): read-only but for the database's folder,
+the sessions and the project folder, which ``install`` creates when missing; no capabilities; a
+system call allow list; settings that would break the tools' own sandbox (bubblewrap, Landlock) left
+out. A system unit runs as the user who ran ``sudo`` (``User=``), never as root.
 
 Secrets never land in the unit, which is world-readable: every ``-e`` value and every inherited
 variable whose name holds KEY, TOKEN, SECRET or PASSWORD (and a proxy URL with a password) go to an
@@ -154,9 +154,11 @@ class Unit:
         lines += [
             "Restart=always",
             f"RestartSec={RESTART_S}",
-            # Above agent.shutdown_grace_s (180 s): running tools finish before systemd kills anything.
+            # Above agent.shutdown_grace_s (180 s): running tools finish before systemd kills
+            # anything.
             f"TimeoutStopSec={STOP_TIMEOUT_S}",
-            # SIGTERM to the daemon alone: it lets running tools finish; the rest get SIGKILL at the timeout.
+            # SIGTERM to the daemon alone: it lets running tools finish; the rest get SIGKILL at the
+            # timeout.
             "KillMode=mixed",
             f"LimitNOFILE={OPEN_FILES}",
             "SyslogIdentifier=kesoku",
@@ -207,7 +209,9 @@ def plan_unit(
     env = os.environ if env is None else env
     path = Path(config).expanduser().absolute()
     if not path.is_file():
-        raise ServiceError(f"{path}: no such config file (-c); `kesoku config check -c FILE` validates one")
+        raise ServiceError(
+            f"{path}: no such config file (-c); `kesoku config check -c FILE` validates one"
+        )
     public: dict[str, str] = {}
     secret: dict[str, str] = {}
     for key in INHERITED_ENV:
@@ -217,9 +221,13 @@ def plan_unit(
     for item in extra_env:
         key, sep, value = item.partition("=")
         if not sep or not _NAME.fullmatch(key):
-            raise ServiceError(f"-e {item!r}: expected KEY=VALUE with KEY made of letters, digits and _")
+            raise ServiceError(
+                f"-e {item!r}: expected KEY=VALUE with KEY made of letters, digits and _"
+            )
         public.pop(key, None)
-        secret[key] = value  # an -e value may be anything: it never goes into the world-readable unit
+        secret[key] = (
+            value  # an -e value may be anything: it never goes into the world-readable unit
+        )
     scope = Scope(user)
     run_as = None
     if not user:
@@ -259,7 +267,8 @@ def is_secret(name: str, value: str) -> bool:
         return False
 
 
-# -- writing and systemctl --------------------------------------------------------------------------
+# -- writing and systemctl
+# --------------------------------------------------------------------------
 
 
 def install(unit: Unit, env: Mapping[str, str] | None = None) -> None:
@@ -269,7 +278,8 @@ def install(unit: Unit, env: Mapping[str, str] | None = None) -> None:
     since the sandbox can make writable only what exists.
 
     Raises:
-        ServiceError: systemd is unreachable, a file or folder cannot be written, or systemctl fails.
+        ServiceError: systemd is unreachable, a file or folder cannot be written, or systemctl
+            fails.
     """
     systemctl = require_systemd(unit.scope, env)
     try:
@@ -281,7 +291,9 @@ def install(unit: Unit, env: Mapping[str, str] | None = None) -> None:
         unit.unit_path.parent.mkdir(parents=True, exist_ok=True)
         unit.unit_path.write_text(unit.render(), encoding="utf-8")
     except OSError as exc:
-        raise ServiceError(f"cannot write {exc.filename}: {exc.strerror}{_sudo_hint(unit.scope)}") from None
+        raise ServiceError(
+            f"cannot write {exc.filename}: {exc.strerror}{_sudo_hint(unit.scope)}"
+        ) from None
     except KeyError:
         raise ServiceError(f"User={unit.run_as}: no such user here (SUDO_USER names it)") from None
     _call(systemctl, unit.scope, "daemon-reload")
@@ -295,21 +307,25 @@ def uninstall(scope: Scope, env: Mapping[str, str] | None = None) -> Path:
         The removed unit file.
 
     Raises:
-        ServiceError: systemd is unreachable, the unit is not installed, or a file cannot be removed.
+        ServiceError: systemd is unreachable, the unit is not installed, or a file cannot be
+            removed.
     """
     env = os.environ if env is None else env
     systemctl = require_systemd(scope, env)
     path = scope.unit_path(env)
     if not path.exists():
         raise ServiceError(f"{UNIT_NAME} is not installed ({path} does not exist)")
-    # Either may fail harmlessly (already stopped, already disabled); the removal below is what counts.
+    # Either may fail harmlessly (already stopped, already disabled); the removal below is what
+    # counts.
     _call(systemctl, scope, "stop", UNIT_NAME, check=False)
     _call(systemctl, scope, "disable", UNIT_NAME, check=False)
     try:
         path.unlink()
         scope.env_file_path(env).unlink(missing_ok=True)
     except OSError as exc:
-        raise ServiceError(f"cannot remove {exc.filename}: {exc.strerror}{_sudo_hint(scope)}") from None
+        raise ServiceError(
+            f"cannot remove {exc.filename}: {exc.strerror}{_sudo_hint(scope)}"
+        ) from None
     _call(systemctl, scope, "daemon-reload")
     return path
 
@@ -336,7 +352,9 @@ def status_command(scope: Scope, env: Mapping[str, str] | None = None) -> list[s
     return [require_systemd(scope, env), *scope.flags, "status", UNIT_NAME]
 
 
-def logs_command(scope: Scope, *, follow: bool, lines: int, env: Mapping[str, str] | None = None) -> list[str]:
+def logs_command(
+    scope: Scope, *, follow: bool, lines: int, env: Mapping[str, str] | None = None
+) -> list[str]:
     """The ``journalctl`` command line showing the service's log.
 
     Raises:
@@ -346,7 +364,15 @@ def logs_command(scope: Scope, *, follow: bool, lines: int, env: Mapping[str, st
     journalctl = shutil.which("journalctl", path=env.get("PATH"))
     if journalctl is None:
         raise ServiceError("systemd's journal is not available here (no journalctl on PATH)")
-    return [journalctl, *scope.flags, "-u", UNIT_NAME, "-n", str(lines), *(["-f"] if follow else [])]
+    return [
+        journalctl,
+        *scope.flags,
+        "-u",
+        UNIT_NAME,
+        "-n",
+        str(lines),
+        *(["-f"] if follow else []),
+    ]
 
 
 def exec_command(argv: list[str]) -> None:
@@ -363,8 +389,8 @@ def require_systemd(scope: Scope, env: Mapping[str, str] | None = None) -> str:
         The systemctl path.
 
     Raises:
-        ServiceError: No systemctl, or the manager cannot be reached (no user session bus, a container
-            without systemd as PID 1).
+        ServiceError: No systemctl, or the manager cannot be reached (no user session bus, a
+            container without systemd as PID 1).
     """
     env = os.environ if env is None else env
     systemctl = shutil.which("systemctl", path=env.get("PATH"))
@@ -386,7 +412,9 @@ def require_systemd(scope: Scope, env: Mapping[str, str] | None = None) -> str:
             if scope.user
             else "; is systemd PID 1 here?"
         )
-        raise ServiceError(f"the systemd {scope.name} manager is not reachable: {_first_line(probe.stderr)}{hint}")
+        raise ServiceError(
+            f"the systemd {scope.name} manager is not reachable: {_first_line(probe.stderr)}{hint}"
+        )
     return systemctl
 
 
@@ -395,7 +423,8 @@ def make_folders(paths: Sequence[Path], *, owner: str | None = None) -> list[Pat
 
     Args:
         paths: The folders.
-        owner: A user to own what is created (the system unit's ``User=``); None keeps this process's.
+        owner: A user to own what is created (the system unit's ``User=``); None keeps this
+            process's.
 
     Returns:
         The folders created, outermost first.
@@ -439,14 +468,21 @@ def write_private(path: Path, text: str) -> None:
 def _call(systemctl: str, scope: Scope, *args: str, check: bool = True) -> None:
     argv = [systemctl, *scope.flags, *args]
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=SYSTEMCTL_TIMEOUT_S, check=False)
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=SYSTEMCTL_TIMEOUT_S, check=False
+        )
     except subprocess.TimeoutExpired:
-        raise ServiceError(f"`{' '.join(argv[1:])}` did not finish in {SYSTEMCTL_TIMEOUT_S:g} s") from None
+        raise ServiceError(
+            f"`{' '.join(argv[1:])}` did not finish in {SYSTEMCTL_TIMEOUT_S:g} s"
+        ) from None
     if check and done.returncode != 0:
-        raise ServiceError(f"systemctl {' '.join(argv[1:])} failed: {_first_line(done.stderr or done.stdout)}")
+        raise ServiceError(
+            f"systemctl {' '.join(argv[1:])} failed: {_first_line(done.stderr or done.stdout)}"
+        )
 
 
-# -- unit-file syntax (systemd.syntax(7), systemd.service(5), systemd.exec(5)) ----------------------
+# -- unit-file syntax (systemd.syntax(7), systemd.service(5), systemd.exec(5))
+# ----------------------
 
 
 def _specifiers(text: str) -> str:
@@ -494,4 +530,6 @@ def _first_line(text: str) -> str:
 
 
 def _sudo_hint(scope: Scope) -> str:
-    return " (a system unit needs root: run with sudo)" if not scope.user and os.geteuid() != 0 else ""
+    return (
+        " (a system unit needs root: run with sudo)" if not scope.user and os.geteuid() != 0 else ""
+    )

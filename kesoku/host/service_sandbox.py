@@ -205,4 +205,3 @@ def _outermost(paths: Iterable[Path]) -> tuple[Path, ...]:
     """The paths inside no other one (a writable folder covers what it holds), in order."""
     unique = list(dict.fromkeys(paths))
     return tuple(p for p in unique if not any(p != q and p.is_relative_to(q) for q in unique))
-

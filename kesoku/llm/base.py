@@ -9,8 +9,8 @@ A backend subclasses :class:`BaseLLM` and implements three steps:
 The base owns everything around them: building the request from history (with the transcript repair
 and check), loading attachments off the event loop, retries of retryable failures with jittered
 backoff honouring ``retry-after``, a stall timeout between stream items, and error mapping through
-``_map_error``. Provider SDKs must have their own retries off (``max_retries=0``) so a failure is not
-retried twice over (anthropic and openai retry 408, 409, 429 and 5xx themselves by default).
+``_map_error``. Provider SDKs must have their own retries off (``max_retries=0``) so a failure is
+not retried twice over (anthropic and openai retry 408, 409, 429 and 5xx themselves by default).
 """
 
 from __future__ import annotations
@@ -108,7 +108,9 @@ class BaseLLM(ABC):
             Tokens, or None when the server does not say (or cannot be asked). Failures are cached
             too: a server that did not answer is not asked again by every turn.
         """
-        if not self._window_asked:  # once known, no checkpoint: a turn's start keeps its interleaving
+        if (
+            not self._window_asked
+        ):  # once known, no checkpoint: a turn's start keeps its interleaving
             async with self._window_lock:
                 if not self._window_asked:
                     self.reported_window = await self._discover_window()
@@ -138,7 +140,9 @@ class BaseLLM(ABC):
         self, history: Sequence[Message], *, system: str, tools: Sequence[ToolSpec] = ()
     ) -> LLMRequest:
         """Build the request a model call is given from stored history (see :meth:`request_from_turns`)."""
-        return await self.request_from_turns(self.history_to_turns(history), system=system, tools=tools)
+        return await self.request_from_turns(
+            self.history_to_turns(history), system=system, tools=tools
+        )
 
     async def request_from_turns(
         self,
@@ -182,10 +186,11 @@ class BaseLLM(ABC):
             (:func:`~kesoku.vocab.ir.valid_event`), whatever the provider sent.
 
         Raises:
-            BackendError: The call failed and was not retried (not retryable, the retries ran out, or
-                the stream had already yielded events: a retry would repeat them). A stream that ended
-                with no content and no stop reason (llama.cpp answers a prompt over its ``n_ctx`` with
-                HTTP 200 and an empty body) is a failure, retried like a dropped stream.
+            BackendError: The call failed and was not retried (not retryable, the retries ran out,
+                or the stream had already yielded events: a retry would repeat them). A stream that
+                ended with no content and no stop reason (llama.cpp answers a prompt over its
+                ``n_ctx`` with HTTP 200 and an empty body) is a failure, retried like a dropped
+                stream.
 
         Cancellation:
             Cancelling the consumer closes the provider stream; use ``contextlib.aclosing``.
@@ -201,8 +206,11 @@ class BaseLLM(ABC):
                 raw_items = self._call(native)
                 try:
                     while True:
-                        # A plain scope, not trio.fail_after (a generator context manager): once per chunk.
-                        with trio.CancelScope(deadline=trio.current_time() + self.stall_timeout_s) as stall:
+                        # A plain scope, not trio.fail_after (a generator context manager): once per
+                        # chunk.
+                        with trio.CancelScope(
+                            deadline=trio.current_time() + self.stall_timeout_s
+                        ) as stall:
                             try:
                                 raw = await anext(raw_items)
                             except StopAsyncIteration:
@@ -212,13 +220,17 @@ class BaseLLM(ABC):
                         for event in self._parse(raw):
                             if isinstance(event, StopEvent):
                                 stopped = True
-                            elif not isinstance(event, UsageEvent):  # usage alone is replaced on a retry
+                            elif not isinstance(
+                                event, UsageEvent
+                            ):  # usage alone is replaced on a retry
                                 started = True
                             yield signed(valid_event(event), self.provider)
                 finally:
                     aclose = getattr(raw_items, "aclose", None)
                     if aclose is not None:
-                        with trio.CancelScope(shield=True):  # closing is quick and must release the HTTP stream
+                        with trio.CancelScope(
+                            shield=True
+                        ):  # closing is quick and must release the HTTP stream
                             await aclose()
                 if started or stopped:
                     return
@@ -229,7 +241,8 @@ class BaseLLM(ABC):
                 )
             except trio.TooSlowError:
                 error = BackendError(
-                    f"{self.provider}: no data for {self.stall_timeout_s:g} s (stream stalled)", retryable=True
+                    f"{self.provider}: no data for {self.stall_timeout_s:g} s (stream stalled)",
+                    retryable=True,
                 )
             except BackendError as exc:
                 error = exc
@@ -259,7 +272,9 @@ class BaseLLM(ABC):
         """
         turns = request.turns
         shared = shared_prefix(self._signature_turns, turns)
-        cleaned = self._signature_cleaned[:shared] + [own_signatures(t, self.provider) for t in turns[shared:]]
+        cleaned = self._signature_cleaned[:shared] + [
+            own_signatures(t, self.provider) for t in turns[shared:]
+        ]
         self._signature_turns, self._signature_cleaned = list(turns), cleaned
         if all(map(operator.is_, cleaned, turns)):
             return request

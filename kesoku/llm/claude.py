@@ -1,9 +1,9 @@
 """The Claude backend: Anthropic's Messages API through the official ``anthropic`` SDK.
 
-Direct with an API key (``anthropic.AsyncAnthropic``) or on Vertex AI (``anthropic.AsyncAnthropicVertex``,
-Application Default Credentials). The SDK's own retries are off: :class:`~kesoku.llm.base.BaseLLM`
-retries. Wire facts below come from the Messages API reference
-(https://docs.claude.com/en/api/messages), "Streaming Messages"
+Direct with an API key (``anthropic.AsyncAnthropic``) or on Vertex AI
+(``anthropic.AsyncAnthropicVertex``, Application Default Credentials). The SDK's own retries are
+off: :class:`~kesoku.llm.base.BaseLLM` retries. Wire facts below come from the Messages API
+reference (https://docs.claude.com/en/api/messages), "Streaming Messages"
 (https://docs.claude.com/en/docs/build-with-claude/streaming), "Extended thinking"
 (https://docs.claude.com/en/docs/build-with-claude/extended-thinking), "Adaptive thinking"
 (https://platform.claude.com/docs/en/build-with-claude/adaptive-thinking) and "Prompt caching"
@@ -17,19 +17,20 @@ Mapping of the IR:
   :class:`TextBlock` → ``text``, :class:`ImageBlock` → base64 ``image`` (jpeg, png, gif, webp),
   :class:`DocumentBlock` → base64 PDF ``document``, or a text-source ``document`` for UTF-8 text;
   an attachment Claude cannot read becomes a one-line text note so the model knows it was there.
-- assistant blocks: signed :class:`ThoughtBlock` → ``thinking`` with its signature (an unsigned one is
-  dropped: the API rejects it), :class:`TextBlock` → ``text``, :class:`ToolCallBlock` → ``tool_use``.
+- assistant blocks: signed :class:`ThoughtBlock` → ``thinking`` with its signature (an unsigned one
+  is dropped: the API rejects it), :class:`TextBlock` → ``text``, :class:`ToolCallBlock` →
+  ``tool_use``.
 - A ``redacted_thinking`` block travels as a :class:`ThoughtDelta` without text whose signature is
   ``redacted_thinking:`` + its data, and goes back as the same block.
 
 Thinking (``claude.thinking_level``): models from Claude 4.6 on take ``{"type": "adaptive"}`` with
 ``output_config.effort`` (minimal and low → ``low``, medium, high); the budget form is deprecated
-there and refused by later models. Older models take ``{"type": "enabled", "budget_tokens": N}`` with
-N from :data:`THINKING_BUDGET_TOKENS` (minimal: thinking off), capped so at least
-:data:`MIN_ANSWER_TOKENS` of ``max_tokens`` remain for the answer, and off when that leaves less than
-the API's minimum budget of 1024. A tool loop runs in one thinking mode: when the assistant message
-that opened the current loop carries no signed thinking (it came from another backend, or thinking
-was off), thinking is left off for that request rather than refused by the API.
+there and refused by later models. Older models take ``{"type": "enabled", "budget_tokens": N}``
+with N from :data:`THINKING_BUDGET_TOKENS` (minimal: thinking off), capped so at least
+:data:`MIN_ANSWER_TOKENS` of ``max_tokens`` remain for the answer, and off when that leaves less
+than the API's minimum budget of 1024. A tool loop runs in one thinking mode: when the assistant
+message that opened the current loop carries no signed thinking (it came from another backend, or
+thinking was off), thinking is left off for that request rather than refused by the API.
 """
 
 from __future__ import annotations
@@ -79,7 +80,12 @@ MAX_RETRY_OUTPUT_TOKENS = 32_000
 """The largest ``max_tokens`` of the retry after a reply cut at its limit (every Claude 4 model takes it)."""
 THINKING_BUDGET_TOKENS: dict[str, int] = {"low": 4096, "medium": 10_000, "high": 24_000}
 """budget_tokens per thinking level for models with the budget form; ``minimal`` turns thinking off."""
-ADAPTIVE_EFFORT: dict[str, str] = {"minimal": "low", "low": "low", "medium": "medium", "high": "high"}
+ADAPTIVE_EFFORT: dict[str, str] = {
+    "minimal": "low",
+    "low": "low",
+    "medium": "medium",
+    "high": "high",
+}
 """``output_config.effort`` per thinking level for models with adaptive thinking."""
 MIN_THINKING_BUDGET_TOKENS = 1024
 """The API's smallest budget_tokens (Extended thinking: "Must be ≥1024 and less than max_tokens")."""
@@ -212,7 +218,8 @@ class ClaudeLLM(BaseLLM):
             )
         _warm_sdk()
         with contextlib.suppress(Exception):
-            # The SDK resolves the platform on its first request in a worker thread; resolve it in this one.
+            # The SDK resolves the platform on its first request in a worker thread; resolve it in
+            # this one.
             from anthropic._base_client import get_platform
 
             client._platform = get_platform()
@@ -228,10 +235,16 @@ class ClaudeLLM(BaseLLM):
 
     def _build_native_input(self, request: LLMRequest) -> dict[str, Any]:
         messages = _messages(request.turns)
-        system: list[dict[str, Any]] = [{"type": "text", "text": request.system}] if request.system.strip() else []
+        system: list[dict[str, Any]] = (
+            [{"type": "text", "text": request.system}] if request.system.strip() else []
+        )
         tools = [_tool(spec) for spec in request.tools]
         max_tokens = request.max_output_tokens or self.max_output_tokens
-        native: dict[str, Any] = {"model": self.model, "max_tokens": max_tokens, "messages": messages}
+        native: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": max_tokens,
+            "messages": messages,
+        }
         if system:
             native["system"] = system
         if tools:
@@ -279,9 +292,13 @@ class ClaudeLLM(BaseLLM):
         async with request as response, aclosing(response.http_response.aiter_bytes()) as chunks:
             async for chunk in chunks:
                 try:
-                    events = [e for name, data in decoder.feed(chunk) for e in assembler.feed(name, data)]
+                    events = [
+                        e for name, data in decoder.feed(chunk) for e in assembler.feed(name, data)
+                    ]
                 except BackendError:
-                    with trio.move_on_after(DRAIN_TIMEOUT_S):  # the API ends the body after an error event
+                    with trio.move_on_after(
+                        DRAIN_TIMEOUT_S
+                    ):  # the API ends the body after an error event
                         async for _ in chunks:
                             pass
                     raise
@@ -307,7 +324,9 @@ class ClaudeLLM(BaseLLM):
             retryable = status in (408, 409, 429) or status >= 500
             text = f"{label}: HTTP {status}{f' {kind}' if kind else ''}: {message}"
             wait_s = retry_after_s(exc.response.headers) if retryable else None
-            return BackendError(text, retryable=retryable, status=status, retry_after_s=wait_s, auth=auth)
+            return BackendError(
+                text, retryable=retryable, status=status, retry_after_s=wait_s, auth=auth
+            )
         if isinstance(exc, anthropic.APIConnectionError):  # APITimeoutError included
             return BackendError(f"{label}: {_one_line(exc.message)}", retryable=True)
         if isinstance(exc, httpx2.TransportError):  # raised raw while the body streams
@@ -316,7 +335,8 @@ class ClaudeLLM(BaseLLM):
         return super()._map_error(exc)
 
 
-# -- requests ---------------------------------------------------------------------------------------
+# -- requests
+# ---------------------------------------------------------------------------------------
 
 
 def uses_adaptive_thinking(model: str) -> bool:
@@ -348,7 +368,10 @@ def tool_loop_opens_with_thinking(messages: Sequence[dict[str, Any]]) -> bool:
             start = i + 1
     for msg in messages[start:]:
         if msg["role"] == "assistant":
-            return bool(msg["content"]) and msg["content"][0]["type"] in ("thinking", "redacted_thinking")
+            return bool(msg["content"]) and msg["content"][0]["type"] in (
+                "thinking",
+                "redacted_thinking",
+            )
     return True
 
 
@@ -386,7 +409,10 @@ def _user_block(block: Any) -> dict[str, Any] | None:
     if isinstance(block, ImageBlock):
         if block.mime_type in IMAGE_TYPES and block.data:
             data = base64.b64encode(block.data).decode("ascii")
-            return {"type": "image", "source": {"type": "base64", "media_type": block.mime_type, "data": data}}
+            return {
+                "type": "image",
+                "source": {"type": "base64", "media_type": block.mime_type, "data": data},
+            }
         return _attachment_note(block.path, block.mime_type, "an image type Claude cannot read")
     if isinstance(block, DocumentBlock):
         return _document(block)
@@ -398,7 +424,10 @@ def _document(block: DocumentBlock) -> dict[str, Any]:
     doc: dict[str, Any]
     if block.mime_type == "application/pdf" and block.data:
         data = base64.b64encode(block.data).decode("ascii")
-        doc = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": data}}
+        doc = {
+            "type": "document",
+            "source": {"type": "base64", "media_type": "application/pdf", "data": data},
+        }
     else:
         try:
             text = block.data.decode("utf-8")
@@ -406,7 +435,10 @@ def _document(block: DocumentBlock) -> dict[str, Any]:
             return _attachment_note(name, block.mime_type, "a file type Claude cannot read")
         if not text.strip():
             return _attachment_note(name, block.mime_type, "empty")
-        doc = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": text}}
+        doc = {
+            "type": "document",
+            "source": {"type": "text", "media_type": "text/plain", "data": text},
+        }
     if block.filename:
         doc["title"] = block.filename
     return doc
@@ -421,7 +453,10 @@ def _assistant_block(block: Any) -> dict[str, Any] | None:
         if not block.signature:
             return None  # the API refuses unsigned thinking
         if block.signature.startswith(REDACTED_PREFIX):
-            return {"type": "redacted_thinking", "data": block.signature[len(REDACTED_PREFIX) :].decode()}
+            return {
+                "type": "redacted_thinking",
+                "data": block.signature[len(REDACTED_PREFIX) :].decode(),
+            }
         return {"type": "thinking", "thinking": block.text, "signature": block.signature.decode()}
     if isinstance(block, TextBlock):
         return {"type": "text", "text": block.text} if block.text.strip() else None
@@ -440,14 +475,15 @@ def _estimate_request_tokens(request: LLMRequest) -> int:
     return head_tokens(request.system, request.tools) + turns
 
 
-# -- responses --------------------------------------------------------------------------------------
+# -- responses
+# --------------------------------------------------------------------------------------
 
 
 class _SSEDecoder:
     """Server-sent events from byte chunks (WHATWG HTML, "Server-sent events", "Interpreting an event stream").
 
-    Lines end with LF (a CR before it is dropped; the API sends LF); ``event:`` names the event, ``data:``
-    lines join with LF, a blank line dispatches, a line opening with ``:`` is a comment.
+    Lines end with LF (a CR before it is dropped; the API sends LF); ``event:`` names the event,
+    ``data:`` lines join with LF, a blank line dispatches, a line opening with ``:`` is a comment.
     """
 
     def __init__(self) -> None:
@@ -477,32 +513,37 @@ class _SSEDecoder:
 class _Assembler:
     """One call's stream events → IR events (Streaming Messages, "Event types").
 
-    Text and thinking deltas pass through as they arrive; a ``tool_use`` block's ``input_json_delta``
-    fragments are collected per content block index and emitted as one :class:`ToolCallEvent` at its
-    ``content_block_stop``; usage (``message_start``, then cumulative in ``message_delta``) is
-    emitted once, at ``message_delta``, so a stream cut before any content is still retried.
+    Text and thinking deltas pass through as they arrive; a ``tool_use`` block's
+    ``input_json_delta`` fragments are collected per content block index and emitted as one
+    :class:`ToolCallEvent` at its ``content_block_stop``; usage (``message_start``, then cumulative
+    in ``message_delta``) is emitted once, at ``message_delta``, so a stream cut before any content
+    is still retried.
     """
 
     def __init__(self, label: str) -> None:
         self.label = label
         self.tools: dict[int, tuple[str, str, list[str]]] = {}
         self.usage: dict[str, Any] = {}
-        self.broken: list[str] = []  # tools whose input is not a JSON object (cut, if max_tokens follows)
+        self.broken: list[
+            str
+        ] = []  # tools whose input is not a JSON object (cut, if max_tokens follows)
 
     def feed(self, name: str, data: str) -> list[LLMEvent]:
         """Translate one event.
 
         Raises:
-            BackendError: An ``error`` event (``overloaded_error``, ``api_error``, ``rate_limit_error``
-                and ``timeout_error`` are retryable), an event that is not JSON, or tool input that is
-                not a JSON object.
+            BackendError: An ``error`` event (``overloaded_error``, ``api_error``,
+                ``rate_limit_error`` and ``timeout_error`` are retryable), an event that is not
+                JSON, or tool input that is not a JSON object.
         """
         if name == "ping":
             return []
         try:
             event = decode_json(data)
         except msgspec.DecodeError:
-            raise BackendError(f"{self.label}: a malformed stream event {name!r}", retryable=True) from None
+            raise BackendError(
+                f"{self.label}: a malformed stream event {name!r}", retryable=True
+            ) from None
         kind = event.get("type")
         if kind == "content_block_delta":
             delta = event["delta"]
@@ -524,7 +565,9 @@ class _Assembler:
             if block["type"] == "redacted_thinking":
                 return [ThoughtDelta("", signature=REDACTED_PREFIX + block["data"].encode())]
             if block["type"] == "tool_use":
-                initial = [msgspec.json.encode(block["input"]).decode()] if block.get("input") else []
+                initial = (
+                    [msgspec.json.encode(block["input"]).decode()] if block.get("input") else []
+                )
                 self.tools[event["index"]] = (block["id"], block["name"], initial)
             return []
         if kind == "content_block_stop" and event["index"] in self.tools:
@@ -533,11 +576,15 @@ class _Assembler:
         if kind == "message_start":
             self.usage.update(event["message"].get("usage") or {})
         elif kind == "message_delta":
-            self.usage.update({k: v for k, v in (event.get("usage") or {}).items() if v is not None})
+            self.usage.update(
+                {k: v for k, v in (event.get("usage") or {}).items() if v is not None}
+            )
             reason = (event.get("delta") or {}).get("stop_reason")
             stop = stop_reason_of(reason) if isinstance(reason, str) else None
             if self.broken and stop is not StopReason.MAX_TOKENS:
-                raise BackendError(f"{self.label}: the arguments of tool call {self.broken[0]!r} are not a JSON object")
+                raise BackendError(
+                    f"{self.label}: the arguments of tool call {self.broken[0]!r} are not a JSON object"
+                )
             events: list[LLMEvent] = [UsageEvent(self._usage())]
             if stop is not None:
                 events.append(StopEvent(stop, str(reason)))
@@ -545,8 +592,15 @@ class _Assembler:
         elif kind == "error":
             error = event.get("error") or {}
             etype, message = error.get("type", "error"), _one_line(str(error.get("message", "")))
-            retryable = etype in ("overloaded_error", "api_error", "rate_limit_error", "timeout_error")
-            raise BackendError(f"{self.label}: stream error {etype}: {message}", retryable=retryable)
+            retryable = etype in (
+                "overloaded_error",
+                "api_error",
+                "rate_limit_error",
+                "timeout_error",
+            )
+            raise BackendError(
+                f"{self.label}: stream error {etype}: {message}", retryable=retryable
+            )
         return []
 
     def _arguments(self, tool: str, fragments: list[str]) -> dict[str, Any]:
@@ -569,13 +623,15 @@ class _Assembler:
         return arguments
 
     def _usage(self) -> Usage:
-        # Prompt caching, "Tracking cache performance": input_tokens counts only the tokens after the
-        # last cache breakpoint; the whole input is input + cache read + cache write.
+        # Prompt caching, "Tracking cache performance": input_tokens counts only the tokens after
+        # the last cache breakpoint; the whole input is input + cache read + cache write.
         u = self.usage
         cache_read = u.get("cache_read_input_tokens") or 0
         details = u.get("output_tokens_details") or {}
         return Usage(
-            input_tokens=(u.get("input_tokens") or 0) + cache_read + (u.get("cache_creation_input_tokens") or 0),
+            input_tokens=(u.get("input_tokens") or 0)
+            + cache_read
+            + (u.get("cache_creation_input_tokens") or 0),
             output_tokens=u.get("output_tokens") or 0,
             cached_tokens=cache_read,
             thinking_tokens=details.get("thinking_tokens") or 0,
@@ -596,7 +652,8 @@ def stop_reason_of(stop_reason: str) -> StopReason:
     return StopReason.OTHER
 
 
-# -- errors -----------------------------------------------------------------------------------------
+# -- errors
+# -----------------------------------------------------------------------------------------
 
 
 def _body_message(body: object) -> str | None:

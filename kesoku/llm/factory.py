@@ -78,7 +78,9 @@ def create_llm(name: str | None, config: Config) -> BaseLLM:
 def _build(name: str, config: Config) -> BaseLLM:
     if name == "scripted":
         if config.scripted.path is None:
-            raise ConfigError("scripted.path: not set; the 'scripted' backend replays the scenario file it names")
+            raise ConfigError(
+                "scripted.path: not set; the 'scripted' backend replays the scenario file it names"
+            )
         from kesoku.llm.scripted import ScriptedLLM
 
         llm: BaseLLM = ScriptedLLM.from_yaml(config.scripted.path)
@@ -87,7 +89,9 @@ def _build(name: str, config: Config) -> BaseLLM:
         cls = getattr(importlib.import_module(module_name), class_name)
         llm = cls.from_config(config)
     else:
-        raise OperatorError(f"agent.llm: unknown backend {name!r} (known: {', '.join(get_args(Backend))})")
+        raise OperatorError(
+            f"agent.llm: unknown backend {name!r} (known: {', '.join(get_args(Backend))})"
+        )
     llm.max_retries = config.agent.max_retries
     llm.backoff_cap_s = config.agent.retry_cap_s
     return llm

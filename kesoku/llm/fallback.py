@@ -17,9 +17,9 @@ class FallbackLLM(BaseLLM):
     """Streams from the first backend of a chain that answers.
 
     A backend gives up when its own retries are spent (or the error is not retryable); the next one
-    then gets the same request. Once a backend has streamed an event, its failure is final: switching
-    mid-answer would repeat or mix text. Every switch is logged with the error that caused it, so a
-    wrong key behind a working fallback is still visible to the operator.
+    then gets the same request. Once a backend has streamed an event, its failure is final:
+    switching mid-answer would repeat or mix text. Every switch is logged with the error that caused
+    it, so a wrong key behind a working fallback is still visible to the operator.
 
     Args:
         chain: The backends, first choice first (at least one).
@@ -56,7 +56,12 @@ class FallbackLLM(BaseLLM):
                 if emitted or n == len(self.chain) - 1:
                     raise
                 error = exc
-                log.warning("%s gave up (%s); falling back to %s", llm.provider, exc, self.chain[n + 1].provider)
+                log.warning(
+                    "%s gave up (%s); falling back to %s",
+                    llm.provider,
+                    exc,
+                    self.chain[n + 1].provider,
+                )
                 continue
             self.used = llm.provider
             self.calls = sum(b.calls for b in self.chain)

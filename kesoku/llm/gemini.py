@@ -8,17 +8,18 @@ credentials are loaded and refreshed here, in a worker thread: the SDK would do 
 ``asyncio.to_thread``.
 
 Context caching (Gemini API, "Context caching", https://ai.google.dev/gemini-api/docs/caching): once
-the part of a request that repeats on the next call (system instruction, tools and every turn but the
-last) is estimated at ``context_caching_threshold`` tokens or more, it is stored with
-``caches.create`` and the request names it in ``cached_content``, sending only the turns after it and
-no system instruction or tools (the API rejects a request that sets them beside a cache). A cache is
-used while its TTL has :data:`CACHE_MARGIN_S` left and the request starts with exactly the turns it
-holds; it is replaced, and the old one deleted, when the turns after it grow past the threshold again
-or the prefix changes. A failed cache never fails the turn: the request goes out uncached. Caching
-also bounds the CPU the SDK spends on each request: it converts every part on the event loop (about
-0.6 ms a part, measured), and through a cache only the turns after it are sent.
+the part of a request that repeats on the next call (system instruction, tools and every turn but
+the last) is estimated at ``context_caching_threshold`` tokens or more, it is stored with
+``caches.create`` and the request names it in ``cached_content``, sending only the turns after it
+and no system instruction or tools (the API rejects a request that sets them beside a cache). A
+cache is used while its TTL has :data:`CACHE_MARGIN_S` left and the request starts with exactly the
+turns it holds; it is replaced, and the old one deleted, when the turns after it grow past the
+threshold again or the prefix changes. A failed cache never fails the turn: the request goes out
+uncached. Caching also bounds the CPU the SDK spends on each request: it converts every part on the
+event loop (about 0.6 ms a part, measured), and through a cache only the turns after it are sent.
 
-The mapping of turns, tools, thinking levels and the stream lives in :mod:`kesoku.llm.gemini_convert`.
+The mapping of turns, tools, thinking levels and the stream lives in
+:mod:`kesoku.llm.gemini_convert`.
 """
 
 from __future__ import annotations
@@ -80,8 +81,9 @@ class GeminiInput:
         contents: One Content per turn.
         system: The system instruction ("" for none).
         tools: The tool declarations (empty for none).
-        keys: ``keys[k]`` is a digest of the model, system, tools and the first ``k`` turns; None when
-            a turn had nothing to send and contents no longer match turns one to one (no caching).
+        keys: ``keys[k]`` is a digest of the model, system, tools and the first ``k`` turns; None
+            when a turn had nothing to send and contents no longer match turns one to one (no
+            caching).
         turn_tokens: The estimated tokens of each turn.
         head_tokens: The estimated tokens of system and tools.
     """
@@ -177,8 +179,9 @@ class GeminiLLM(BaseLLM):
         self._doomed: list[str] = []  # replaced caches, deleted after the next successful stream
         self._cache_paused_until = -math.inf
         self._ids = itertools.count(1)
-        # Converted turns by digest: a session resends its history every step, and building the SDK's
-        # pydantic objects costs about 75 µs a part (measured), so only new turns are converted.
+        # Converted turns by digest: a session resends its history every step, and building the
+        # SDK's pydantic objects costs about 75 µs a part (measured), so only new turns are
+        # converted.
         self._converted: OrderedDict[bytes, types.Content | None] = OrderedDict()
 
     @classmethod
@@ -240,8 +243,8 @@ class GeminiLLM(BaseLLM):
     # -- the template's steps ---------------------------------------------------------------------
 
     def _build_native_input(self, request: LLMRequest) -> _Prepared:
-        # Until the SDK's types are built (in a worker thread, with the client), converting here would
-        # build them on the event loop: the call converts then.
+        # Until the SDK's types are built (in a worker thread, with the client), converting here
+        # would build them on the event loop: the call converts then.
         return _Prepared(request, self._convert(request) if conv.sdk_types_built() else None)
 
     def _convert(self, request: LLMRequest) -> GeminiInput:
@@ -266,7 +269,8 @@ class GeminiLLM(BaseLLM):
             memo.move_to_end(digest)
             return memo[digest]
         content = conv.to_content(turn)
-        # Attachments are left out: the memo would keep their bytes alive after the session moved on.
+        # Attachments are left out: the memo would keep their bytes alive after the session moved
+        # on.
         if not any(isinstance(b, ImageBlock | DocumentBlock) for b in turn.blocks):
             memo[digest] = content
             if len(memo) > CONVERTED_TURNS:
@@ -284,7 +288,9 @@ class GeminiLLM(BaseLLM):
 
     # -- the call ---------------------------------------------------------------------------------
 
-    async def _chunks(self, prepared: _Prepared) -> AsyncGenerator[types.GenerateContentResponse, None]:
+    async def _chunks(
+        self, prepared: _Prepared
+    ) -> AsyncGenerator[types.GenerateContentResponse, None]:
         """Stream the chunks of one call, through a context cache when one applies.
 
         Raises:
@@ -304,7 +310,11 @@ class GeminiLLM(BaseLLM):
                 if cache is None or exc.code not in _CACHE_MISS_CODES:
                     raise
                 reason = self._map_error(exc)
-                log.warning("gemini: the call through cache %s failed (%s); repeating it uncached", cache.name, reason)
+                log.warning(
+                    "gemini: the call through cache %s failed (%s); repeating it uncached",
+                    cache.name,
+                    reason,
+                )
                 self._caches.pop(cache.name, None)
                 await stream.aclose()
                 stream = self._open(client, native, None)
@@ -334,28 +344,38 @@ class GeminiLLM(BaseLLM):
             system_instruction=None if cache is not None or not native.system else native.system,
             tools=None if cache is not None or not native.tools else list(native.tools),
             cached_content=None if cache is None else cache.name,
-            thinking_config=types.ThinkingConfig(thinking_budget=self.thinking_budget_tokens, include_thoughts=True),
+            thinking_config=types.ThinkingConfig(
+                thinking_budget=self.thinking_budget_tokens, include_thoughts=True
+            ),
             automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
         )
         contents = native.contents if cache is None else native.contents[cache.covered :]
         # The SDK's iterator sends the request at its first step.
-        stream = await client.aio.models.generate_content_stream(model=self.model, contents=contents, config=config)
+        stream = await client.aio.models.generate_content_stream(
+            model=self.model, contents=contents, config=config
+        )
         try:
             async for chunk in stream:
                 yield chunk
         finally:
-            aclose = getattr(stream, "aclose", None)  # typed as an AsyncIterator; it is an async generator
+            aclose = getattr(
+                stream, "aclose", None
+            )  # typed as an AsyncIterator; it is an async generator
             if aclose is not None:
                 await aclose()
 
     async def _ready_client(self) -> genai.Client:
         async with self._client_lock:
             if self._client is None:
-                # Building the client loads TLS certificates (~0.1 s), on Vertex it may read ADC, and
-                # the SDK's types are built with it (~0.3 s once per process).
+                # Building the client loads TLS certificates (~0.1 s), on Vertex it may read ADC,
+                # and the SDK's types are built with it (~0.3 s once per process).
                 self._client = await trio.to_thread.run_sync(self._make_client)
             credentials = self._credentials
-            if self.vertex and credentials is not None and (credentials.expired or not credentials.token):
+            if (
+                self.vertex
+                and credentials is not None
+                and (credentials.expired or not credentials.token)
+            ):
                 await trio.to_thread.run_sync(_refresh, credentials)
             return self._client
 
@@ -411,9 +431,15 @@ class GeminiLLM(BaseLLM):
                 best = entry
         if best is not None:
             self._caches.move_to_end(best.name)
-            if sum(native.turn_tokens[best.covered : target]) < threshold or now < self._cache_paused_until:
+            if (
+                sum(native.turn_tokens[best.covered : target]) < threshold
+                or now < self._cache_paused_until
+            ):
                 return best
-        elif now < self._cache_paused_until or native.head_tokens + sum(native.turn_tokens[:target]) < threshold:
+        elif (
+            now < self._cache_paused_until
+            or native.head_tokens + sum(native.turn_tokens[:target]) < threshold
+        ):
             return None
         created = await self._create_cache(client, native, target)
         if created is None:
@@ -422,7 +448,9 @@ class GeminiLLM(BaseLLM):
             self._retire(best.name)
         return created
 
-    async def _create_cache(self, client: genai.Client, native: GeminiInput, covered: int) -> _Cache | None:
+    async def _create_cache(
+        self, client: genai.Client, native: GeminiInput, covered: int
+    ) -> _Cache | None:
         assert native.keys is not None
         started = trio.current_time()
         config = types.CreateCachedContentConfig(
@@ -436,12 +464,15 @@ class GeminiLLM(BaseLLM):
         except Exception as exc:
             self._cache_paused_until = trio.current_time() + CACHE_PAUSE_S
             log.warning(
-                "gemini: creating a context cache failed, sending the request uncached: %s", self._map_error(exc)
+                "gemini: creating a context cache failed, sending the request uncached: %s",
+                self._map_error(exc),
             )
             return None
         if not cache.name:
             return None
-        entry = _Cache(cache.name, native.keys[covered], covered, started + self.cache_ttl_s - CACHE_MARGIN_S)
+        entry = _Cache(
+            cache.name, native.keys[covered], covered, started + self.cache_ttl_s - CACHE_MARGIN_S
+        )
         self._caches[entry.name] = entry
         while len(self._caches) > CACHE_SLOTS:
             self._retire(next(iter(self._caches)))
@@ -458,7 +489,9 @@ class GeminiLLM(BaseLLM):
                 try:
                     await client.aio.caches.delete(name=name)
                 except Exception as exc:  # best effort: the TTL removes it anyway
-                    log.info("gemini: deleting context cache %s failed: %s", name, conv.one_line(exc))
+                    log.info(
+                        "gemini: deleting context cache %s failed: %s", name, conv.one_line(exc)
+                    )
 
     # -- errors -----------------------------------------------------------------------------------
 
@@ -472,7 +505,9 @@ class GeminiLLM(BaseLLM):
         (``RemoteProtocolError``) and read timeouts are retryable (the SDK raises ``httpx2.RemoteProtocolError`` and
         ``httpx2.ReadTimeout`` for them).
         """
-        if isinstance(exc, genai_errors.ContinuationInterruptedError) and isinstance(exc.__cause__, Exception):
+        if isinstance(exc, genai_errors.ContinuationInterruptedError) and isinstance(
+            exc.__cause__, Exception
+        ):
             exc = exc.__cause__
         if isinstance(exc, genai_errors.APIError):
             code = exc.code
@@ -488,16 +523,23 @@ class GeminiLLM(BaseLLM):
                 retry_after_s=retry_after,
                 auth=auth,
             )
-        if isinstance(exc, httpx2.TimeoutException | httpx2.NetworkError | httpx2.RemoteProtocolError):
+        if isinstance(
+            exc, httpx2.TimeoutException | httpx2.NetworkError | httpx2.RemoteProtocolError
+        ):
             return BackendError(
-                f"gemini: connection failed: {type(exc).__name__}: {conv.one_line(exc)}", retryable=True
+                f"gemini: connection failed: {type(exc).__name__}: {conv.one_line(exc)}",
+                retryable=True,
             )
         if isinstance(exc, genai_errors.UnknownApiResponseError):  # a garbled (cut) stream
-            return BackendError(f"gemini: unreadable response: {conv.one_line(exc)}", retryable=True)
+            return BackendError(
+                f"gemini: unreadable response: {conv.one_line(exc)}", retryable=True
+            )
         if isinstance(exc, auth_errors.DefaultCredentialsError | auth_errors.RefreshError):
             return BackendError(f"gemini: Vertex AI credentials: {conv.one_line(exc)}", auth=True)
         if isinstance(exc, auth_errors.TransportError):
-            return BackendError(f"gemini: Vertex AI credentials: {conv.one_line(exc)}", retryable=True)
+            return BackendError(
+                f"gemini: Vertex AI credentials: {conv.one_line(exc)}", retryable=True
+            )
         return BackendError(f"gemini: {type(exc).__name__}: {conv.one_line(exc)}")
 
 

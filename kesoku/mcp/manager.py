@@ -3,21 +3,24 @@
 Task tree (inside ``Runtime.serve``)::
 
     McpManager.serve ─┬─ stop watcher (outside the shield: sees the runtime's cancellation)
-                      └─ links scope (shielded) ── one task per enabled server: connect, serve, reconnect
+                      └─ links scope (shielded) ── one task per enabled server: connect, serve,
+                      reconnect
 
 Lifecycle of a server: connect (spawn or reach it, MCP handshake, list tools and prompts within
 ``connect_timeout_s``), then offer its tools until the connection ends, then withhold them and try
 again after a backoff: 1 s, doubling to at most 60 s, ±20 % jitter; the backoff starts over once a
-connection lasted 60 s. Every failure is one log line naming the server and the reason (the last line
-of its stderr, lines on stdout that were not JSON-RPC). ``serve`` reports started once every server's
-first attempt ended, or after ``startup_wait_s`` (a slow server keeps connecting in the background).
+connection lasted 60 s. Every failure is one log line naming the server and the reason (the last
+line of its stderr, lines on stdout that were not JSON-RPC). ``serve`` reports started once every
+server's first attempt ended, or after ``startup_wait_s`` (a slow server keeps connecting in the
+background).
 
 Stopping: when the runtime is cancelled the tools are withdrawn at once, but the connections stay up
-until the MCP calls in flight end (a running tool batch is shielded and finishes, ARCHITECTURE.md "Task tree"), bounded
-by the longest ``timeout_s`` of the servers plus :data:`DRAIN_EXTRA_S`; then the servers are stopped.
+until the MCP calls in flight end (a running tool batch is shielded and finishes, ARCHITECTURE.md
+"Task tree"), bounded by the longest ``timeout_s`` of the servers plus :data:`DRAIN_EXTRA_S`; then
+the servers are stopped.
 
-Trust: whatever an MCP server returns is outside the workspace's trust: every tool or resource result
-adds the taint source ``mcp: <server>`` to the session.
+Trust: whatever an MCP server returns is outside the workspace's trust: every tool or resource
+result adds the taint source ``mcp: <server>`` to the session.
 """
 
 from __future__ import annotations
@@ -122,7 +125,8 @@ class McpManager:
         max_output_bytes: Cap of one result's text (head and tail kept; ``shell.max_output_bytes``).
         connect_timeout_s: See :data:`CONNECT_TIMEOUT_S`.
         startup_wait_s: See :data:`STARTUP_WAIT_S`.
-        backoff_s: ``(first, longest)`` wait between attempts (:data:`BACKOFF_FIRST_S`, :data:`BACKOFF_MAX_S`).
+        backoff_s: ``(first, longest)`` wait between attempts (:data:`BACKOFF_FIRST_S`,
+            :data:`BACKOFF_MAX_S`).
         sandbox: Confines the stdio servers with ``sandbox = true``; None: they fail to start.
     """
 
@@ -163,7 +167,9 @@ class McpManager:
         now = trio.current_time() if self._running() else None
         out = []
         for s in self._servers.values():
-            retry = max(0.0, s.retry_at - now) if s.retry_at is not None and now is not None else None
+            retry = (
+                max(0.0, s.retry_at - now) if s.retry_at is not None and now is not None else None
+            )
             out.append(
                 ServerStatus(
                     name=s.config.name,
@@ -189,7 +195,8 @@ class McpManager:
         """Render a server's prompt as one user message (see :func:`kesoku.mcp.convert.prompt_text`).
 
         Raises:
-            LookupError: No such server, it is not connected, or the server refused (the message says which).
+            LookupError: No such server, it is not connected, or the server refused (the message
+                says which).
             TimeoutError: No answer within the server's ``timeout_s``.
         """
         server, conn = self._connected(server_name)
@@ -226,8 +233,9 @@ class McpManager:
         """Keep every enabled server connected until cancelled.
 
         Cancellation:
-            Tools are withdrawn at once; connections close once the calls in flight end (bounded, see
-            the module docstring); stdio servers are then stopped by the SDK (bounded, about 6 s at worst).
+            Tools are withdrawn at once; connections close once the calls in flight end (bounded,
+            see the module docstring); stdio servers are then stopped by the SDK (bounded, about 6 s
+            at worst).
         """
         enabled = [s for s in self._servers.values() if s.config.enabled]
         if not enabled:
@@ -235,14 +243,17 @@ class McpManager:
             return
         drain_s = max(s.config.timeout_s for s in enabled) + DRAIN_EXTRA_S
         async with trio.open_nursery() as outer:
-            # Shielded: the runtime's cancellation must not cut the connections under a tool batch that
-            # is itself shielded; the stop watcher cancels this scope once calls drained (bounded).
+            # Shielded: the runtime's cancellation must not cut the connections under a tool batch
+            # that is itself shielded; the stop watcher cancels this scope once calls drained
+            # (bounded).
             links = trio.CancelScope(shield=True)
             outer.start_soon(self._stop_when_cancelled, links, drain_s)
             with links:
                 async with trio.open_nursery() as nursery:
                     for server in enabled:
-                        nursery.start_soon(self._keep_connected, server, name=f"mcp server {server.config.name}")
+                        nursery.start_soon(
+                            self._keep_connected, server, name=f"mcp server {server.config.name}"
+                        )
                     with trio.move_on_after(self.startup_wait_s):
                         await self._first_tries.wait()
                     task_status.started()
@@ -253,7 +264,8 @@ class McpManager:
         finally:
             self._stopping = True
             self._rebuild()
-            # Shielded so the calls of a finishing tool batch keep their connection; bounded by drain_s.
+            # Shielded so the calls of a finishing tool batch keep their connection; bounded by
+            # drain_s.
             with trio.CancelScope(shield=True), trio.move_on_after(drain_s):
                 if self._in_flight:
                     self._drained = trio.Event()
@@ -305,8 +317,9 @@ class McpManager:
                     finally:
                         self._detach(server)
         except BaseExceptionGroup as group:
-            # Stopped while an error was on its way (a spawn failing as the daemon stops): the SDK's task
-            # groups bundle both; the stop wins, and the error must not escape the runtime's nursery.
+            # Stopped while an error was on its way (a spawn failing as the daemon stops): the SDK's
+            # task groups bundle both; the stop wins, and the error must not escape the runtime's
+            # nursery.
             cancelled, _ = group.split(trio.Cancelled)
             if cancelled is not None:
                 raise cancelled from None
@@ -315,7 +328,9 @@ class McpManager:
             reason = conn.reason or describe(exc)
         else:
             if scope.cancelled_caught:
-                reason = conn.explain(f"no answer to the MCP handshake within {self.connect_timeout_s:g} s")
+                reason = conn.explain(
+                    f"no answer to the MCP handshake within {self.connect_timeout_s:g} s"
+                )
             else:
                 reason = conn.reason or "the connection was closed"
         up_s = trio.current_time() - connected_at if connected_at is not None else 0.0
@@ -326,7 +341,9 @@ class McpManager:
         while not conn.closed.is_set():
             async with trio.open_nursery() as nursery:
 
-                async def wait(event: trio.Event, scope: trio.CancelScope = nursery.cancel_scope) -> None:
+                async def wait(
+                    event: trio.Event, scope: trio.CancelScope = nursery.cancel_scope
+                ) -> None:
                     await event.wait()
                     scope.cancel()
 
@@ -346,14 +363,21 @@ class McpManager:
         names = {t.name for t in listed}
         unknown = sorted((set(cfg.include_tools) | set(cfg.exclude_tools)) - names)
         if unknown:
-            log.warning("MCP server %s: include/exclude_tools name unknown tools: %s", cfg.name, ", ".join(unknown))
+            log.warning(
+                "MCP server %s: include/exclude_tools name unknown tools: %s",
+                cfg.name,
+                ", ".join(unknown),
+            )
         wanted = {
             t.name: t
             for t in listed
-            if (not cfg.include_tools or t.name in cfg.include_tools) and t.name not in cfg.exclude_tools
+            if (not cfg.include_tools or t.name in cfg.include_tools)
+            and t.name not in cfg.exclude_tools
         }
         offered = convert.tool_names(server.prefix, wanted)
-        server.tools = tuple(self._tool(server, conn, name, wanted[original]) for name, original in offered.items())
+        server.tools = tuple(
+            self._tool(server, conn, name, wanted[original]) for name, original in offered.items()
+        )
         try:
             server.prompts = tuple(await conn.list_prompts())
         except MCPError as exc:  # prompts are optional: the tools still work
@@ -412,7 +436,9 @@ class McpManager:
         original = spec.name
 
         async def run(arguments: Mapping[str, Any], ctx: ToolContext) -> str:
-            result = await self._request(server, conn, ctx, lambda: conn.client.call_tool(original, dict(arguments)))
+            result = await self._request(
+                server, conn, ctx, lambda: conn.client.call_tool(original, dict(arguments))
+            )
             text = convert.call_result_text(result, self.max_output_bytes)
             if result.is_error:
                 raise ToolError(text)
@@ -420,7 +446,11 @@ class McpManager:
 
         schema = dict(spec.input_schema) if isinstance(spec.input_schema, dict) else {}
         schema.setdefault("type", "object")
-        description = spec.description or spec.title or f"The {original} tool of MCP server {server.config.name}."
+        description = (
+            spec.description
+            or spec.title
+            or f"The {original} tool of MCP server {server.config.name}."
+        )
         return Tool(name, description, run, schema, timeout_s=server.config.timeout_s)
 
     async def _request(
@@ -432,7 +462,9 @@ class McpManager:
 
         name = server.config.name
         if self._stopping or conn.closed.is_set():
-            raise ToolError(f"MCP server {name} is not connected ({conn.reason or 'stopping'}); try again later")
+            raise ToolError(
+                f"MCP server {name} is not connected ({conn.reason or 'stopping'}); try again later"
+            )
         self._in_flight += 1
         try:
             result = await call()
@@ -440,7 +472,9 @@ class McpManager:
             if exc.code == CONNECTION_CLOSED:
                 with trio.move_on_after(CLOSED_WAIT_S):
                     await conn.closed.wait()
-                raise ToolError(f"MCP server {name} went away during the call: {conn.reason or exc.message}") from None
+                raise ToolError(
+                    f"MCP server {name} went away during the call: {conn.reason or exc.message}"
+                ) from None
             ctx.guard.add_taint("mcp", name)  # the error's text is the server's
             raise ToolError(f"MCP server {name}: {exc.message}") from None
         except Exception as exc:  # an answer the SDK cannot parse, an input request it cannot serve
@@ -457,7 +491,9 @@ class McpManager:
 
         async def list_resources(arguments: Mapping[str, Any], ctx: ToolContext) -> str:
             wanted = arguments.get("server")
-            names = [wanted] if isinstance(wanted, str) else [n for n in servers if n in self._servers]
+            names = (
+                [wanted] if isinstance(wanted, str) else [n for n in servers if n in self._servers]
+            )
             parts = []
             for name in names:
                 try:
@@ -467,11 +503,19 @@ class McpManager:
                 resources, templates = await self._request(server, conn, ctx, conn.list_resources)
                 lines = [f"server {name}:"]
                 for r in resources:
-                    facts = ", ".join(x for x in (r.mime_type, f"{r.size:,} bytes" if r.size else None) if x)
+                    facts = ", ".join(
+                        x for x in (r.mime_type, f"{r.size:,} bytes" if r.size else None) if x
+                    )
                     extra = f" ({facts})" if facts else ""
-                    lines.append(f"  {r.uri} — {r.name}{extra}: {first_line(r.description)}".rstrip(": "))
+                    lines.append(
+                        f"  {r.uri} — {r.name}{extra}: {first_line(r.description)}".rstrip(": ")
+                    )
                 for t in templates:
-                    lines.append(f"  {t.uri_template} — {t.name} (template): {first_line(t.description)}".rstrip(": "))
+                    lines.append(
+                        f"  {t.uri_template} — {t.name} (template): {first_line(t.description)}".rstrip(
+                            ": "
+                        )
+                    )
                 if len(lines) == 1:
                     lines.append("  (no resources)")
                 parts.append("\n".join(lines))
@@ -501,7 +545,10 @@ class McpManager:
                 read_resource,
                 {
                     "type": "object",
-                    "properties": {"server": server_param, "uri": {"type": "string", "description": "Its URI."}},
+                    "properties": {
+                        "server": server_param,
+                        "uri": {"type": "string", "description": "Its URI."},
+                    },
                     "required": ["server", "uri"],
                 },
                 timeout_s=self.resource_timeout_s,

@@ -1,12 +1,12 @@
 """A cap on the disk space of each session's turn logs: the oldest logs go first.
 
-Every turn log holds the whole request, so a session's logs grow about with the square of its length:
-a long-lived Discord thread can reach gigabytes. :class:`Retention` runs in the writer process
-(:mod:`kesoku.observe.turnlog`), after each log is written: it keeps a running total of the session folder's
-``llm-turn-{idx}.log.yaml`` files (one scan the first time a folder is seen) and deletes the lowest
-indexes until the folder is back under its cap. The log just written is never deleted, even when it
-alone is over the cap. Indexes still come from the highest file left, so deleting old logs never
-makes an index repeat.
+Every turn log holds the whole request, so a session's logs grow about with the square of its
+length: a long-lived Discord thread can reach gigabytes. :class:`Retention` runs in the writer
+process (:mod:`kesoku.observe.turnlog`), after each log is written: it keeps a running total of the
+session folder's ``llm-turn-{idx}.log.yaml`` files (one scan the first time a folder is seen) and
+deletes the lowest indexes until the folder is back under its cap. The log just written is never
+deleted, even when it alone is over the cap. Indexes still come from the highest file left, so
+deleting old logs never makes an index repeat.
 """
 
 from __future__ import annotations

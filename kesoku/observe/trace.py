@@ -1,17 +1,18 @@
 """The trajectory page: one self-contained, dark, interactive HTML file per session or turn.
 
-:func:`render_trace` reads the session's messages from the store and the model calls from its turn logs
-(``sessions/<id>/llm-turn-{idx}.log.yaml``, :mod:`kesoku.observe.turnlog`) and lays them out turn by turn:
-the user's messages, each model call as a step (model, duration, token usage) with its thoughts
-(collapsed), text, tool calls with their arguments and results (long output cut, with an expand
-control), system notices, interrupted and stopped marks, and the compaction view states as markers.
+:func:`render_trace` reads the session's messages from the store and the model calls from its turn
+logs (``sessions/<id>/llm-turn-{idx}.log.yaml``, :mod:`kesoku.observe.turnlog`) and lays them out
+turn by turn: the user's messages, each model call as a step (model, duration, token usage) with its
+thoughts (collapsed), text, tool calls with their arguments and results (long output cut, with an
+expand control), system notices, interrupted and stopped marks, and the compaction view states as
+markers.
 
 Safety: nothing from the model, a tool or a user can run script in the page. Every such value goes
-through :func:`html.escape` (``_e``) and only into element text or quoted attribute values, never into
-``<script>``, ``<style>`` or a URL; and the page's Content-Security-Policy allows no network at all and
-only the page's own script (by its SHA-256), so even a missed escape could not run an injected
-``<script>`` or ``onerror=``. Expanding and collapsing are native ``<details>`` elements, so the page
-works with scripts off; the script only adds "expand all" / "collapse all".
+through :func:`html.escape` (``_e``) and only into element text or quoted attribute values, never
+into ``<script>``, ``<style>`` or a URL; and the page's Content-Security-Policy allows no network at
+all and only the page's own script (by its SHA-256), so even a missed escape could not run an
+injected ``<script>`` or ``onerror=``. Expanding and collapsing are native ``<details>`` elements,
+so the page works with scripts off; the script only adds "expand all" / "collapse all".
 """
 
 from __future__ import annotations
@@ -117,7 +118,9 @@ def load_usage(call: CallLog) -> None:
             f.seek(max(0, size - _LOG_TAIL_BYTES))
             text = f.read().decode("utf-8", "replace")
             start = text.rfind("\nresponse:")
-            if start < 0 and size > _LOG_TAIL_BYTES:  # a long answer: the section starts further back
+            if (
+                start < 0 and size > _LOG_TAIL_BYTES
+            ):  # a long answer: the section starts further back
                 f.seek(0)
                 text = f.read().decode("utf-8", "replace")
                 start = text.rfind("\nresponse:")
@@ -130,7 +133,8 @@ def load_usage(call: CallLog) -> None:
         return
 
 
-# -- the trajectory ----------------------------------------------------------------------------------
+# -- the trajectory
+# ----------------------------------------------------------------------------------
 
 
 class Step(msgspec.Struct, kw_only=True):
@@ -239,7 +243,8 @@ def _state(turn: TurnTrace, following: TurnTrace | None) -> str:
     return "done"
 
 
-# -- the page -----------------------------------------------------------------------------------------
+# -- the page
+# -----------------------------------------------------------------------------------------
 
 
 def render_trace(store: Store, session_id: str, *, turn: int | None = None) -> str:
@@ -291,7 +296,9 @@ def render_trace(store: Store, session_id: str, *, turn: int | None = None) -> s
         facts.append(f"forked from {session.parent_id}")
     first_log = min((c.idx for c in calls), default=1)
     if first_log > 1:  # indexes start at 1: the lower ones were deleted, by the cap or by hand
-        facts.append(f"turn logs 1–{first_log - 1} deleted ([turn_logs] max_mb_per_session): their calls are not shown")
+        facts.append(
+            f"turn logs 1–{first_log - 1} deleted ([turn_logs] max_mb_per_session): their calls are not shown"
+        )
     body: list[str] = []
     marks = sorted(views, key=lambda v: v.created_at)
     for t in shown:
@@ -313,7 +320,12 @@ def render_trace(store: Store, session_id: str, *, turn: int | None = None) -> s
 
 
 def _turn_html(turn: TurnTrace) -> str:
-    badge = {"done": "⚡ done", "interrupted": "🛑 interrupted", "stopped": "🛑 stopped", "failed": "⚠ failed"}
+    badge = {
+        "done": "⚡ done",
+        "interrupted": "🛑 interrupted",
+        "stopped": "🛑 stopped",
+        "failed": "⚠ failed",
+    }
     label = badge.get(turn.state, "… running")
     seconds = max(turn.end - turn.start, 0.0)
     usage = _tokens([s.call.usage for s in turn.steps if s.call and s.call.usage])
@@ -323,7 +335,11 @@ def _turn_html(turn: TurnTrace) -> str:
         f' <span class="dim">{_e(_when(turn.start))} · {seconds:.1f} s · {len(turn.steps)} model calls'
         f" · {tools} tool calls{' · ' + _e(usage) if usage else ''}</span></h2>"
     )
-    parts = [head, *(_message_html(m, {}) for m in turn.roots), *(_message_html(m, {}) for m in turn.notes)]
+    parts = [
+        head,
+        *(_message_html(m, {}) for m in turn.roots),
+        *(_message_html(m, {}) for m in turn.notes),
+    ]
     for n, step in enumerate(turn.steps, 1):
         parts.append(_step_html(n, step))
     return f'<section class="turn" id="turn-{turn.number}">{"".join(parts)}</section>'
@@ -339,7 +355,9 @@ def _step_html(n: int, step: Step) -> str:
         facts.append(f"{step.call.model} · model {step.call.duration_s:.2f} s")
     results = [m for m in step.messages if m.kind is Kind.TOOL_RESULT and m.parent_id in calls]
     if results:
-        tools_s = max(r.ts for r in results) - min(calls[r.parent_id].ts for r in results if r.parent_id)
+        tools_s = max(r.ts for r in results) - min(
+            calls[r.parent_id].ts for r in results if r.parent_id
+        )
         facts.append(f"tools {tools_s:.2f} s")
     if usage is not None:
         facts.append(_tokens([usage]))
@@ -348,7 +366,8 @@ def _step_html(n: int, step: Step) -> str:
         error = f'<div class="error">⚠ the call failed: {_e(step.call.error)}</div>'
     if step.call is not None:
         facts.append(step.call.path.name)
-    # Each result right under its call: a step's calls are posted together, then their results together.
+    # Each result right under its call: a step's calls are posted together, then their results
+    # together.
     answered = {r.parent_id: r for r in results}
     inner = []
     for m in step.messages:
@@ -362,10 +381,15 @@ def _step_html(n: int, step: Step) -> str:
 
 def _message_html(m: Message, calls: dict[int, Message]) -> str:
     time = f'<span class="dim">{_e(_when(m.ts))}</span>'
-    cut = ' <span class="badge interrupted">🛑 interrupted</span>' if m.status is Status.INTERRUPTED else ""
+    cut = (
+        ' <span class="badge interrupted">🛑 interrupted</span>'
+        if m.status is Status.INTERRUPTED
+        else ""
+    )
     if m.role is Role.USER:
         files = "".join(
-            f'<div class="dim">📎 {_e(a.filename)} ({_e(a.mime_type)})</div>' for a in m.metadata.attachments
+            f'<div class="dim">📎 {_e(a.filename)} ({_e(a.mime_type)})</div>'
+            for a in m.metadata.attachments
         )
         who = f"👤 {_e(m.sender)}"
         return f'<div class="msg user"><div class="who">{who} {time}{cut}</div><pre>{_e(m.content)}</pre>{files}</div>'
@@ -378,7 +402,9 @@ def _message_html(m: Message, calls: dict[int, Message]) -> str:
             f"<pre>{_e(m.content)}</pre></details>"
         )
     if m.kind is Kind.TOOL_CALL:
-        args = json.dumps(m.metadata.tool_arguments or {}, indent=2, ensure_ascii=False, default=str)
+        args = json.dumps(
+            m.metadata.tool_arguments or {}, indent=2, ensure_ascii=False, default=str
+        )
         name = m.metadata.tool_name or "?"
         return _box("call", f"🛠 <b>{_e(name)}</b> {time}", f'<pre class="args">{_e(args)}</pre>')
     if m.kind is Kind.TOOL_RESULT:
@@ -402,7 +428,10 @@ def _result_html(m: Message, call: Message | None) -> str:
             cut = len(content)
             break
     cut = min(cut, PREVIEW_CHARS)
-    head, rest = content[:cut], content[cut:].removeprefix("\n")  # the break between them shows as the control
+    head, rest = (
+        content[:cut],
+        content[cut:].removeprefix("\n"),
+    )  # the break between them shows as the control
     more = ""
     if rest.strip():
         more = (
@@ -421,7 +450,10 @@ def _view_marker(record: ViewStateRecord) -> str:
     facts = [f"view state {record.id}", _when(record.created_at)]
     try:
         view = msgspec.json.decode(record.data, type=ViewState)
-    except (msgspec.DecodeError, msgspec.ValidationError):  # a newer Kesoku's view: say only that it exists
+    except (
+        msgspec.DecodeError,
+        msgspec.ValidationError,
+    ):  # a newer Kesoku's view: say only that it exists
         view = None
     if view is not None:
         facts.append(view.reason or "compacted")
@@ -430,7 +462,9 @@ def _view_marker(record: ViewStateRecord) -> str:
         if view.tokens_before:
             facts.append(f"~{view.tokens_before:,} → ~{view.tokens_after:,} tokens")
         if view.archives:
-            facts.append(f"turns {view.archives[0].first_turn}–{view.archives[-1].last_turn} archived")
+            facts.append(
+                f"turns {view.archives[0].first_turn}–{view.archives[-1].last_turn} archived"
+            )
         if view.dropped_turns:
             facts.append(f"{view.dropped_turns} turns dropped")
     return f'<div class="marker">🗜 compaction · {_e(" · ".join(facts))}</div>'

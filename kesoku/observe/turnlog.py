@@ -17,11 +17,12 @@ it is written, so two writers (threads or processes) never share an index; a per
 next index keeps a long session from rescanning its folder on every call.
 
 :func:`write_turn_log` is synchronous (dumping a long history takes milliseconds). The daemon's
-:class:`~kesoku.observe.turnlog_writer.TurnLogWriter` instead sends each call, as a :class:`TurnLogJob` that
-holds only what the session's previous log did not, to a writer process (``python -m kesoku.observe.turnlog``,
-:func:`main`): YAML never runs in the event loop's interpreter, where a thread would still take turns
-with the loop for the GIL. Its :class:`TurnLogRenderer` keeps the YAML of turns already written, so a
-log costs about its new turns.
+:class:`~kesoku.observe.turnlog_writer.TurnLogWriter` instead sends each call, as a
+:class:`TurnLogJob` that holds only what the session's previous log did not, to a writer process
+(``python -m kesoku.observe.turnlog``, :func:`main`): YAML never runs in the event loop's
+interpreter, where a thread would still take turns with the loop for the GIL. Its
+:class:`TurnLogRenderer` keeps the YAML of turns already written, so a log costs about its new
+turns.
 """
 
 from __future__ import annotations
@@ -68,9 +69,9 @@ class _Dumper(_BaseDumper):
     """Block style, with multi-line strings as ``|`` literal blocks, no ``&id001`` anchors."""
 
     def resolve(self, kind: type[yaml.Node], value: Any, implicit: Any) -> str:
-        # The emitter asks, for every scalar, whether it could be written plain: the same few keys and
-        # values ("type", "id", "completed") thousands of times per session. The answer depends on the
-        # value alone (the safe resolver has no path rules), so it is remembered.
+        # The emitter asks, for every scalar, whether it could be written plain: the same few keys
+        # and values ("type", "id", "completed") thousands of times per session. The answer depends
+        # on the value alone (the safe resolver has no path rules), so it is remembered.
         if kind is not yaml.ScalarNode:
             return super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call,no-any-return]
         key = (value, implicit if isinstance(implicit, bool) else tuple(implicit))
@@ -98,8 +99,12 @@ def _node(value: Any) -> yaml.Node:
         pairs = [(_node(k), _node(v)) for k, v in value.items()]
         return yaml.MappingNode("tag:yaml.org,2002:map", pairs, flow_style=False)
     if isinstance(value, list | tuple):
-        return yaml.SequenceNode("tag:yaml.org,2002:seq", [_node(v) for v in value], flow_style=False)
-    return _scalars.represent_data(value)  # None, bool, int, float; anything else raises RepresenterError
+        return yaml.SequenceNode(
+            "tag:yaml.org,2002:seq", [_node(v) for v in value], flow_style=False
+        )
+    return _scalars.represent_data(
+        value
+    )  # None, bool, int, float; anything else raises RepresenterError
 
 
 class TurnLogCall(msgspec.Struct, frozen=True):
@@ -143,13 +148,15 @@ class TurnLogJob(TurnLogCall, frozen=True, array_like=True):
 
     Attributes:
         error: Why the call failed, or None.
-        keep: How many turns of the session's previous job lead this request too (their YAML is kept).
+        keep: How many turns of the session's previous job lead this request too (their YAML is
+            kept).
         turns: The request's turns after those.
         system: The system prompt, or None when it is the previous job's.
         tools: The tools, or None when they are the previous job's.
         response: What came back, or None.
         omitted: ``(turn, block, size)`` of each attachment whose data (over
-            :data:`INLINE_ATTACHMENT_MAX_BYTES`) was left out: indexes into ``turns``, size in bytes.
+            :data:`INLINE_ATTACHMENT_MAX_BYTES`) was left out: indexes into ``turns``, size in
+            bytes.
     """
 
     error: str | None
@@ -161,7 +168,9 @@ class TurnLogJob(TurnLogCall, frozen=True, array_like=True):
     omitted: tuple[tuple[int, int, int], ...] = ()
 
 
-def make_job(entry: TurnLogEntry, *, keep: int = 0, system: bool = True, tools: bool = True) -> TurnLogJob:
+def make_job(
+    entry: TurnLogEntry, *, keep: int = 0, system: bool = True, tools: bool = True
+) -> TurnLogJob:
     """The job of ``entry`` that sends its turns from ``keep`` on, and its system prompt and tools if asked.
 
     Large attachment data is left out here (recorded in ``omitted``): a photo would cost more to send
@@ -173,7 +182,8 @@ def make_job(entry: TurnLogEntry, *, keep: int = 0, system: bool = True, tools: 
         big = [
             (b, len(block.data))
             for b, block in enumerate(turn.blocks)
-            if isinstance(block, ImageBlock | DocumentBlock) and len(block.data) > INLINE_ATTACHMENT_MAX_BYTES
+            if isinstance(block, ImageBlock | DocumentBlock)
+            and len(block.data) > INLINE_ATTACHMENT_MAX_BYTES
         ]
         if big:
             blocks = list(turn.blocks)
@@ -239,7 +249,8 @@ class TurnLogOutOfStep(LookupError):
     """A job keeps turns, a system prompt or tools that the writer process does not hold (it restarted)."""
 
 
-# -- the index ----------------------------------------------------------------------------------------
+# -- the index
+# ----------------------------------------------------------------------------------------
 
 _next_idx: OrderedDict[str, int] = OrderedDict()
 _next_idx_lock = threading.Lock()
@@ -254,9 +265,12 @@ def _reserve(folder: Path) -> tuple[int, int]:
         idx = _scan(folder)
     for _ in range(_RESERVE_ATTEMPTS):
         try:
-            fd = os.open(folder / f"llm-turn-{idx}.log.yaml", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = os.open(
+                folder / f"llm-turn-{idx}.log.yaml", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644
+            )
         except FileExistsError:
-            # Another writer (thread or process) got there first: it may be far ahead, so look again.
+            # Another writer (thread or process) got there first: it may be far ahead, so look
+            # again.
             idx = max(idx + 1, _scan(folder))
             continue
         with _next_idx_lock:
@@ -273,7 +287,8 @@ def _scan(folder: Path) -> int:
     return max((idx for idx, _ in log_files(folder)), default=0) + 1
 
 
-# -- the document -------------------------------------------------------------------------------------
+# -- the document
+# -------------------------------------------------------------------------------------
 
 
 def _dump(doc: Any) -> str:
@@ -289,7 +304,11 @@ def _dump_all(docs: list[Any]) -> list[str]:
     line can only be a marker. Should the split ever disagree, each doc is dumped on its own.
     """
     text: str = yaml.serialize_all(
-        [_node(doc) for doc in docs], Dumper=_Dumper, allow_unicode=True, width=100, explicit_start=True
+        [_node(doc) for doc in docs],
+        Dumper=_Dumper,
+        allow_unicode=True,
+        width=100,
+        explicit_start=True,
     )
     parts = text.removeprefix("---\n").split("\n---\n")
     if len(parts) != len(docs) or not text.startswith("---\n"):
@@ -314,7 +333,9 @@ def _metadata_doc(entry: TurnLogJob, idx: int) -> dict[str, Any]:
 
 def _turn_doc(turn: LLMTurn, omitted: dict[int, int]) -> dict[str, Any]:
     """The doc of one turn; ``omitted`` maps a block's index to the size of its data left out."""
-    blocks: list[dict[str, Any]] = msgspec.to_builtins(turn.blocks)  # bytes → base64, enums → their values
+    blocks: list[dict[str, Any]] = msgspec.to_builtins(
+        turn.blocks
+    )  # bytes → base64, enums → their values
     for b, size in omitted.items():
         blocks[b]["data"] = f"<{size} bytes>"
     return {"role": turn.role, "blocks": _unsigned_left_out(blocks)}
@@ -350,9 +371,9 @@ class TurnLogRenderer:
     """Renders turn logs, reusing the YAML of what the previous log of the session already held.
 
     A turn of many model calls sends a history that grows by a step each call: a job names how many
-    turns it shares with the session's previous one (``keep``), and only its new turns are dumped; the
-    system prompt and tools only when they changed. The most recent :data:`RENDER_CACHE_SESSIONS`
-    sessions are kept. Not thread-safe.
+    turns it shares with the session's previous one (``keep``), and only its new turns are dumped;
+    the system prompt and tools only when they changed. The most recent
+    :data:`RENDER_CACHE_SESSIONS` sessions are kept. Not thread-safe.
     """
 
     def __init__(self) -> None:
@@ -371,7 +392,9 @@ class TurnLogRenderer:
             or (job.system is None and cache.system_text is None)
             or (job.tools is None and cache.tools_text is None)
         ):  # the session's cache is dropped already: a job that sends everything renders again
-            raise TurnLogOutOfStep(f"session {job.session_id}: the job keeps what the writer does not hold")
+            raise TurnLogOutOfStep(
+                f"session {job.session_id}: the job keeps what the writer does not hold"
+            )
         # Everything new goes through one emitter: setting one up costs more than a small document.
         omitted: list[dict[int, int]] = [{} for _ in job.turns]
         for t, b, size in job.omitted:
@@ -398,7 +421,14 @@ class TurnLogRenderer:
         while len(self._sessions) > RENDER_CACHE_SESSIONS:
             self._sessions.popitem(last=False)
         turns_head = "  turns:\n" if cache.texts else "  turns: []\n"
-        parts = ["request:\n", cache.system_text, turns_head, *cache.texts, cache.tools_text, response]
+        parts = [
+            "request:\n",
+            cache.system_text,
+            turns_head,
+            *cache.texts,
+            cache.tools_text,
+            response,
+        ]
         return "".join(parts)  # type: ignore[arg-type]  # both texts were set above or before
 
 
@@ -418,7 +448,8 @@ def _response_doc(response: LLMResponse | None) -> dict[str, Any] | None:
     return doc
 
 
-# -- the writer process -------------------------------------------------------------------------------
+# -- the writer process
+# -------------------------------------------------------------------------------
 
 FRAME_HEADER = struct.Struct(">I")
 """Each job on the writer's stdin: its msgpack length (4 bytes, big-endian), then the msgpack."""
@@ -458,7 +489,12 @@ def serve_jobs(jobs: BinaryIO, acks: BinaryIO, *, max_session_bytes: int = 0) ->
                     raise body
                 retention.written(*_write_log(job, body))
             except Exception as exc:  # disk full, a folder that is a file, a writer out of step
-                answer(f"failed {job.session_id} {type(exc).__name__}: {exc}".replace("\n", " ").encode() + b"\n")
+                answer(
+                    f"failed {job.session_id} {type(exc).__name__}: {exc}".replace(
+                        "\n", " "
+                    ).encode()
+                    + b"\n"
+                )
             else:
                 answer(b"ok\n")
 
@@ -496,7 +532,8 @@ def main() -> None:
     absent: no cap).
     """
     # The daemon decides when this process ends, by closing its stdin once the queued logs are sent:
-    # systemd's stop signal reaches every process of the service, and Ctrl-C the whole process group.
+    # systemd's stop signal reaches every process of the service, and Ctrl-C the whole process
+    # group.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     max_session_bytes = int(sys.argv[1]) if len(sys.argv) > 1 else 0

@@ -2,17 +2,17 @@
 
 The event loop does the least it can per call: it works out what the session's previous log did not
 hold (the turns after the longest prefix shared by identity, the system prompt and the tools if they
-changed), encodes that as a :class:`~kesoku.observe.turnlog.TurnLogJob` (msgpack) and queues the bytes,
-without a checkpoint. A task writes them to the process's stdin; another reads one line back per job
-and counts it. Rendering YAML and writing files happen in ``python -m kesoku.observe.turnlog``, so they never
-take the GIL from the event loop (a thread would: in a turn of fast tool calls it doubled the loop's
-cost per step, see bench/runtime_bench.py).
+changed), encodes that as a :class:`~kesoku.observe.turnlog.TurnLogJob` (msgpack) and queues the
+bytes, without a checkpoint. A task writes them to the process's stdin; another reads one line back
+per job and counts it. Rendering YAML and writing files happen in ``python -m
+kesoku.observe.turnlog``, so they never take the GIL from the event loop (a thread would: in a turn
+of fast tool calls it doubled the loop's cost per step, see bench/runtime_bench.py).
 
 If the process dies, the jobs it had not answered are counted failed, a new one starts after
 :data:`RESTART_DELAY_S`, and the next job of each session sends its whole request.
 
-With a :class:`~kesoku.config.redact.Redactor`, each response (text, thoughts, tool-call arguments) and
-error is masked before its job is made, so a secret the model echoes stays out of the log. The
+With a :class:`~kesoku.config.redact.Redactor`, each response (text, thoughts, tool-call arguments)
+and error is masked before its job is made, so a secret the model echoes stays out of the log. The
 request needs no masking here: its turns come from the gateway's masked history and its system
 prompt is masked where it is built.
 """
@@ -30,7 +30,13 @@ import msgspec
 import trio
 from msgspec.structs import replace
 
-from kesoku.observe.turnlog import FRAME_HEADER, RENDER_CACHE_SESSIONS, TurnLogEntry, TurnLogJob, make_job
+from kesoku.observe.turnlog import (
+    FRAME_HEADER,
+    RENDER_CACHE_SESSIONS,
+    TurnLogEntry,
+    TurnLogJob,
+    make_job,
+)
 from kesoku.vocab.ir import LLMResponse, LLMTurn, ThoughtBlock, ToolCallBlock, ToolSpec
 from kesoku.vocab.transcript import shared_prefix
 
@@ -52,7 +58,9 @@ class _Sent:
 
     __slots__ = ("system", "tools", "turns")
 
-    def __init__(self, turns: tuple[LLMTurn, ...], system: str, tools: tuple[ToolSpec, ...]) -> None:
+    def __init__(
+        self, turns: tuple[LLMTurn, ...], system: str, tools: tuple[ToolSpec, ...]
+    ) -> None:
         self.turns, self.system, self.tools = turns, system, tools
 
 
@@ -60,17 +68,18 @@ class TurnLogWriter:
     """Writes turn logs through a writer process, in the order they were submitted.
 
     Args:
-        buffer: Jobs submitted and not yet written before :meth:`submit` waits (:data:`WRITER_BUFFER`).
+        buffer: Jobs submitted and not yet written before :meth:`submit` waits
+            (:data:`WRITER_BUFFER`).
         max_session_bytes: Bytes of logs kept per session folder, the oldest deleted first; 0 keeps
             every log (``[turn_logs] max_mb_per_session``).
         redactor: Masks the secrets of each response and error (None: written as they are).
 
     Attributes:
         written: Logs written.
-        failed: Logs that could not be written (each logged with ``logging``; never raised), those of a
-            writer process that died among them.
-        dropped: Entries submitted after :meth:`serve` stopped, or left unwritten when its drain timed
-            out.
+        failed: Logs that could not be written (each logged with ``logging``; never raised), those
+            of a writer process that died among them.
+        dropped: Entries submitted after :meth:`serve` stopped, or left unwritten when its drain
+            timed out.
         restarts: Writer processes started after one died.
     """
 
@@ -145,7 +154,9 @@ class TurnLogWriter:
             for room, the entry is not queued.
         """
         if self._state == "new":
-            raise RuntimeError("TurnLogWriter.submit before serve: start serve in the daemon's nursery first")
+            raise RuntimeError(
+                "TurnLogWriter.submit before serve: start serve in the daemon's nursery first"
+            )
         if self._state == "serving":
             try:
                 self._room.acquire_nowait()
@@ -153,7 +164,9 @@ class TurnLogWriter:
                 await self._room.acquire()
         if self._state != "serving":  # stopped (perhaps while we waited for room)
             self.dropped += 1
-            logger.warning("turn log of session %s dropped: the turn log writer has stopped", entry.session_id)
+            logger.warning(
+                "turn log of session %s dropped: the turn log writer has stopped", entry.session_id
+            )
             return
         frame = self._encoder.encode(self._job(entry))
         self._outbox += FRAME_HEADER.pack(len(frame))
@@ -167,11 +180,14 @@ class TurnLogWriter:
         request = entry.request
         sent = self._sent.pop(entry.session_id, None)
         self._sent[entry.session_id] = _Sent(request.turns, request.system, request.tools)
-        while len(self._sent) > RENDER_CACHE_SESSIONS:  # the process's renderer forgets in the same order
+        while (
+            len(self._sent) > RENDER_CACHE_SESSIONS
+        ):  # the process's renderer forgets in the same order
             self._sent.popitem(last=False)
         if sent is None:
             return make_job(entry)
-        # Tuple and string comparison check identity first: unchanged tools and prompts cost no more.
+        # Tuple and string comparison check identity first: unchanged tools and prompts cost no
+        # more.
         return make_job(
             entry,
             keep=shared_prefix(sent.turns, request.turns),
@@ -187,14 +203,23 @@ class TurnLogWriter:
             with machinery:
                 while True:
                     try:
-                        # -P: the daemon's working folder must not shadow a module the writer imports.
+                        # -P: the daemon's working folder must not shadow a module the writer
+                        # imports.
                         process = await trio.lowlevel.open_process(
-                            [sys.executable, "-P", "-m", "kesoku.observe.turnlog", str(self.max_session_bytes)],
+                            [
+                                sys.executable,
+                                "-P",
+                                "-m",
+                                "kesoku.observe.turnlog",
+                                str(self.max_session_bytes),
+                            ],
                             stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE,
                             start_new_session=True,  # Ctrl-C in a terminal reaches the daemon only
                         )
-                    except OSError as exc:  # out of processes or memory: the logs wait, the turns go on
+                    except (
+                        OSError
+                    ) as exc:  # out of processes or memory: the logs wait, the turns go on
                         logger.error("the turn log writer process could not start: %s", exc)
                         self._lost(None)
                         if self._closing.is_set():
@@ -270,7 +295,9 @@ class TurnLogWriter:
                     self._quiet.clear()  # logs are written again: a new failure is news
                     continue
                 self.failed += 1
-                session_id, _, why = line.decode(errors="replace").removeprefix("failed ").partition(" ")
+                session_id, _, why = (
+                    line.decode(errors="replace").removeprefix("failed ").partition(" ")
+                )
                 self._sent.pop(session_id, None)  # its next job sends everything again
                 # A folder that cannot be written fails every call of the session: say it once.
                 kind = why.partition(":")[0]

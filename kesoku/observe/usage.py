@@ -1,13 +1,13 @@
 """What a session has used and what its next request holds: /usage and /context for every adapter.
 
-The numbers come from the store alone (messages' ``metadata.usage``, the latest view state) plus what the
-caller knows about the next request (system prompt, tool specs), so the terminal, Discord and Google Chat
-print the same figures with :func:`usage_lines` and :func:`context_lines`.
+The numbers come from the store alone (messages' ``metadata.usage``, the latest view state) plus
+what the caller knows about the next request (system prompt, tool specs), so the terminal, Discord
+and Google Chat print the same figures with :func:`usage_lines` and :func:`context_lines`.
 
-Costs use ``[pricing.models."model-id"]`` of kesoku.toml (:class:`kesoku.config.settings.PricingConfig`). Input
-tokens as providers report them include the cached ones, and output tokens include thinking (see
-:class:`kesoku.vocab.model.Usage`), so the cost is ``(input - cached) * input price + cached * cached price +
-output * output price``.
+Costs use ``[pricing.models."model-id"]`` of kesoku.toml
+(:class:`kesoku.config.settings.PricingConfig`). Input tokens as providers report them include the
+cached ones, and output tokens include thinking (see :class:`kesoku.vocab.model.Usage`), so the cost
+is ``(input - cached) * input price + cached * cached price + output * output price``.
 """
 
 from __future__ import annotations
@@ -60,7 +60,11 @@ def session_tokens(history: Iterable[Message]) -> TokenTotals:
             outputs += usage.output_tokens
             thinking += usage.thinking_tokens
     return TokenTotals(
-        calls=calls, input_tokens=inputs, cached_tokens=cached, output_tokens=outputs, thinking_tokens=thinking
+        calls=calls,
+        input_tokens=inputs,
+        cached_tokens=cached,
+        output_tokens=outputs,
+        thinking_tokens=thinking,
     )
 
 
@@ -96,7 +100,9 @@ def cost_usd(tokens: TokenTotals, price: ModelPrice) -> float:
     return micro / 1_000_000
 
 
-def usage_lines(history: Sequence[Message], *, turns: int, model: str, pricing: PricingConfig) -> list[str]:
+def usage_lines(
+    history: Sequence[Message], *, turns: int, model: str, pricing: PricingConfig
+) -> list[str]:
     """What /usage prints: the session's tokens by kind, then the cost estimate or why there is none.
 
     Args:
@@ -120,7 +126,8 @@ def usage_lines(history: Sequence[Message], *, turns: int, model: str, pricing: 
     return lines
 
 
-# -- the next request ---------------------------------------------------------------------------------
+# -- the next request
+# ---------------------------------------------------------------------------------
 
 
 class ContextPart(msgspec.Struct, frozen=True):
@@ -155,11 +162,12 @@ def context_parts(
         system: The system prompt as the next turn would build it.
         tools: The tool specs it would offer.
         history: The session's messages (the transcript the request is built from).
-        view_state: The latest compaction view (:meth:`kesoku.store.Store.latest_view_state`), or None.
+        view_state: The latest compaction view (:meth:`kesoku.store.Store.latest_view_state`), or
+            None.
 
     Returns:
-        The system prompt, the tools, the history and the archives, in request order. Attachments count
-        as their JSON without the file bytes (they are loaded only when the request is built).
+        The system prompt, the tools, the history and the archives, in request order. Attachments
+        count as their JSON without the file bytes (they are loaded only when the request is built).
     """
     encode = msgspec.json.encode
     view = ViewState.decode(view_state) if view_state else None
@@ -189,7 +197,11 @@ def context_lines(parts: Sequence[ContextPart], *, last_input_tokens: int) -> li
     width = max(len(p.name) for p in parts)
     lines = [f"{p.name:<{width}}  ~{p.tokens_estimate:>9,} tokens  {p.detail}" for p in parts]
     total = sum(p.tokens_estimate for p in parts)
-    lines.append(f"{'total':<{width}}  ~{total:>9,} tokens  (estimate: characters / {CHARS_PER_TOKEN})")
+    lines.append(
+        f"{'total':<{width}}  ~{total:>9,} tokens  (estimate: characters / {CHARS_PER_TOKEN})"
+    )
     if last_input_tokens:
-        lines.append(f"the last model call read {last_input_tokens:,} input tokens (the provider's count)")
+        lines.append(
+            f"the last model call read {last_input_tokens:,} input tokens (the provider's count)"
+        )
     return lines

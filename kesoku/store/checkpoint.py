@@ -1,20 +1,21 @@
 """Checkpointing the WAL off the commit path: a thread with its own connection.
 
-Why: with SQLite's default (``wal_autocheckpoint`` of 1,000 pages) every thousandth page written makes the
-committing call copy the WAL into the database file and fsync both, on the trio thread, inside some
-``post()``. On our schema that more than halves the single-row commit rate (about 11,700/s with it,
-26,000/s without, measured for issue 2).
+Why: with SQLite's default (``wal_autocheckpoint`` of 1,000 pages) every thousandth page written
+makes the committing call copy the WAL into the database file and fsync both, on the trio thread,
+inside some ``post()``. On our schema that more than halves the single-row commit rate (about
+11,700/s with it, 26,000/s without, measured for issue 2).
 
 So the store's own connection keeps only a large ``wal_autocheckpoint`` as a safety net, and a
-:class:`Checkpointer` thread runs PASSIVE checkpoints on a second connection shortly after writes. A PASSIVE
-checkpoint never waits for a lock and never blocks a writer or a reader, and apsw releases the GIL while
-SQLite copies and syncs, so the trio thread keeps running.
+:class:`Checkpointer` thread runs PASSIVE checkpoints on a second connection shortly after writes. A
+PASSIVE checkpoint never waits for a lock and never blocks a writer or a reader, and apsw releases
+the GIL while SQLite copies and syncs, so the trio thread keeps running.
 
-Why the safety net is still needed: the WAL restarts from its beginning (and stops growing) only when a
-write begins with every frame already checkpointed. Under sustained writes the thread is always a few
-commits behind, so it cannot get there alone; once the WAL reaches the limit, a commit on the writer's
-connection checkpoints the remainder (little, as the thread copied the rest) and the next write restarts
-the WAL. In bursty use the thread catches up in the pauses and the net does not fire.
+Why the safety net is still needed: the WAL restarts from its beginning (and stops growing) only
+when a write begins with every frame already checkpointed. Under sustained writes the thread is
+always a few commits behind, so it cannot get there alone; once the WAL reaches the limit, a commit
+on the writer's connection checkpoints the remainder (little, as the thread copied the rest) and the
+next write restarts the WAL. In bursty use the thread catches up in the pauses and the net does not
+fire.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ class Checkpointer:
         self.last: tuple[int, int] = (0, 0)
         """(frames in the WAL, frames checkpointed) after the last checkpoint."""
         # Its own connection: a checkpoint on the store's connection would run on the trio thread.
-        # synchronous=NORMAL as the writer: the WAL is synced before the copy, the database after it.
+        # synchronous=NORMAL as the writer: the WAL is synced before the copy, the database after
+        # it.
         self._conn = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READWRITE)
         self._conn.execute("PRAGMA synchronous = NORMAL")
         self._wrote = threading.Event()
@@ -88,7 +90,8 @@ class Checkpointer:
                 self._wrote.wait()
                 if self._closing.wait(self.delay_s):
                     break  # closing the store's connection (the last one) checkpoints what is left
-                # Cleared before the checkpoint: a commit during it sets it again for the next round.
+                # Cleared before the checkpoint: a commit during it sets it again for the next
+                # round.
                 self._wrote.clear()
                 self._checkpoint()
         finally:

@@ -1,10 +1,10 @@
 """Opening the SQLite database and migrating it (apsw).
 
 Connection settings, in order: the busy timeout first (so even the first pragma waits for a
-concurrent writer instead of raising "database is locked"), then the page size (it must come before WAL
-on a new file, and is ignored on an existing one), then WAL, synchronous=NORMAL and foreign
-keys. WAL with synchronous=NORMAL keeps every committed transaction through a crash or ``kill -9`` of
-the process; only an operating-system crash or power loss can drop the last commits (SQLite docs,
+concurrent writer instead of raising "database is locked"), then the page size (it must come before
+WAL on a new file, and is ignored on an existing one), then WAL, synchronous=NORMAL and foreign
+keys. WAL with synchronous=NORMAL keeps every committed transaction through a crash or ``kill -9``
+of the process; only an operating-system crash or power loss can drop the last commits (SQLite docs,
 "Write-Ahead Logging" and "PRAGMA synchronous").
 """
 
@@ -26,12 +26,12 @@ BUSY_TIMEOUT_MS = 5_000
 PAGE_SIZE = 1024
 """The page size of a new database file (an existing file keeps its own).
 
-A single-message commit rewrites 3 or 4 pages (table leaf, history index leaf, sqlite_sequence), and the
-WAL holds whole pages: 1 KiB pages write a quarter of the bytes of the default 4 KiB, about 12 % more
-commits/s with the checkpoint thread. The cost is on reads of messages over ~1 KB, which spill into
-overflow pages: a 10,000-message history with 2 KB tool results reads about 10 % slower (same read of
-small messages: no difference). Measured for issue 2 with bench/history_bench.py and a variant.
-"""
+A single-message commit rewrites 3 or 4 pages (table leaf, history index leaf, sqlite_sequence), and
+the WAL holds whole pages: 1 KiB pages write a quarter of the bytes of the default 4 KiB, about 12 %
+more commits/s with the checkpoint thread. The cost is on reads of messages over ~1 KB, which spill
+into overflow pages: a 10,000-message history with 2 KB tool results reads about 10 % slower (same
+read of small messages: no difference). Measured for issue 2 with bench/history_bench.py and a
+variant. """
 
 _WAL_WRITE_LOCK = 120
 """The byte of the ``-shm`` file a WAL writer locks (SQLite's WALINDEX_LOCK_OFFSET + WAL_WRITE_LOCK,
@@ -88,7 +88,9 @@ def migrations() -> list[Migration]:
     for entry in resources.files("kesoku").joinpath("_schema").iterdir():
         match = _MIGRATION_NAME.match(entry.name)
         if match:
-            found.append(Migration(int(match.group(1)), entry.name, entry.read_text(encoding="utf-8")))
+            found.append(
+                Migration(int(match.group(1)), entry.name, entry.read_text(encoding="utf-8"))
+            )
     found.sort()
     for expected, migration in enumerate(found, start=1):
         if migration.version != expected:
@@ -96,7 +98,9 @@ def migrations() -> list[Migration]:
     return found
 
 
-def open_connection(path: str | os.PathLike[str], *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> apsw.Connection:
+def open_connection(
+    path: str | os.PathLike[str], *, busy_timeout_ms: int = BUSY_TIMEOUT_MS
+) -> apsw.Connection:
     """Open (creating if needed) and migrate the database at ``path``.
 
     Args:
@@ -117,7 +121,9 @@ def open_connection(path: str | os.PathLike[str], *, busy_timeout_ms: int = BUSY
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # a parent is a file, no permission, a read-only file system
             reason = exc.strerror or exc
-            raise StoreError(f"{where}: cannot make its folder {folder}: {reason} (workspace.db_path)") from None
+            raise StoreError(
+                f"{where}: cannot make its folder {folder}: {reason} (workspace.db_path)"
+            ) from None
     try:
         conn = apsw.Connection(where)
         conn.set_busy_timeout(busy_timeout_ms)

@@ -1,7 +1,8 @@
 """Message filters, written once and applied two ways: as SQL and to a message in memory.
 
-The gateway hands a just-posted message to a listener after :meth:`MessageFilter.matches`; a listener
-catching up reads the store with :meth:`MessageFilter.where`. Both must agree, so both live here.
+The gateway hands a just-posted message to a listener after :meth:`MessageFilter.matches`; a
+listener catching up reads the store with :meth:`MessageFilter.where`. Both must agree, so both live
+here.
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ def _as_set(key: str, value: object) -> frozenset[str] | None:
         if not values:
             raise ValueError(f"filter {key!r} is an empty collection: it would match nothing")
         return values
-    raise TypeError(f"filter {key!r} takes a string or a collection of strings, not {type(value).__name__}")
+    raise TypeError(
+        f"filter {key!r} takes a string or a collection of strings, not {type(value).__name__}"
+    )
 
 
 class MessageFilter(msgspec.Struct, frozen=True):
@@ -60,7 +63,9 @@ class MessageFilter(msgspec.Struct, frozen=True):
         """
         unknown = set(filters) - set(_COLUMNS)
         if unknown:
-            raise TypeError(f"unknown message filter {sorted(unknown)}; known: {', '.join(_COLUMNS)}")
+            raise TypeError(
+                f"unknown message filter {sorted(unknown)}; known: {', '.join(_COLUMNS)}"
+            )
         sets = {key: _as_set(key, value) for key, value in filters.items()}
         for key, enum in (("role", Role), ("kind", Kind), ("status", Status)):
             bad = (sets.get(key) or frozenset()) - {e.value for e in enum}
@@ -83,7 +88,8 @@ class MessageFilter(msgspec.Struct, frozen=True):
         """Render the filter as SQL.
 
         Returns:
-            A clause to AND into a WHERE (``"1"`` when the filter takes everything) and its bindings.
+            A clause to AND into a WHERE (``"1"`` when the filter takes everything) and its
+            bindings.
         """
         clauses: list[str] = []
         bindings: list[str] = []

@@ -13,12 +13,13 @@ the byte at a 62-bit hash of the session id.
 Why one file and byte ranges. A descriptor per held session (the ``flock(2)`` per session file this
 replaced) put a thousand live sessions at the common 1024 open-file limit and the daemon died of
 EMFILE; one descriptor per :class:`SessionLocks` holds any number of sessions. Why OFD locks rather
-than classic POSIX record locks (``F_SETLK``): those belong to the process, so closing *any* descriptor
-of the file drops them all, and two openers in one process never conflict. OFD locks belong to the
-open file description, like ``flock``: two :class:`SessionLocks` conflict whether they live in two
-processes or one (the tests rely on it), and nothing else in the process can drop them. The kernel
-drops them when the holder exits, ``kill -9`` included, so a crash never leaves a session locked; the
-descriptor is close-on-exec, so a tool's subprocess that outlives its daemon does not keep it.
+than classic POSIX record locks (``F_SETLK``): those belong to the process, so closing *any*
+descriptor of the file drops them all, and two openers in one process never conflict. OFD locks
+belong to the open file description, like ``flock``: two :class:`SessionLocks` conflict whether they
+live in two processes or one (the tests rely on it), and nothing else in the process can drop them.
+The kernel drops them when the holder exits, ``kill -9`` included, so a crash never leaves a session
+locked; the descriptor is close-on-exec, so a tool's subprocess that outlives its daemon does not
+keep it.
 
 Two session ids sharing a hash would only make one wait for the other (about one chance in 10^8 with
 100,000 sessions live at once); within one process such bytes are counted, so releasing one session
@@ -47,8 +48,8 @@ LOCK_FILE = "sessions.lock"
 _OFFSET_BITS = 62
 """Lock offsets stay below 2**62: l_start + l_len must fit a signed 64-bit off_t."""
 
-# struct flock on 64-bit Linux: short l_type, short l_whence, off_t l_start, off_t l_len, pid_t l_pid
-# (fcntl(2); native alignment pads it to 32 bytes). l_pid must be 0 for the F_OFD_* commands.
+# struct flock on 64-bit Linux: short l_type, short l_whence, off_t l_start, off_t l_len, pid_t
+# l_pid (fcntl(2); native alignment pads it to 32 bytes). l_pid must be 0 for the F_OFD_* commands.
 _FLOCK = struct.Struct("hhqqi4x")
 
 
@@ -90,7 +91,10 @@ class SessionLocks:
             try:
                 self._lock(offset, fcntl.F_WRLCK)
             except OSError as exc:
-                if exc.errno in (errno.EAGAIN, errno.EACCES):  # another open file description holds it
+                if exc.errno in (
+                    errno.EAGAIN,
+                    errno.EACCES,
+                ):  # another open file description holds it
                     return False
                 raise
             self._write_pid(session_id)

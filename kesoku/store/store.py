@@ -1,9 +1,10 @@
 """The store: every query Kesoku runs against SQLite, each write one short transaction.
 
-The store is synchronous and lives on the trio thread: a single-row commit takes about 26 µs and reading
-a 10,000-message history about 15 ms (bench/history_bench.py), both well inside the 20 ms a step of
-the event loop may take. It is not thread-safe; give each process (or thread) its own Store. (Its one
-helper thread, the WAL checkpointer of :mod:`kesoku.store.checkpoint`, has a connection of its own.)
+The store is synchronous and lives on the trio thread: a single-row commit takes about 26 µs and
+reading a 10,000-message history about 15 ms (bench/history_bench.py), both well inside the 20 ms a
+step of the event loop may take. It is not thread-safe; give each process (or thread) its own Store.
+(Its one helper thread, the WAL checkpointer of :mod:`kesoku.store.checkpoint`, has a connection of
+its own.)
 
 What it writes is first made valid UTF-8 (:mod:`kesoku.vocab.text`): SQLite and msgspec refuse lone
 surrogates, and a message, a session's title or metadata, or a taint label may come from a chat
@@ -50,15 +51,14 @@ _encode = msgspec.json.Encoder().encode
 _decode_metadata = msgspec.json.Decoder(Metadata).decode
 _decode_dict = msgspec.json.Decoder(dict[str, Any]).decode
 
-_MESSAGE_COLUMNS = (
-    "id, session_id, role, kind, status, sender, content, root_id, parent_id, ts, root_ts, metadata, external_id"
-)
+_MESSAGE_COLUMNS = "id, session_id, role, kind, status, sender, content, root_id, parent_id, ts, root_ts, metadata, external_id"
 _SESSION_COLUMNS = "id, adapter, channel_id, created_at, workspace, title, llm, parent_id, metadata"
 
-# A root_id of 0 asks for the message's own id (it opens its turn). AUTOINCREMENT gives the new row the
-# sequence's value plus one, and this statement reads that value before it writes the row, inside its own
-# write lock: one statement, where an UPDATE after the INSERT would need a second one and a savepoint.
-# RETURNING root_id lets the caller check the two agree (they always do unless sqlite_sequence was edited).
+# A root_id of 0 asks for the message's own id (it opens its turn). AUTOINCREMENT gives the new row
+# the sequence's value plus one, and this statement reads that value before it writes the row,
+# inside its own write lock: one statement, where an UPDATE after the INSERT would need a second one
+# and a savepoint. RETURNING root_id lets the caller check the two agree (they always do unless
+# sqlite_sequence was edited).
 _INSERT_MESSAGE = (
     "INSERT INTO messages (session_id, role, kind, status, sender, content, root_id, parent_id, ts,"
     " root_ts, metadata, adapter, external_id)"
@@ -82,7 +82,21 @@ class Inserted(NamedTuple):
 
 
 def _row_to_message(row: tuple[Any, ...]) -> Message:
-    (id_, session_id, role, kind, status, sender, content, root_id, parent_id, ts, root_ts, meta, ext) = row
+    (
+        id_,
+        session_id,
+        role,
+        kind,
+        status,
+        sender,
+        content,
+        root_id,
+        parent_id,
+        ts,
+        root_ts,
+        meta,
+        ext,
+    ) = row
     return Message(
         id=id_,
         session_id=session_id,
@@ -119,8 +133,8 @@ def _writes(method: Callable[Concatenate[Store, _P], _R]) -> Callable[Concatenat
     """Mark a write of the store, whose lock wait may run out.
 
     SQLite's ``BusyError`` (another connection held the write lock past the busy timeout) becomes
-    :class:`~kesoku.vocab.errors.StoreBusyError` naming the database and the lock's holder, so no caller
-    shows a raw apsw traceback.
+    :class:`~kesoku.vocab.errors.StoreBusyError` naming the database and the lock's holder, so no
+    caller shows a raw apsw traceback.
     """
 
     @functools.wraps(method)
@@ -137,8 +151,8 @@ def _writes(method: Callable[Concatenate[Store, _P], _R]) -> Callable[Concatenat
 class Store:
     """Sessions, the message log, listener cursors and view states in one SQLite file.
 
-    A file database checkpoints its WAL from a background thread (:mod:`kesoku.store.checkpoint`), so
-    that commits on the caller's thread never copy the WAL into the database or fsync.
+    A file database checkpoints its WAL from a background thread (:mod:`kesoku.store.checkpoint`),
+    so that commits on the caller's thread never copy the WAL into the database or fsync.
 
     Args:
         path: The database file (created and migrated), or ``:memory:``.
@@ -164,7 +178,8 @@ class Store:
         if self.path != ":memory:":
             conn = self._conn
             conn.wal_autocheckpoint(wal_limit_pages)
-            # Once the WAL restarts, truncate a file that grew past the limit (a long reader pinned it).
+            # Once the WAL restarts, truncate a file that grew past the limit (a long reader pinned
+            # it).
             page_size = self._pragma_int("page_size")
             conn.execute(f"PRAGMA journal_size_limit = {wal_limit_pages * (page_size + 24) + 32:d}")
             self._checkpointer = Checkpointer(self.path)
@@ -226,7 +241,8 @@ class Store:
             parent_id=parent_id,
             metadata=metadata or {},
         )
-        # ON CONFLICT: another process may create the same channel's session between our read and write.
+        # ON CONFLICT: another process may create the same channel's session between our read and
+        # write.
         self._conn.execute(
             f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
             " ON CONFLICT (adapter, channel_id) DO NOTHING",
@@ -248,13 +264,16 @@ class Store:
 
     def get_session(self, session_id: str) -> Session | None:
         """Return the session with this id, or None."""
-        row = self._conn.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        row = self._conn.execute(
+            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,)
+        ).fetchone()
         return _row_to_session(row) if row else None
 
     def find_session(self, adapter: str, channel_id: str) -> Session | None:
         """Return the session of a platform thread or space, or None."""
         row = self._conn.execute(
-            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE adapter = ? AND channel_id = ?", (adapter, channel_id)
+            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE adapter = ? AND channel_id = ?",
+            (adapter, channel_id),
         ).fetchone()
         return _row_to_session(row) if row else None
 
@@ -271,7 +290,9 @@ class Store:
     @_writes
     def set_session_title(self, session_id: str, title: str) -> None:
         """Set a session's title."""
-        self._conn.execute("UPDATE sessions SET title = ? WHERE id = ?", (valid_text(title), session_id))
+        self._conn.execute(
+            "UPDATE sessions SET title = ? WHERE id = ?", (valid_text(title), session_id)
+        )
 
     @_writes
     def delete_session(self, session_id: str) -> Session | None:
@@ -290,14 +311,16 @@ class Store:
     # -- messages ---------------------------------------------------------------------------------
 
     @_writes
-    def insert_messages(self, messages: Sequence[Message], *, busy_timeout_ms: int | None = None) -> list[Inserted]:
+    def insert_messages(
+        self, messages: Sequence[Message], *, busy_timeout_ms: int | None = None
+    ) -> list[Inserted]:
         """Store messages in one transaction; ids are assigned in order.
 
         ``ts`` of 0 becomes now, ``root_ts`` of 0 becomes ``ts``, and ``root_id`` of 0 becomes the
         message's own id (a message that opens its turn). A message whose (adapter, external_id) is
         already stored is not written again: the stored one is returned with ``new=False``.
-        Text is made valid UTF-8 first (:func:`~kesoku.vocab.model.valid_message`: a lone surrogate becomes
-        U+FFFD); the returned messages hold what was written.
+        Text is made valid UTF-8 first (:func:`~kesoku.vocab.model.valid_message`: a lone surrogate
+        becomes U+FFFD); the returned messages hold what was written.
 
         Args:
             messages: Messages with ``id == 0``.
@@ -337,8 +360,9 @@ class Store:
         ts = msg.ts or now
         root_ts = msg.root_ts or ts
         try:
-            # fetchall, not fetchone: the statement must run to its end so that an autocommit commits
-            # (and reports a failure) here, with SQLite's commit and WAL hooks, not when the cursor is freed.
+            # fetchall, not fetchone: the statement must run to its end so that an autocommit
+            # commits (and reports a failure) here, with SQLite's commit and WAL hooks, not when the
+            # cursor is freed.
             rows = self._conn.execute(
                 _INSERT_MESSAGE,
                 (
@@ -364,8 +388,8 @@ class Store:
             return Inserted(self._find_external(msg), self._session_adapter(msg.session_id), False)
         ((new_id, root_id, adapter),) = rows  # one row: a VALUES insert
         if msg.root_id == 0 and root_id != new_id:
-            # Only if sqlite_sequence was edited by hand. Outside a batch this is a commit of its own: a
-            # crash between the two would leave a wrong root_id, never a lost message.
+            # Only if sqlite_sequence was edited by hand. Outside a batch this is a commit of its
+            # own: a crash between the two would leave a wrong root_id, never a lost message.
             self._conn.execute("UPDATE messages SET root_id = id WHERE id = ?", (new_id,))
             root_id = new_id
         stored = msgspec.structs.replace(msg, id=new_id, ts=ts, root_ts=root_ts, root_id=root_id)
@@ -381,12 +405,16 @@ class Store:
         return _row_to_message(row)
 
     def _session_adapter(self, session_id: str) -> str:
-        row = self._conn.execute("SELECT adapter FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        row = self._conn.execute(
+            "SELECT adapter FROM sessions WHERE id = ?", (session_id,)
+        ).fetchone()
         return str(row[0]) if row else ""
 
     def get_message(self, message_id: int) -> Message | None:
         """Return the message with this id, or None."""
-        row = self._conn.execute(f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id = ?", (message_id,)).fetchone()
+        row = self._conn.execute(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id = ?", (message_id,)
+        ).fetchone()
         return _row_to_message(row) if row else None
 
     def messages_after(self, after_id: int, flt: MessageFilter, *, limit: int) -> list[Message]:
@@ -450,12 +478,15 @@ class Store:
         """
         with self._conn:
             self._conn.executemany(
-                "UPDATE messages SET status = ? WHERE id = ?", ((status.value, i) for i in message_ids)
+                "UPDATE messages SET status = ? WHERE id = ?",
+                ((status.value, i) for i in message_ids),
             )
 
     def last_message_id(self) -> int:
         """Return the highest message id ever assigned (0 for a new database)."""
-        row = self._conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'messages'").fetchone()
+        row = self._conn.execute(
+            "SELECT seq FROM sqlite_sequence WHERE name = 'messages'"
+        ).fetchone()
         return int(row[0]) if row else 0
 
     def _pragma_int(self, name: str) -> int:
@@ -473,7 +504,9 @@ class Store:
 
     def get_cursor(self, name: str) -> int | None:
         """Return the saved cursor (last message id handled) of a listener, or None."""
-        row = self._conn.execute("SELECT message_id FROM cursors WHERE name = ?", (name,)).fetchone()
+        row = self._conn.execute(
+            "SELECT message_id FROM cursors WHERE name = ?", (name,)
+        ).fetchone()
         return int(row[0]) if row else None
 
     @_writes
@@ -499,7 +532,9 @@ class Store:
 
     def taint_sources(self, session_id: str) -> list[TaintSource]:
         """Return a session's taint sources, oldest first."""
-        rows = self._conn.execute("SELECT kind, label FROM taint WHERE session_id = ? ORDER BY rowid", (session_id,))
+        rows = self._conn.execute(
+            "SELECT kind, label FROM taint WHERE session_id = ? ORDER BY rowid", (session_id,)
+        )
         return [TaintSource(kind, label) for kind, label in rows]
 
     # -- view states ------------------------------------------------------------------------------
@@ -525,11 +560,13 @@ class Store:
     def latest_view_state(self, session_id: str) -> bytes | None:
         """Return the newest compaction view of a session, or None."""
         row = self._conn.execute(
-            "SELECT data FROM view_states WHERE session_id = ? ORDER BY id DESC LIMIT 1", (session_id,)
+            "SELECT data FROM view_states WHERE session_id = ? ORDER BY id DESC LIMIT 1",
+            (session_id,),
         ).fetchone()
         return bytes(row[0]) if row else None
 
-    # -- inspection and forks (kesoku sessions, kesoku trace) ----------------------------------------
+    # -- inspection and forks (kesoku sessions, kesoku trace)
+    # ----------------------------------------
 
     def resolve_session(self, id_or_prefix: str, *, min_prefix_chars: int = 4) -> Session:
         """Return the session with this id, or the only one whose id starts with it.
@@ -542,8 +579,8 @@ class Store:
             The session.
 
         Raises:
-            UnknownSessionError: No session has this id or prefix; the message says when the prefix is
-                too short to be tried.
+            UnknownSessionError: No session has this id or prefix; the message says when the prefix
+                is too short to be tried.
             AmbiguousSessionError: Several sessions start with the prefix.
         """
         session = self.get_session(id_or_prefix)
@@ -551,7 +588,9 @@ class Store:
             return session
         if len(id_or_prefix) < min_prefix_chars:
             # Say why: "8" may well be the start of an id the user sees listed.
-            raise UnknownSessionError(f"no such session; give at least {min_prefix_chars} characters of the id")
+            raise UnknownSessionError(
+                f"no such session; give at least {min_prefix_chars} characters of the id"
+            )
         rows = self._conn.execute(
             f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE substr(id, 1, ?) = ? ORDER BY created_at, id",
             (len(id_or_prefix), id_or_prefix),
@@ -574,15 +613,16 @@ class Store:
     ) -> Session:
         """Create a session whose ``parent_id`` is ``session_id`` and copy its history into it.
 
-        The copy is the history in logical order up to and including ``at_message_id`` (all of it when
-        None), in one transaction. Copies get new ids; their ``root_id`` and ``parent_id`` point at the
-        copies; ``external_id`` is dropped (it belongs to the original's platform message); a user
-        message still pending or processing becomes interrupted, since no turn will run it in the fork.
-        The workspace folder is not copied.
+        The copy is the history in logical order up to and including ``at_message_id`` (all of it
+        when None), in one transaction. Copies get new ids; their ``root_id`` and ``parent_id``
+        point at the copies; ``external_id`` is dropped (it belongs to the original's platform
+        message); a user message still pending or processing becomes interrupted, since no turn will
+        run it in the fork. The workspace folder is not copied.
 
         Args:
             session_id: The session to fork.
-            adapter: The new session's adapter (``terminal`` makes it a ``kesoku chat --session`` one).
+            adapter: The new session's adapter (``terminal`` makes it a ``kesoku chat --session``
+                one).
             channel_id: The new session's channel, unique for the adapter.
             workspace_root: The sessions folder.
             at_message_id: The last message to copy.
@@ -615,13 +655,19 @@ class Store:
             new_ids: dict[int, int] = {}
             now = time.time()
             for msg in history:
-                status = Status.INTERRUPTED if msg.status in (Status.PENDING, Status.PROCESSING) else msg.status
+                status = (
+                    Status.INTERRUPTED
+                    if msg.status in (Status.PENDING, Status.PROCESSING)
+                    else msg.status
+                )
                 copy = msgspec.structs.replace(
                     msg,
                     id=0,
                     session_id=fork.id,
                     status=status,
-                    root_id=new_ids.get(msg.root_id, 0),  # 0: it opens its turn (the store fills in its id)
+                    root_id=new_ids.get(
+                        msg.root_id, 0
+                    ),  # 0: it opens its turn (the store fills in its id)
                     parent_id=None if msg.parent_id is None else new_ids.get(msg.parent_id),
                     external_id=None,
                 )
@@ -631,7 +677,8 @@ class Store:
     def view_states(self, session_id: str) -> list[ViewStateRecord]:
         """Return every compaction view of a session, oldest first (the trace shows each as a marker)."""
         rows = self._conn.execute(
-            "SELECT id, created_at, data FROM view_states WHERE session_id = ? ORDER BY id", (session_id,)
+            "SELECT id, created_at, data FROM view_states WHERE session_id = ? ORDER BY id",
+            (session_id,),
         )
         return [ViewStateRecord(int(i), float(t), bytes(d)) for i, t, d in rows]
 

@@ -1,9 +1,9 @@
 """What a tool is to the runtime: a name, a JSON schema, a timeout and an async ``run``.
 
-The runtime (kesoku.agent.turn) runs a model step's tool calls as one concurrent batch in a shielded scope;
-each call gets its own ``timeout_s``. A tool reports failure the model should read by raising
-:class:`~kesoku.vocab.errors.ToolError`; any other exception is a bug, reported to the model as a failed
-result and logged with its traceback.
+The runtime (kesoku.agent.turn) runs a model step's tool calls as one concurrent batch in a shielded
+scope; each call gets its own ``timeout_s``. A tool reports failure the model should read by raising
+:class:`~kesoku.vocab.errors.ToolError`; any other exception is a bug, reported to the model as a
+failed result and logged with its traceback.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ class Approval:
 
     Attributes:
         allowed: True only when the user chose Allow.
-        note: How the answer came: ``allowed by Ana``, ``denied by Ana``, ``no answer within 300 s``,
-            ``the turn was stopped``, ``no one can be asked here``.
+        note: How the answer came: ``allowed by Ana``, ``denied by Ana``, ``no answer within 300
+            s``, ``the turn was stopped``, ``no one can be asked here``.
     """
 
     allowed: bool
@@ -73,7 +73,8 @@ class Guard(Protocol):
 class TaintSources:
     """A session's taint sources: ordered, deduplicated by (kind, label), safe to add to from threads.
 
-    The taint half of every :class:`Guard`; a subclass hears of each new source through :meth:`_added`.
+    The taint half of every :class:`Guard`; a subclass hears of each new source through
+    :meth:`_added`.
 
     Args:
         sources: Sources recorded before (read back from the store).
@@ -137,8 +138,8 @@ class ToolContext:
         call_id: The provider's id of the call.
         guard: The session's taint sources and the way to ask its user (a :class:`StaticGuard` that
             denies every question when the tool runs outside a session).
-        deadline: The scope holding the call's ``timeout_s`` (set by the runtime), moved on by the time
-            :meth:`confirm` waits for the user.
+        deadline: The scope holding the call's ``timeout_s`` (set by the runtime), moved on by the
+            time :meth:`confirm` waits for the user.
         max_output_bytes: The most bytes of text the result may hold for the session's model (a
             share of its context window); None: only the tool's own cap.
     """
@@ -200,8 +201,8 @@ class Tool:
     run: Callable[[Mapping[str, Any], ToolContext], Awaitable[str]]
     parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
     timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
-    # Built once: requests carry the same ToolSpec objects from one model call to the next, so the turn
-    # log and the backends can tell by identity that the tools did not change.
+    # Built once: requests carry the same ToolSpec objects from one model call to the next, so the
+    # turn log and the backends can tell by identity that the tools did not change.
     _spec: ToolSpec = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

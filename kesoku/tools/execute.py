@@ -1,7 +1,7 @@
 """Run one tool call and type its outcome: the one place a tool's failures become results the model reads.
 
-Used by the turn loop (kesoku.agent.turn) and by subagents (kesoku.agent.subagent), so both report a timeout, a
-refusal or a bug in a tool the same way.
+Used by the turn loop (kesoku.agent.turn) and by subagents (kesoku.agent.subagent), so both report a
+timeout, a refusal or a bug in a tool the same way.
 """
 
 from __future__ import annotations
@@ -25,7 +25,12 @@ WRAPPER_BYTES = 512
 
 
 async def run_tool(
-    tool: Tool | None, name: str, arguments: Mapping[str, object], ctx: ToolContext, *, known: Iterable[str]
+    tool: Tool | None,
+    name: str,
+    arguments: Mapping[str, object],
+    ctx: ToolContext,
+    *,
+    known: Iterable[str],
 ) -> tuple[str, Outcome]:
     """Run a tool call within its ``timeout_s`` and return ``(result text, outcome)``.
 
@@ -38,11 +43,11 @@ async def run_tool(
 
     Returns:
         ``completed`` with the tool's text (capped at ``ctx.max_output_bytes``); ``timed_out`` after
-        ``timeout_s``; ``failed`` for a :class:`~kesoku.vocab.errors.ToolError` (its message) or any other
-        exception (a bug, logged with its traceback). The text is valid UTF-8
-        (:func:`kesoku.vocab.text.valid_text`): a file name the OS decoded with ``surrogateescape``, an MCP
-        server's JSON or an exception's message may hold a lone surrogate, and a subagent's result
-        goes to the model without passing the store.
+        ``timeout_s``; ``failed`` for a :class:`~kesoku.vocab.errors.ToolError` (its message) or any
+        other exception (a bug, logged with its traceback). The text is valid UTF-8
+        (:func:`kesoku.vocab.text.valid_text`): a file name the OS decoded with ``surrogateescape``,
+        an MCP server's JSON or an exception's message may hold a lone surrogate, and a subagent's
+        result goes to the model without passing the store.
 
     Raises:
         trio.Cancelled: The call was cancelled from outside (a forced stop, a bound); a tool with a
@@ -53,18 +58,28 @@ async def run_tool(
 
 
 async def _run(
-    tool: Tool | None, name: str, arguments: Mapping[str, object], ctx: ToolContext, known: Iterable[str]
+    tool: Tool | None,
+    name: str,
+    arguments: Mapping[str, object],
+    ctx: ToolContext,
+    known: Iterable[str],
 ) -> tuple[str, Outcome]:
     try:
         if tool is None:
-            raise ToolError(f"there is no tool named {name!r} (tools: {', '.join(sorted(known)) or 'none'})")
+            raise ToolError(
+                f"there is no tool named {name!r} (tools: {', '.join(sorted(known)) or 'none'})"
+            )
         with trio.move_on_after(tool.timeout_s) as deadline:
             content = await tool.run(arguments, dataclasses.replace(ctx, deadline=deadline))
         if deadline.cancelled_caught:
-            return f"[timed_out] {name} ran longer than {tool.timeout_s:g} s and was cancelled.", Outcome.TIMED_OUT
+            return (
+                f"[timed_out] {name} ran longer than {tool.timeout_s:g} s and was cancelled.",
+                Outcome.TIMED_OUT,
+            )
         if ctx.max_output_bytes is not None:
-            # The built-in tools cap their output with ctx.output_cap (the shell adds its command line and
-            # exit code around it, hence the slack); this bounds any other tool (MCP, skills).
+            # The built-in tools cap their output with ctx.output_cap (the shell adds its command
+            # line and exit code around it, hence the slack); this bounds any other tool (MCP,
+            # skills).
             content = cap_output(content, ctx.max_output_bytes + WRAPPER_BYTES)
         return content, Outcome.COMPLETED
     except ToolError as exc:

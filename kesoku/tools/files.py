@@ -1,11 +1,12 @@
 """File tools: read_file, write_file, edit_file, list_dir, glob and grep, all through the path gates.
 
-Every path goes through :mod:`kesoku.tools.paths` first: reads pass inside the workspace (the working
-directory and the session workspace) and the readable roots; writes pass inside the workspace; secret
-paths (``~/.ssh``, ``.env``, Kesoku's config and database …) are denied to every tool. A write outside
-the workspace (or into ``.git/hooks``) asks the user first (:func:`approve_write`, through the call's
-guard) and is refused with a :class:`~kesoku.vocab.errors.ToolError` unless the user allows it. A read
-outside the workspace (a readable root) marks the session tainted. Files are opened with
+Every path goes through :mod:`kesoku.tools.paths` first: reads pass inside the workspace (the
+working directory and the session workspace) and the readable roots; writes pass inside the
+workspace; secret paths (``~/.ssh``, ``.env``, Kesoku's config and database …) are denied to every
+tool. A write outside the workspace (or into ``.git/hooks``) asks the user first
+(:func:`approve_write`, through the call's guard) and is refused with a
+:class:`~kesoku.vocab.errors.ToolError` unless the user allows it. A read outside the workspace (a
+readable root) marks the session tainted. Files are opened with
 :func:`~kesoku.tools.paths.open_checked`, which re-checks what was opened, so a symlink swapped in
 after the check does not lead outside.
 
@@ -55,7 +56,9 @@ SCAN_MAX_ENTRIES = 200_000
 GREP_MAX_FILE_BYTES = 10_000_000
 """grep skips larger files (logs, data dumps): read them with read_file ranges or the shell."""
 BINARY_SNIFF_BYTES = 8192
-SKIPPED_DIRS = frozenset({".git", "node_modules", ".venv", "venv", "__pycache__", ".mypy_cache", ".pytest_cache"})
+SKIPPED_DIRS = frozenset(
+    {".git", "node_modules", ".venv", "venv", "__pycache__", ".mypy_cache", ".pytest_cache"}
+)
 """Folders grep does not descend into unless it is pointed at them."""
 FILE_TOOL_TIMEOUT_S = 60.0
 
@@ -66,10 +69,14 @@ _Impl = Callable[["_Env", Mapping[str, Any], ToolContext], str]
 class _Env:
     gates: PathGates
     max_output_bytes: int
-    approved: Path | None = None  # the path the user allowed this call to write outside the workspace
+    approved: Path | None = (
+        None  # the path the user allowed this call to write outside the workspace
+    )
 
 
-def file_tools(gates: PathGates, *, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES) -> tuple[Tool, ...]:
+def file_tools(
+    gates: PathGates, *, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
+) -> tuple[Tool, ...]:
     """The file tools: read_file, write_file, edit_file, list_dir, glob and grep.
 
     Args:
@@ -82,12 +89,15 @@ def file_tools(gates: PathGates, *, max_output_bytes: int = DEFAULT_MAX_OUTPUT_B
     env = _Env(gates, max_output_bytes)
 
     def tool(
-        name: str, description: str, fn: Callable[[_Env, Mapping[str, Any], ToolContext], str], **props: Any
+        name: str,
+        description: str,
+        fn: Callable[[_Env, Mapping[str, Any], ToolContext], str],
+        **props: Any,
     ) -> Tool:
         required = [key for key, spec in props.items() if spec.pop("required", False)]
         parameters = {"type": "object", "properties": props, "required": required}
-        # Writes finish even if the call is cancelled (a half-written file is worse than a late result);
-        # reads and scans are abandoned at once.
+        # Writes finish even if the call is cancelled (a half-written file is worse than a late
+        # result); reads and scans are abandoned at once.
         writes = name in ("write_file", "edit_file")
 
         async def run(arguments: Mapping[str, Any], ctx: ToolContext) -> str:
@@ -105,51 +115,80 @@ def file_tools(gates: PathGates, *, max_output_bytes: int = DEFAULT_MAX_OUTPUT_B
 
         return Tool(name, description, run, parameters, timeout_s=FILE_TOOL_TIMEOUT_S)
 
-    path = {"type": "string", "description": "File path, relative to the working directory or absolute."}
+    path = {
+        "type": "string",
+        "description": "File path, relative to the working directory or absolute.",
+    }
     return (
         tool(
             "read_file",
             "Read a text file, with line numbers (`N<tab>text`), from start_line for at most max_lines lines.",
             _read_file,
             path={**path, "required": True},
-            start_line={"type": "integer", "description": "First line to return (1-based). Default 1."},
-            max_lines={"type": "integer", "description": f"Lines to return at most. Default {READ_MAX_LINES}."},
+            start_line={
+                "type": "integer",
+                "description": "First line to return (1-based). Default 1.",
+            },
+            max_lines={
+                "type": "integer",
+                "description": f"Lines to return at most. Default {READ_MAX_LINES}.",
+            },
         ),
         tool(
             "write_file",
             "Create or overwrite a text file with the given content (folders are created). Inside the workspace.",
             _write_file,
             path={**path, "required": True},
-            content={"type": "string", "description": "The whole new content of the file.", "required": True},
+            content={
+                "type": "string",
+                "description": "The whole new content of the file.",
+                "required": True,
+            },
         ),
         tool(
             "edit_file",
             "Replace one exact occurrence of old_text with new_text in a file; old_text must match exactly once.",
             _edit_file,
             path={**path, "required": True},
-            old_text={"type": "string", "description": "Text to replace, exactly as in the file.", "required": True},
+            old_text={
+                "type": "string",
+                "description": "Text to replace, exactly as in the file.",
+                "required": True,
+            },
             new_text={"type": "string", "description": "The replacement text.", "required": True},
         ),
         tool(
             "list_dir",
             "List a folder: sub-folders end with /, symlinks show their target, files their size in bytes.",
             _list_dir,
-            path={"type": "string", "description": "Folder to list. Default: the working directory."},
+            path={
+                "type": "string",
+                "description": "Folder to list. Default: the working directory.",
+            },
         ),
         tool(
             "glob",
             "Find files by name pattern (`*.py`, `src/**/*.md`; ** spans folders), relative to a folder.",
             _glob,
             pattern={"type": "string", "description": "Glob pattern, relative.", "required": True},
-            path={"type": "string", "description": "Folder to search from. Default: the working directory."},
+            path={
+                "type": "string",
+                "description": "Folder to search from. Default: the working directory.",
+            },
         ),
         tool(
             "grep",
             "Search file contents with a regular expression (Python syntax); prints path:line: text.",
             _grep,
             pattern={"type": "string", "description": "Regular expression.", "required": True},
-            path={"type": "string", "description": "File or folder to search. Default: the working directory."},
-            glob={"type": "string", "description": "Only files whose path matches this glob (`*.py`)."},
+            path={
+                "type": "string",
+                "description": "File or folder to search. Default: the working directory.",
+            },
+            glob={
+                "type": "string",
+                "description": "Only files whose path matches this glob (`*.py`).",
+            },
             ignore_case={"type": "boolean", "description": "Match without regard to case."},
         ),
     )
@@ -176,7 +215,9 @@ async def approve_write(tool: str, path: str, ctx: ToolContext, gates: PathGates
     decision = await trio.to_thread.run_sync(check_write, path, ctx, gates)
     if not isinstance(decision, NeedsApproval):
         return None
-    approval = await ctx.confirm(f"{tool} wants to write {decision.path} ({decision.reason}). Allow?")
+    approval = await ctx.confirm(
+        f"{tool} wants to write {decision.path} ({decision.reason}). Allow?"
+    )
     if not approval.allowed:
         raise ToolError(
             f"writing {decision.path} needs the user's approval ({decision.reason}) and was not allowed "
@@ -185,10 +226,13 @@ async def approve_write(tool: str, path: str, ctx: ToolContext, gates: PathGates
     return decision.path
 
 
-# -- arguments ----------------------------------------------------------------------------------------
+# -- arguments
+# ----------------------------------------------------------------------------------------
 
 
-def _str(arguments: Mapping[str, Any], key: str, default: str | None = None, *, empty: bool = False) -> str:
+def _str(
+    arguments: Mapping[str, Any], key: str, default: str | None = None, *, empty: bool = False
+) -> str:
     value = arguments.get(key, default)
     if not isinstance(value, str) or (not value and not empty):
         raise ToolError(f"`{key}` must be a non-empty string")
@@ -234,7 +278,8 @@ def _regular(fd: int, real: Path) -> os.stat_result:
     raise ToolError(f"{real} is not a regular file (a device, pipe or socket)")
 
 
-# -- read, write, edit --------------------------------------------------------------------------------
+# -- read, write, edit
+# --------------------------------------------------------------------------------
 
 
 def _read_file(env: _Env, arguments: Mapping[str, Any], ctx: ToolContext) -> str:
@@ -245,7 +290,9 @@ def _read_file(env: _Env, arguments: Mapping[str, Any], ctx: ToolContext) -> str
     fd, st = _open_read(real, ctx, env.gates)
     with os.fdopen(fd, "rb") as file:
         if b"\x00" in file.read(BINARY_SNIFF_BYTES):
-            raise ToolError(f"{_shown(real, ctx)} is a binary file ({st.st_size} bytes); it cannot be shown as text")
+            raise ToolError(
+                f"{_shown(real, ctx)} is a binary file ({st.st_size} bytes); it cannot be shown as text"
+            )
         file.seek(0)
         out: list[str] = []
         used = 0
@@ -329,9 +376,13 @@ def _edit_file(env: _Env, arguments: Mapping[str, Any], ctx: ToolContext) -> str
     shown = _shown(real, ctx)
     count = text.count(old)
     if count == 0:
-        raise ToolError(f"old_text was not found in {shown}; read the file and copy the text exactly")
+        raise ToolError(
+            f"old_text was not found in {shown}; read the file and copy the text exactly"
+        )
     if count > 1:
-        raise ToolError(f"old_text matches {count} times in {shown}; include surrounding lines so it matches once")
+        raise ToolError(
+            f"old_text matches {count} times in {shown}; include surrounding lines so it matches once"
+        )
     index = text.index(old)
     updated = text[:index] + new + text[index + len(old) :]
     _write_bytes(real, updated.encode("utf-8"), ctx, env.gates)
@@ -339,13 +390,16 @@ def _edit_file(env: _Env, arguments: Mapping[str, Any], ctx: ToolContext) -> str
     return f"edited {shown} at line {line}: {old.count(chr(10)) + 1} line(s) replaced by {new.count(chr(10)) + 1}"
 
 
-# -- list, glob, grep ---------------------------------------------------------------------------------
+# -- list, glob, grep
+# ---------------------------------------------------------------------------------
 
 
 def _list_dir(env: _Env, arguments: Mapping[str, Any], ctx: ToolContext) -> str:
     real = check_read(_str(arguments, "path", "."), ctx, env.gates)
     if not real.is_dir():
-        raise ToolError(f"{_shown(real, ctx)} is not a folder" if real.exists() else f"no such folder: {real}")
+        raise ToolError(
+            f"{_shown(real, ctx)} is not a folder" if real.exists() else f"no such folder: {real}"
+        )
     lines: list[str] = []
     with os.scandir(real) as entries:
         items = sorted(entries, key=lambda e: e.name)
@@ -361,7 +415,9 @@ def _list_dir(env: _Env, arguments: Mapping[str, Any], ctx: ToolContext) -> str:
                 lines.append(entry.name)
     header = f"{_shown(real, ctx)}/ ({len(items)} entries)"
     if len(items) > LIST_MAX_ENTRIES:
-        lines.append(f"[{len(items) - LIST_MAX_ENTRIES} more entries not shown: use glob to narrow]")
+        lines.append(
+            f"[{len(items) - LIST_MAX_ENTRIES} more entries not shown: use glob to narrow]"
+        )
     return cap_output("\n".join([header, *lines]), env.max_output_bytes)
 
 
@@ -372,7 +428,9 @@ def glob_regex(pattern: str) -> re.Pattern[str]:
         ToolError: The pattern is absolute or climbs out with ``..``.
     """
     if not pattern or pattern.startswith(("/", "~")) or ".." in pattern.split("/"):
-        raise ToolError(f"glob pattern {pattern!r} must be relative and must not use ..; pass the folder as `path`")
+        raise ToolError(
+            f"glob pattern {pattern!r} must be relative and must not use ..; pass the folder as `path`"
+        )
     out: list[str] = []
     parts = pattern.split("/")
     for i, part in enumerate(parts):
@@ -402,7 +460,9 @@ def glob_regex(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(out) + r"\Z", re.DOTALL)
 
 
-def _walk(root: Path, *, skip: frozenset[str] = frozenset()) -> Iterator[tuple[str, os.DirEntry[str]]]:
+def _walk(
+    root: Path, *, skip: frozenset[str] = frozenset()
+) -> Iterator[tuple[str, os.DirEntry[str]]]:
     """(path relative to root, entry) of everything below root; symlinked folders are not entered."""
     stack = [(root, "")]
     seen = 0
@@ -439,7 +499,9 @@ def _readable(entry: os.DirEntry[str], secrets: SecretMatcher, roots: tuple[Path
     except OSError:
         return False
     real = os.path.realpath(entry.path)
-    return any(real == os.fspath(r) or real.startswith(os.fspath(r).rstrip("/") + "/") for r in roots)
+    return any(
+        real == os.fspath(r) or real.startswith(os.fspath(r).rstrip("/") + "/") for r in roots
+    )
 
 
 def _roots(ctx: ToolContext, env: _Env) -> tuple[Path, ...]:
@@ -481,7 +543,9 @@ def _grep(env: _Env, arguments: Mapping[str, Any], ctx: ToolContext) -> str:
     except re.error as exc:
         raise ToolError(f"invalid regular expression {source!r}: {exc}") from None
     name_filter = glob_regex(arguments["glob"]) if isinstance(arguments.get("glob"), str) else None
-    base = check_read(_str(arguments, "path", "."), ctx, env.gates)  # a single file is fully checked here
+    base = check_read(
+        _str(arguments, "path", "."), ctx, env.gates
+    )  # a single file is fully checked here
     secrets, roots = SecretMatcher(env.gates), _roots(ctx, env)
     if base.is_file():
         files: Iterator[tuple[str, str]] = iter([(_shown(base, ctx), os.fspath(base))])
@@ -505,7 +569,9 @@ def _grep(env: _Env, arguments: Mapping[str, Any], ctx: ToolContext) -> str:
                 entry = f"{shown}:{line_no}: {text}"
                 used += len(entry.encode()) + 1
                 if len(out) >= GREP_MAX_MATCHES or used > env.max_output_bytes:
-                    partial = f"[stopped at {len(out)} matches: narrow the pattern, `path` or `glob`]"
+                    partial = (
+                        f"[stopped at {len(out)} matches: narrow the pattern, `path` or `glob`]"
+                    )
                     raise _ScanLimit
                 out.append(entry)
     except _ScanLimit:

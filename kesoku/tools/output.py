@@ -52,8 +52,8 @@ def cap_output(data: str | bytes, max_bytes: int) -> str:
 
     Returns:
         ``data`` as text when it fits; otherwise its first and last bytes (about half each) around
-        ``[… N bytes cut …]``, N counting every byte of ``data`` left out. Under 64 bytes there is no
-        room for a marker and the text is only cut at its end.
+        ``[… N bytes cut …]``, N counting every byte of ``data`` left out. Under 64 bytes there is
+        no room for a marker and the text is only cut at its end.
 
     Raises:
         ValueError: ``max_bytes`` is not positive.

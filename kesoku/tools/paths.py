@@ -1,15 +1,15 @@
 """Path gates: which files a tool may read, write or share (ARCHITECTURE.md, "Guarantees").
 
 Every check runs on the path as the OS will see it: ``~`` expanded, made absolute against the tool's
-working directory, then resolved (symlinks and ``..``) with :func:`os.path.realpath`. A link inside the
-workspace that points outside is judged by its target. The rules:
+working directory, then resolved (symlinks and ``..``) with :func:`os.path.realpath`. A link inside
+the workspace that points outside is judged by its target. The rules:
 
 - Secret paths are denied to every tool, read or write, even inside the workspace: ``~/.ssh``,
-  ``~/.aws``, ``~/.config/gcloud``, ``~/.gnupg`` and other credential stores (:data:`SECRET_HOME_PATHS`),
-  ``.env`` and ``.env.*`` files anywhere, the Kesoku config file, its database (``-wal``, ``-shm`` and
-  ``-journal`` too) and credentials files (:class:`PathGates`), ``/proc/*/environ``. A secret is
-  matched on the path as written and as resolved, and a hard link to a secret file is caught by its
-  inode.
+  ``~/.aws``, ``~/.config/gcloud``, ``~/.gnupg`` and other credential stores
+  (:data:`SECRET_HOME_PATHS`), ``.env`` and ``.env.*`` files anywhere, the Kesoku config file, its
+  database (``-wal``, ``-shm`` and ``-journal`` too) and credentials files (:class:`PathGates`),
+  ``/proc/*/environ``. A secret is matched on the path as written and as resolved, and a hard link
+  to a secret file is caught by its inode.
 - Reads pass inside the workspace (the tool's working directory and the session workspace) and the
   configured readable roots; other reads are denied.
 - Writes pass inside the workspace. A write elsewhere, or into ``.git/hooks`` and ``.git/config``
@@ -111,7 +111,8 @@ class PathGates:
         """The gates of a loaded config.
 
         Args:
-            cfg: The config (its paths absolute, as :func:`kesoku.config.settings.load_config` returns them).
+            cfg: The config (its paths absolute, as :func:`kesoku.config.settings.load_config`
+                returns them).
             config_file: The file it was loaded from, denied to the tools.
             readable_roots: Readable folders besides ``workspace.readable_roots``.
             shareable_roots: Shareable folders besides ``workspace.shareable_roots``.
@@ -120,7 +121,8 @@ class PathGates:
 
         Returns:
             Gates protecting the config file, ``workspace.db_path`` and ``gchat.credentials_file``;
-            ``workspace.skills_dir`` is readable and trusted (skills name their files by absolute path).
+            ``workspace.skills_dir`` is readable and trusted (skills name their files by absolute
+            path).
         """
         protected = [Path(cfg.workspace.db_path)]
         if config_file is not None:
@@ -130,7 +132,9 @@ class PathGates:
         readable = (*map(Path, cfg.workspace.readable_roots), *readable_roots)
         shareable = (*map(Path, cfg.workspace.shareable_roots), *shareable_roots)
         trusted = (Path(cfg.workspace.skills_dir), *trusted_roots)
-        return cls(tuple(readable), tuple(shareable), tuple(protected), trusted_roots=tuple(trusted))
+        return cls(
+            tuple(readable), tuple(shareable), tuple(protected), trusted_roots=tuple(trusted)
+        )
 
     def home_dir(self) -> Path:
         """The home folder the secret rules are relative to."""
@@ -138,7 +142,9 @@ class PathGates:
 
     def protected_paths(self) -> list[Path]:
         """Kesoku's own files with their SQLite companions (``-wal``, ``-shm``, ``-journal``)."""
-        return [f.with_name(f.name + suffix) for f in self.protected_files for suffix in _DB_SUFFIXES]
+        return [
+            f.with_name(f.name + suffix) for f in self.protected_files for suffix in _DB_SUFFIXES
+        ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,8 +361,8 @@ def secret_reason(path: str | os.PathLike[str], base: Path, gates: PathGates) ->
         gates: Kesoku's own files and the home folder.
 
     Returns:
-        A short reason naming the rule (``"~/.ssh is a secret location"``), or None. Both the path as
-        written and its resolved target are checked.
+        A short reason naming the rule (``"~/.ssh is a secret location"``), or None. Both the path
+        as written and its resolved target are checked.
 
     Raises:
         PathProblem: The path cannot name a file (see :func:`path_problem`).
@@ -411,7 +417,11 @@ def _secret_inodes(gates: PathGates) -> set[tuple[int, int]]:
 
 def _check_hardlink(st: os.stat_result, shown: Path, gates: PathGates) -> None:
     """Deny a regular file with several names when one of them is a secret file."""
-    if stat.S_ISREG(st.st_mode) and st.st_nlink > 1 and (st.st_dev, st.st_ino) in _secret_inodes(gates):
+    if (
+        stat.S_ISREG(st.st_mode)
+        and st.st_nlink > 1
+        and (st.st_dev, st.st_ino) in _secret_inodes(gates)
+    ):
         raise ToolError(f"access to {shown} is denied: it is a hard link to a secret file")
 
 
@@ -457,7 +467,9 @@ def check_read(path: str | os.PathLike[str], ctx: ToolContext, gates: PathGates)
     if st is not None:
         _check_hardlink(st, real, gates)
     if not _inside_any(real, (*workspaces(ctx), *gates.trusted_roots)):
-        ctx.guard.add_taint("file", os.fspath(real))  # a readable root: outside the workspace's trust
+        ctx.guard.add_taint(
+            "file", os.fspath(real)
+        )  # a readable root: outside the workspace's trust
     return real
 
 
@@ -466,12 +478,16 @@ def _approval_reason(real: Path, ctx: ToolContext) -> str | None:
         return f"{real} is outside the workspace"
     parts = real.parts
     for i, part in enumerate(parts[:-1]):
-        if part == ".git" and (parts[i + 1] == "hooks" or (parts[i + 1] == "config" and i + 2 == len(parts))):
+        if part == ".git" and (
+            parts[i + 1] == "hooks" or (parts[i + 1] == "config" and i + 2 == len(parts))
+        ):
             return f"{real} can make git run commands"
     return None
 
 
-def check_write(path: str | os.PathLike[str], ctx: ToolContext, gates: PathGates) -> Path | NeedsApproval:
+def check_write(
+    path: str | os.PathLike[str], ctx: ToolContext, gates: PathGates
+) -> Path | NeedsApproval:
     """Allow a write, ask for approval, or refuse it.
 
     Args:
@@ -480,8 +496,8 @@ def check_write(path: str | os.PathLike[str], ctx: ToolContext, gates: PathGates
         gates: Kesoku's own files and the home folder.
 
     Returns:
-        The resolved path when the write is inside the workspace; a :class:`NeedsApproval` when it is
-        outside, or into ``.git/hooks`` or ``.git/config``.
+        The resolved path when the write is inside the workspace; a :class:`NeedsApproval` when it
+        is outside, or into ``.git/hooks`` or ``.git/config``.
 
     Raises:
         ToolError: The path is secret (never writable, not even with approval).
@@ -498,7 +514,11 @@ def check_write(path: str | os.PathLike[str], ctx: ToolContext, gates: PathGates
 
 
 def require_write(
-    path: str | os.PathLike[str], ctx: ToolContext, gates: PathGates, *, approved: Path | None = None
+    path: str | os.PathLike[str],
+    ctx: ToolContext,
+    gates: PathGates,
+    *,
+    approved: Path | None = None,
 ) -> Path:
     """Like :func:`check_write`, refusing what needs approval unless the user approved that very path.
 
@@ -537,9 +557,9 @@ def _descriptor_path(fd: int) -> Path | None:
 def open_checked(real: Path, flags: int, ctx: ToolContext, gates: PathGates, *, write: bool) -> int:
     """Open an already checked path and check again what was opened.
 
-    Between the check and the open, a concurrent command could swap a folder for a symlink. The final
-    component is opened with ``O_NOFOLLOW``, and the path the kernel reports for the descriptor is
-    put through the same gate before a byte is read or written.
+    Between the check and the open, a concurrent command could swap a folder for a symlink. The
+    final component is opened with ``O_NOFOLLOW``, and the path the kernel reports for the
+    descriptor is put through the same gate before a byte is read or written.
 
     Args:
         real: A path returned by :func:`check_read` or :func:`require_write`.
@@ -559,7 +579,9 @@ def open_checked(real: Path, flags: int, ctx: ToolContext, gates: PathGates, *, 
         fd = os.open(real, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError as exc:
         if exc.errno == errno.ELOOP or os.path.islink(real):
-            raise ToolError(f"{real} changed into a symlink while it was being opened; not opened") from None
+            raise ToolError(
+                f"{real} changed into a symlink while it was being opened; not opened"
+            ) from None
         raise
     try:
         actual = _descriptor_path(fd)

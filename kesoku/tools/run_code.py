@@ -66,10 +66,14 @@ def run_code_tool(config: RunCodeConfig, sandbox: Sandbox, *, ask_always: bool) 
             raise ToolError("`code` must be a non-empty string: the Python program to run")
         size = len(code.encode("utf-8", errors="surrogatepass"))
         if size > MAX_CODE_BYTES:
-            raise ToolError(f"the snippet is {size} bytes (at most {MAX_CODE_BYTES}); write it to a file instead")
+            raise ToolError(
+                f"the snippet is {size} bytes (at most {MAX_CODE_BYTES}); write it to a file instead"
+            )
         if ask_always or ctx.guard.tainted:
             await _confirm(code, ctx, ask_always=ask_always)
-        folder = Path(await trio.to_thread.run_sync(lambda: tempfile.mkdtemp(prefix="kesoku-run-code-")))
+        folder = Path(
+            await trio.to_thread.run_sync(lambda: tempfile.mkdtemp(prefix="kesoku-run-code-"))
+        )
         try:
             await trio.to_thread.run_sync((folder / "main.py").write_text, code, "utf-8")
             argv = [sys.executable, "-I", "-u", "main.py"]  # -u: output interleaves as written
@@ -94,7 +98,9 @@ def run_code_tool(config: RunCodeConfig, sandbox: Sandbox, *, ask_always: bool) 
         "properties": {"code": {"type": "string", "description": "The Python 3 program to run."}},
         "required": ["code"],
     }
-    return Tool("run_code", DESCRIPTION, run, parameters, timeout_s=config.timeout_s + TIMEOUT_GRACE_S)
+    return Tool(
+        "run_code", DESCRIPTION, run, parameters, timeout_s=config.timeout_s + TIMEOUT_GRACE_S
+    )
 
 
 async def _confirm(code: str, ctx: ToolContext, *, ask_always: bool) -> None:
@@ -107,7 +113,9 @@ async def _confirm(code: str, ctx: ToolContext, *, ask_always: bool) -> None:
     else:
         sources = ", ".join(f"{s.kind} {s.label}" for s in ctx.guard.taint_sources()[:3])
         why = f"this session has read untrusted content ({sources})"
-    approval = await ctx.confirm(f"run_code wants to run this Python snippet ({why}):\n{shown}\nAllow?")
+    approval = await ctx.confirm(
+        f"run_code wants to run this Python snippet ({why}):\n{shown}\nAllow?"
+    )
     if not approval.allowed:
         raise ToolError(
             f"not run: run_code needs the user's approval here ({why}), and it was not allowed ({approval.note})"

@@ -491,7 +491,12 @@ class Sandbox:
             "path": _landlockpy_home(),
         }
         # -S: without site's start-up (about 40 ms here) the launcher finds landlockpy by "path".
-        launcher = [sys.executable, "-I", "-S", os.fspath(Path(__file__).with_name("landlock_exec.py"))]
+        launcher = [
+            sys.executable,
+            "-I",
+            "-S",
+            os.fspath(Path(__file__).with_name("landlock_exec.py")),
+        ]
         return [*launcher, json.dumps(spec), "--", *argv]
 
 

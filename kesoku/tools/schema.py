@@ -8,8 +8,8 @@ context parameter is optional). :func:`schema_from_function` reads:
   (``msgspec.json.schema``), with nested structs inlined so the schema needs no ``$ref``;
 - each parameter's description from the Google-style ``Args:`` section.
 
-A parameter with a default, or typed ``X | None``, is not required. :func:`tool_from_function` wraps the
-function as a :class:`~kesoku.tools.base.Tool` whose ``run`` converts the model's arguments with
+A parameter with a default, or typed ``X | None``, is not required. :func:`tool_from_function` wraps
+the function as a :class:`~kesoku.tools.base.Tool` whose ``run`` converts the model's arguments with
 ``msgspec.convert`` against the same types before the call; a mismatch is a
 :class:`~kesoku.vocab.errors.ToolError` naming the argument, so the model reads what to fix.
 """
@@ -36,7 +36,9 @@ _SECTION = re.compile(
     r"^(Args|Arguments|Parameters|Params|Keyword Args|Keyword Arguments|Returns|Return|Yields|Yield|Raises|"
     r"Examples?|Notes?|Attributes|Cancellation|See Also|Warnings?|Todo|References)\s*:\s*$"
 )
-_ARG_SECTIONS = frozenset({"Args", "Arguments", "Parameters", "Params", "Keyword Args", "Keyword Arguments"})
+_ARG_SECTIONS = frozenset(
+    {"Args", "Arguments", "Parameters", "Params", "Keyword Args", "Keyword Arguments"}
+)
 _ARG_ENTRY = re.compile(r"^\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
 
 
@@ -99,7 +101,9 @@ def _accepts_none(hint: Any) -> bool:
         hint = typing.get_args(hint)[0]
     if hint is None or hint is type(None):
         return True
-    return typing.get_origin(hint) in (Union, types.UnionType) and type(None) in typing.get_args(hint)
+    return typing.get_origin(hint) in (Union, types.UnionType) and type(None) in typing.get_args(
+        hint
+    )
 
 
 def _is_context(hint: Any) -> bool:
@@ -127,12 +131,16 @@ def _analyse(fn: Callable[..., Any]) -> _Analysis:
     fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
     for p in parameters:
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.POSITIONAL_ONLY):
-            raise TypeError(f"{where}: parameter {p.name!r}: a tool's arguments are named; {p.kind.description} is not")
+            raise TypeError(
+                f"{where}: parameter {p.name!r}: a tool's arguments are named; {p.kind.description} is not"
+            )
         if p.name not in hints:
             raise TypeError(f"{where}: parameter {p.name!r} has no type hint")
         hint = hints[p.name]
         if _is_context(hint):
-            raise TypeError(f"{where}: parameter {p.name!r}: the ToolContext must be the first parameter")
+            raise TypeError(
+                f"{where}: parameter {p.name!r}: the ToolContext must be the first parameter"
+            )
         try:
             msgspec.json.schema(hint)
         except (TypeError, ValueError) as exc:
@@ -151,13 +159,18 @@ def _analyse(fn: Callable[..., Any]) -> _Analysis:
             field_type = Annotated[field_type, msgspec.Meta(description=arg_docs[p.name])]
         fields.append((p.name, field_type, msgspec.UNSET) if optional else (p.name, field_type))
     arguments = msgspec.defstruct(
-        f"{getattr(fn, '__name__', 'tool')}_arguments", fields, kw_only=True, forbid_unknown_fields=True
+        f"{getattr(fn, '__name__', 'tool')}_arguments",
+        fields,
+        kw_only=True,
+        forbid_unknown_fields=True,
     )
     schema = _object_schema(arguments, params, where)
     return _Analysis(description, schema, arguments, tuple(params), takes_ctx)
 
 
-def _object_schema(arguments: type[msgspec.Struct], params: list[_Param], where: str) -> dict[str, Any]:
+def _object_schema(
+    arguments: type[msgspec.Struct], params: list[_Param], where: str
+) -> dict[str, Any]:
     generated = msgspec.json.schema(arguments)
     defs: dict[str, Any] = generated.get("$defs", {})
     root: dict[str, Any] = _inline(defs[arguments.__name__], defs, (), where)
@@ -168,7 +181,9 @@ def _object_schema(arguments: type[msgspec.Struct], params: list[_Param], where:
     for param in params:
         if param.default is inspect.Parameter.empty:
             continue
-        with contextlib.suppress(TypeError, ValueError):  # a default JSON cannot show stays implicit
+        with contextlib.suppress(
+            TypeError, ValueError
+        ):  # a default JSON cannot show stays implicit
             properties[param.name]["default"] = msgspec.to_builtins(param.default)
     return root
 
@@ -185,7 +200,10 @@ def _inline(node: Any, defs: Mapping[str, Any], seen: tuple[str, ...], where: st
         if name in seen:
             raise TypeError(f"{where}: type {name!r} is recursive; a tool schema cannot express it")
         target = _inline(copy.deepcopy(defs[name]), defs, (*seen, name), where)
-        return {**target, **{k: _inline(v, defs, seen, where) for k, v in node.items() if k != "$ref"}}
+        return {
+            **target,
+            **{k: _inline(v, defs, seen, where) for k, v in node.items() if k != "$ref"},
+        }
     return {k: _inline(v, defs, seen, where) for k, v in node.items()}
 
 
@@ -198,8 +216,8 @@ def schema_from_function(fn: Callable[..., Any]) -> tuple[str, dict[str, Any]]:
 
     Returns:
         The description (the docstring before its sections) and a JSON Schema object (draft 2020-12,
-        as ``msgspec.json.schema`` writes it, ``$ref`` inlined): ``str`` → string, ``int`` → integer,
-        ``float`` → number, ``bool`` → boolean, ``list[T]`` → array, ``dict`` → object,
+        as ``msgspec.json.schema`` writes it, ``$ref`` inlined): ``str`` → string, ``int`` →
+        integer, ``float`` → number, ``bool`` → boolean, ``list[T]`` → array, ``dict`` → object,
         ``Literal[...]`` → enum, ``X | None`` → anyOf with null, msgspec Structs and TypedDicts →
         objects; parameters with defaults, or ``X | None``, are not required.
 
@@ -212,7 +230,10 @@ def schema_from_function(fn: Callable[..., Any]) -> tuple[str, dict[str, Any]]:
 
 
 def tool_from_function(
-    fn: Callable[..., Awaitable[Any]], *, name: str | None = None, timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
+    fn: Callable[..., Awaitable[Any]],
+    *,
+    name: str | None = None,
+    timeout_s: float = DEFAULT_TOOL_TIMEOUT_S,
 ) -> Tool:
     """Wrap an async function as a :class:`~kesoku.tools.base.Tool`.
 
@@ -222,17 +243,19 @@ def tool_from_function(
         timeout_s: Longest run before the call's outcome is ``timed_out``.
 
     Returns:
-        The tool. Its ``run`` converts the arguments (``msgspec.convert``, lax: ``"5"`` becomes 5 for an
-        ``int``) before calling ``fn``; arguments not given are left to the function's defaults
-        (``None`` for an ``X | None`` parameter without one). A result that is not a string is sent
-        as JSON.
+        The tool. Its ``run`` converts the arguments (``msgspec.convert``, lax: ``"5"`` becomes 5
+        for an ``int``) before calling ``fn``; arguments not given are left to the function's
+        defaults (``None`` for an ``X | None`` parameter without one). A result that is not a string
+        is sent as JSON.
 
     Raises:
         TypeError: ``fn`` is not an async function, or as :func:`schema_from_function`.
     """
     if not inspect.iscoroutinefunction(fn):
         where = getattr(fn, "__qualname__", repr(fn))
-        raise TypeError(f"{where}: a tool function must be 'async def' (a blocking call would stall every session)")
+        raise TypeError(
+            f"{where}: a tool function must be 'async def' (a blocking call would stall every session)"
+        )
     analysis = _analyse(fn)
     tool_name = name or fn.__name__
 
@@ -243,17 +266,23 @@ def tool_from_function(
             return result
         return msgspec.json.encode(result).decode()
 
-    return Tool(tool_name, analysis.description, run, parameters=analysis.schema, timeout_s=timeout_s)
+    return Tool(
+        tool_name, analysis.description, run, parameters=analysis.schema, timeout_s=timeout_s
+    )
 
 
-def _convert_arguments(tool_name: str, analysis: _Analysis, arguments: Mapping[str, Any]) -> dict[str, Any]:
+def _convert_arguments(
+    tool_name: str, analysis: _Analysis, arguments: Mapping[str, Any]
+) -> dict[str, Any]:
     """Validate and convert a call's arguments to the function's parameter types.
 
     Raises:
         ToolError: An argument is missing, unknown or of the wrong type; the message names it.
     """
     if not isinstance(arguments, Mapping):
-        raise ToolError(f"{tool_name}: the arguments must be a JSON object, got {type(arguments).__name__}")
+        raise ToolError(
+            f"{tool_name}: the arguments must be a JSON object, got {type(arguments).__name__}"
+        )
     try:
         converted = msgspec.convert(dict(arguments), analysis.arguments, strict=False)
     except msgspec.ValidationError as exc:
@@ -263,7 +292,9 @@ def _convert_arguments(tool_name: str, analysis: _Analysis, arguments: Mapping[s
         value = getattr(converted, param.name)
         if value is not msgspec.UNSET:
             kwargs[param.name] = value
-        elif param.default is inspect.Parameter.empty:  # X | None without a default: omitted means None
+        elif (
+            param.default is inspect.Parameter.empty
+        ):  # X | None without a default: omitted means None
             kwargs[param.name] = None
     return kwargs
 

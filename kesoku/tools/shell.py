@@ -1,13 +1,13 @@
 """The shell tool: one command line, checked by the policy, run in the OS sandbox.
 
 A line runs as ``/bin/sh -c LINE`` (``shell.use_shell = true``) or as the argv ``shlex.split``
-makes of it, with no shell (``false``). :mod:`kesoku.tools.policy.check` checks it first either way (the
-operator's intent: which programs), and a refusal is a :class:`~kesoku.vocab.errors.ToolError` whose
-message is the policy's reason. The sandbox (:mod:`kesoku.tools.sandbox`) then decides what the
-command can touch: it may write only the working directory and the session workspace, sees no
+makes of it, with no shell (``false``). :mod:`kesoku.tools.policy.check` checks it first either way
+(the operator's intent: which programs), and a refusal is a :class:`~kesoku.vocab.errors.ToolError`
+whose message is the policy's reason. The sandbox (:mod:`kesoku.tools.sandbox`) then decides what
+the command can touch: it may write only the working directory and the session workspace, sees no
 secrets, and has no network unless ``[sandbox] network = true``.
-:func:`~kesoku.tools.process.run_command` runs it, kills its whole process group when it ends,
-times out or is stopped, and keeps the head and tail of its output.
+:func:`~kesoku.tools.process.run_command` runs it, kills its whole process group when it ends, times
+out or is stopped, and keeps the head and tail of its output.
 
 Taint: a URL in a line marks the session tainted (what the command fetches is untrusted). In a
 tainted session, under ``mode = "blocklist"``, a line the allowlist would refuse runs only if the

@@ -1,11 +1,12 @@
 """Skills: folders of instructions (and scripts) the model reads on demand.
 
-A skill is a sub-folder of a skills directory holding ``SKILL.md`` (or, without one, any ``.md`` file
-in the folder's root) that starts with YAML frontmatter between ``---`` lines, followed by the
+A skill is a sub-folder of a skills directory holding ``SKILL.md`` (or, without one, any ``.md``
+file in the folder's root) that starts with YAML frontmatter between ``---`` lines, followed by the
 instructions in Markdown. This is the public Agent Skills layout (agentskills.io): ``name`` and
 ``description`` are required; ``license``, ``compatibility``, ``allowed-tools`` and other keys are
 accepted and ignored; ``metadata.tags`` and ``metadata.platforms`` are read, as a YAML list or as a
-string of names separated by commas or spaces (the Agent Skills spec makes metadata values strings)::
+string of names separated by commas or spaces (the Agent Skills spec makes metadata values
+strings)::
 
     ---
     name: ai-image
@@ -16,29 +17,31 @@ string of names separated by commas or spaces (the Agent Skills spec makes metad
     ---
 
 Platforms name host operating systems, compared with ``platform.system().lower()`` (``linux``,
-``darwin``, ``windows``) exactly as the seed says: omitted (or null) = every platform, ``[]`` = none,
-otherwise only the listed ones. ``macos``/``osx`` and ``win32``/``win`` are read as ``darwin`` and
-``windows``.
+``darwin``, ``windows``) exactly as the seed says: omitted (or null) = every platform, ``[]`` =
+none, otherwise only the listed ones. ``macos``/``osx`` and ``win32``/``win`` are read as ``darwin``
+and ``windows``.
 
 How files are read (each rule keeps a good skill loading and turns a bad one into one warning):
 
-- A UTF-8 byte-order mark and CRLF or CR line ends are removed before parsing: they are editor habits
-  (Windows), not mistakes, and YAML allows them.
+- A UTF-8 byte-order mark and CRLF or CR line ends are removed before parsing: they are editor
+  habits (Windows), not mistakes, and YAML allows them.
 - Block scalars (``description: |`` or ``>``) are valid YAML; the text is folded to one line.
 - Everything else that is not valid frontmatter skips that skill with one warning
   ``file:line: what is wrong; skill skipped``: an empty file, no opening or closing ``---``, YAML
-  errors (a ``: `` inside an unquoted value gets a hint to quote it, since other Agent Skills loaders
-  reject it too), frontmatter that is not a mapping, a missing or non-text ``name``/``description``,
-  malformed ``metadata``, a file over :data:`MAX_SKILL_BYTES` or not UTF-8.
+  errors (a ``: `` inside an unquoted value gets a hint to quote it, since other Agent Skills
+  loaders reject it too), frontmatter that is not a mapping, a missing or non-text
+  ``name``/``description``, malformed ``metadata``, a file over :data:`MAX_SKILL_BYTES` or not
+  UTF-8.
 
-A symlinked skill folder is followed: the skill's folder is the resolved target (the path the model is
-told to use); a dangling or looping symlink is a warning. Directories come in precedence order (the
-workspace's ``skills_dir`` first, then the bundled skills): a name found earlier hides the same name
-later, whatever its platforms.
+A symlinked skill folder is followed: the skill's folder is the resolved target (the path the model
+is told to use); a dangling or looping symlink is a warning. Directories come in precedence order
+(the workspace's ``skills_dir`` first, then the bundled skills): a name found earlier hides the same
+name later, whatever its platforms.
 
 :meth:`SkillLibrary.summaries` runs on the event loop at every turn, so parsed files are cached by
-``(path, st_mtime_ns, st_size)`` and folder listings by the folder's ``st_mtime_ns``: a call costs one
-``scandir`` per skills directory and two ``stat`` calls per skill. Each distinct warning is logged once.
+``(path, st_mtime_ns, st_size)`` and folder listings by the folder's ``st_mtime_ns``: a call costs
+one ``scandir`` per skills directory and two ``stat`` calls per skill. Each distinct warning is
+logged once.
 """
 
 from __future__ import annotations
@@ -67,7 +70,13 @@ MAX_SKILL_BYTES = 1024 * 1024
 MAX_SUMMARY_CHARS = 1024
 """A description is cut at this length in :meth:`SkillLibrary.summaries` (the Agent Skills limit)."""
 SKILL_FILE = "SKILL.md"
-PLATFORM_ALIASES = {"macos": "darwin", "osx": "darwin", "mac": "darwin", "win": "windows", "win32": "windows"}
+PLATFORM_ALIASES = {
+    "macos": "darwin",
+    "osx": "darwin",
+    "mac": "darwin",
+    "win": "windows",
+    "win32": "windows",
+}
 HOST_PLATFORM = _platform.system().lower()
 """This host's platform as the seed compares it: ``platform.system().lower()``."""
 
@@ -85,7 +94,8 @@ class Skill:
         folder: The skill's folder, absolute and resolved (symlinks followed).
         file: The ``.md`` file read (``SKILL.md`` unless the folder has none).
         tags: ``metadata.tags``, possibly empty.
-        platforms: ``metadata.platforms`` lower-cased; None when omitted (every platform), ``()`` for none.
+        platforms: ``metadata.platforms`` lower-cased; None when omitted (every platform), ``()``
+            for none.
         source: ``workspace`` (the configured skills_dir) or ``bundled`` (shipped with Kesoku).
     """
 
@@ -99,7 +109,11 @@ class Skill:
 
     def runs_on(self, platform: str | None) -> bool:
         """Whether the skill is offered on ``platform`` (None: no filter)."""
-        return platform is None or self.platforms is None or normalize_platform(platform) in self.platforms
+        return (
+            platform is None
+            or self.platforms is None
+            or normalize_platform(platform) in self.platforms
+        )
 
 
 class SkillError(ValueError):
@@ -131,7 +145,8 @@ def bundled_skills_dir() -> Path:
     return ref
 
 
-# -- one file ----------------------------------------------------------------------------------------
+# -- one file
+# ----------------------------------------------------------------------------------------
 
 
 def split_frontmatter(text: str, file: Path) -> tuple[str, str, int]:
@@ -154,7 +169,9 @@ def split_frontmatter(text: str, file: Path) -> tuple[str, str, int]:
         )
     lines = text.split("\n")
     if not _FENCE.fullmatch(lines[0]):
-        raise NoFrontmatterError(f"{file}:1: no YAML frontmatter: the first line must be --- (found {lines[0][:40]!r})")
+        raise NoFrontmatterError(
+            f"{file}:1: no YAML frontmatter: the first line must be --- (found {lines[0][:40]!r})"
+        )
     for i in range(1, len(lines)):
         if _FENCE.fullmatch(lines[i]):
             return "\n".join(lines[1:i]), "\n".join(lines[i + 1 :]), i + 2
@@ -191,10 +208,14 @@ def _names(value: object, key: str, file: Path, front: str) -> tuple[str, ...]:
     """A list of names given as a YAML list or a string separated by commas or spaces."""
     if isinstance(value, str):
         return tuple(part for part in re.split(r"[,\s]+", value) if part)
-    if isinstance(value, list) and all(isinstance(v, str | int | float) and not isinstance(v, bool) for v in value):
+    if isinstance(value, list) and all(
+        isinstance(v, str | int | float) and not isinstance(v, bool) for v in value
+    ):
         return tuple(str(v).strip() for v in value if str(v).strip())
     where = _where(file, front, key)
-    raise SkillError(f"{where}: metadata.{key} must be a list of names like [a, b], got {_short(value)}")
+    raise SkillError(
+        f"{where}: metadata.{key} must be a list of names like [a, b], got {_short(value)}"
+    )
 
 
 def _text(meta: dict[Any, Any], key: str, file: Path, front: str) -> str:
@@ -203,9 +224,13 @@ def _text(meta: dict[Any, Any], key: str, file: Path, front: str) -> str:
         return " ".join(value.split())
     where = _where(file, front, key)
     if value is None:
-        raise SkillError(f"{where}: the frontmatter has no `{key}` (Agent Skills require name and description)")
+        raise SkillError(
+            f"{where}: the frontmatter has no `{key}` (Agent Skills require name and description)"
+        )
     if not isinstance(value, str):
-        raise SkillError(f"{where}: `{key}` must be text, got {type(value).__name__} {_short(value)}; quote it")
+        raise SkillError(
+            f"{where}: `{key}` must be text, got {type(value).__name__} {_short(value)}; quote it"
+        )
     raise SkillError(f"{where}: `{key}` is empty")
 
 
@@ -222,9 +247,9 @@ def parse_skill(text: str, file: Path, folder: Path, source: Source) -> Skill:
         The skill.
 
     Raises:
-        SkillError: The frontmatter is missing, invalid YAML, not a mapping, or lacks a text ``name``
-            or ``description``; or ``metadata`` is malformed. The message names the file and, when
-            known, the line.
+        SkillError: The frontmatter is missing, invalid YAML, not a mapping, or lacks a text
+            ``name`` or ``description``; or ``metadata`` is malformed. The message names the file
+            and, when known, the line.
     """
     front, _, _ = split_frontmatter(text, file)
     try:
@@ -244,7 +269,9 @@ def parse_skill(text: str, file: Path, folder: Path, source: Source) -> Skill:
         extra = {}
     if not isinstance(extra, dict):
         where = _where(file, front, "metadata")
-        raise SkillError(f"{where}: `metadata` must be a mapping (tags: [...], platforms: [...]), got {_short(extra)}")
+        raise SkillError(
+            f"{where}: `metadata` must be a mapping (tags: [...], platforms: [...]), got {_short(extra)}"
+        )
     tags = () if extra.get("tags") is None else _names(extra["tags"], "tags", file, front)
     raw = extra.get("platforms")
     names = () if raw is None else _names(raw, "platforms", file, front)
@@ -286,14 +313,17 @@ def _load(path: Path, size: int, folder: Path, source: Source) -> Skill | SkillE
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
-        return SkillError(f"{path}:{line}: not UTF-8 (byte 0x{data[exc.start]:02x}); save it as UTF-8")
+        return SkillError(
+            f"{path}:{line}: not UTF-8 (byte 0x{data[exc.start]:02x}); save it as UTF-8"
+        )
     try:
         return parse_skill(text, path, folder, source)
     except SkillError as exc:
         return exc
 
 
-# -- the library -------------------------------------------------------------------------------------
+# -- the library
+# -------------------------------------------------------------------------------------
 
 
 class SkillLibrary:
@@ -361,7 +391,12 @@ class SkillLibrary:
                         )
                     elif result.name in found:
                         seen_here[result.name] = result.file
-                        log.debug("skill %s in %s is hidden by %s", result.name, result.file, found[result.name].file)
+                        log.debug(
+                            "skill %s in %s is hidden by %s",
+                            result.name,
+                            result.file,
+                            found[result.name].file,
+                        )
                     else:
                         seen_here[result.name] = result.file
                         found[result.name] = result
@@ -387,7 +422,9 @@ class SkillLibrary:
         """The skill called ``name`` (exactly, else ignoring case) if it is offered on ``platform``."""
         skills = self.visible(platform)
         exact = next((s for s in skills if s.name == name), None)
-        return exact or next((s for s in skills if s.name.casefold() == name.strip().casefold()), None)
+        return exact or next(
+            (s for s in skills if s.name.casefold() == name.strip().casefold()), None
+        )
 
     def summaries(self, platform: str | None = HOST_PLATFORM) -> list[tuple[str, str]]:
         """``(name, description)`` of each skill offered on ``platform``, for the system prompt.
@@ -409,7 +446,8 @@ class SkillLibrary:
             out.append((s.name, text))
         return out
 
-    # -- internals (called with the lock held) ------------------------------------------------------
+    # -- internals (called with the lock held)
+    # ------------------------------------------------------
 
     def _scan_dir(self, root: Path, source: Source) -> list[Skill | str]:
         # Plain strings and os calls: pathlib objects cost more than the system calls here.
@@ -472,7 +510,11 @@ class SkillLibrary:
             return SkillError(f"{file}: cannot read: {exc.strerror or exc}")
         key = (st.st_mtime_ns, st.st_size)
         cached = self._files.get(file)
-        if cached is not None and cached[0] == key and (not isinstance(cached[1], Skill) or cached[1].source == source):
+        if (
+            cached is not None
+            and cached[0] == key
+            and (not isinstance(cached[1], Skill) or cached[1].source == source)
+        ):
             return cached[1]
         result = _load(Path(file), st.st_size, Path(folder), source)
         self._files[file] = (key, result)

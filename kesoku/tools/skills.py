@@ -1,10 +1,11 @@
 """The skill tools: ``list_skills`` and ``use_skill`` over a :class:`~kesoku.tools.skill_library.SkillLibrary`.
 
 Skills are filtered by the host platform (``platform.system().lower()``), as the seed specifies; the
-system prompt lists the same skills through :meth:`~kesoku.tools.skill_library.SkillLibrary.summaries`.
-``use_skill`` returns the skill's instructions under a header naming the skill folder's absolute path
-and telling the model to use absolute paths in commands (the working directory is the session's, not
-the skill's), followed by the other files of the folder. Both tools read the disk in a worker thread.
+system prompt lists the same skills through
+:meth:`~kesoku.tools.skill_library.SkillLibrary.summaries`. ``use_skill`` returns the skill's
+instructions under a header naming the skill folder's absolute path and telling the model to use
+absolute paths in commands (the working directory is the session's, not the skill's), followed by
+the other files of the folder. Both tools read the disk in a worker thread.
 """
 
 from __future__ import annotations
@@ -57,7 +58,9 @@ def skill_tools(
         name = arguments.get("skill_name")
         if not isinstance(name, str) or not name.strip():
             raise ToolError("`skill_name` must be a non-empty string (a name from list_skills)")
-        return await trio.to_thread.run_sync(_use, library, name, platform, max_output_bytes, abandon_on_cancel=True)
+        return await trio.to_thread.run_sync(
+            _use, library, name, platform, max_output_bytes, abandon_on_cancel=True
+        )
 
     return (
         Tool(
@@ -75,7 +78,9 @@ def skill_tools(
             use_skill,
             {
                 "type": "object",
-                "properties": {"skill_name": {"type": "string", "description": "The skill's name, as listed."}},
+                "properties": {
+                    "skill_name": {"type": "string", "description": "The skill's name, as listed."}
+                },
                 "required": ["skill_name"],
             },
             timeout_s=SKILL_TOOL_TIMEOUT_S,
@@ -93,12 +98,16 @@ def _list(library: SkillLibrary, platform: str | None) -> str:
     shown = [s for s in skills if s.runs_on(platform)]
     lines: list[str] = []
     if shown:
-        lines.append(f"{len(shown)} skill{'s' if len(shown) != 1 else ''} (read one with use_skill):")
+        lines.append(
+            f"{len(shown)} skill{'s' if len(shown) != 1 else ''} (read one with use_skill):"
+        )
         for s in shown:
             tags = f" [tags: {', '.join(s.tags)}]" if s.tags else ""
             lines.append(f"- {s.name}: {s.description}{tags}")
     elif skills:
-        lines.append(f"No skills for this platform ({platform}); {len(skills)} exist for other platforms.")
+        lines.append(
+            f"No skills for this platform ({platform}); {len(skills)} exist for other platforms."
+        )
     else:
         lines.append("No skills installed.")
     if warnings:
@@ -118,7 +127,9 @@ def _use(library: SkillLibrary, name: str, platform: str | None, max_bytes: int)
     try:
         body = read_body(skill)
     except OSError as exc:
-        raise ToolError(f"cannot read skill {skill.name!r} ({skill.file}): {exc.strerror or exc}") from None
+        raise ToolError(
+            f"cannot read skill {skill.name!r} ({skill.file}): {exc.strerror or exc}"
+        ) from None
     except SkillError as exc:
         raise ToolError(f"skill {skill.name!r} cannot be read: {exc}") from None
     head = _header(skill)
@@ -137,10 +148,14 @@ def _unknown(library: SkillLibrary, name: str, platform: str | None) -> str:
         return f"skill {elsewhere.name!r} is for {wanted}, not this host ({platform})"
     names = [s.name for s in skills if s.runs_on(platform)]
     if not names:
-        return f"no skill named {name!r}: no skills are installed (add one in {_where_new(library)})"
+        return (
+            f"no skill named {name!r}: no skills are installed (add one in {_where_new(library)})"
+        )
     close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
     hint = f"; did you mean {close[0]!r}?" if close else ""
-    listed = ", ".join(names[:MAX_NAMES_IN_ERROR]) + (" …" if len(names) > MAX_NAMES_IN_ERROR else "")
+    listed = ", ".join(names[:MAX_NAMES_IN_ERROR]) + (
+        " …" if len(names) > MAX_NAMES_IN_ERROR else ""
+    )
     return f"no skill named {name!r}{hint} Skills: {listed}"
 
 
@@ -171,7 +186,9 @@ def _header(skill: Skill) -> str:
         f"`python {folder}/{script}`, and read its files as {folder}/<file>.",
     ]
     if files:
-        more = f" (and {len(files) - MAX_LISTED_FILES} more)" if len(files) > MAX_LISTED_FILES else ""
+        more = (
+            f" (and {len(files) - MAX_LISTED_FILES} more)" if len(files) > MAX_LISTED_FILES else ""
+        )
         if seen > MAX_WALKED_ENTRIES:
             more += " (listing stopped early)"
         lines.append(f"Other files in the folder{more}: " + ", ".join(files[:MAX_LISTED_FILES]))

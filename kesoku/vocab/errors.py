@@ -69,11 +69,13 @@ class BackendError(KesokuError):
     Args:
         message: What went wrong, in one line (provider, status and the provider's message); made
             valid UTF-8 (:func:`kesoku.vocab.text.valid_text`).
-        retryable: True for rate limits, overload, 5xx and dropped connections: the base retries them.
+        retryable: True for rate limits, overload, 5xx and dropped connections: the base retries
+            them.
         status: The HTTP status when there was one.
         retry_after_s: The provider's ``retry-after`` hint, in seconds.
-        auth: True when credentials or permissions are wrong (401, 403): only the operator can fix it,
-            so it is never retried; a configured fallback backend is tried, and the switch is logged.
+        auth: True when credentials or permissions are wrong (401, 403): only the operator can fix
+            it, so it is never retried; a configured fallback backend is tried, and the switch is
+            logged.
     """
 
     def __init__(

@@ -85,8 +85,8 @@ class Compacted(msgspec.Struct, frozen=True, tag="compacted"):
         """One line for a chat: what was compacted and the estimated tokens before and after."""
         view = self.view
         if view is None:
-            # The current turn is never compacted: a long one (a big paste, many tool rounds) can fill
-            # the window on its own, which "the history is short" would misreport.
+            # The current turn is never compacted: a long one (a big paste, many tool rounds) can
+            # fill the window on its own, which "the history is short" would misreport.
             return (
                 f"🗜 nothing to compact ({self.reason}): nothing before the current turn is left to shorten"
                 " (earlier turns are few, or compacted already)"
@@ -96,7 +96,9 @@ class Compacted(msgspec.Struct, frozen=True, tag="compacted"):
         return f"🗜 compacted ({self.reason}): {tokens}; {stages}"
 
 
-TurnEvent = TurnStarted | ModelDelta | ToolStarted | ToolFinished | QuestionAsked | Compacted | TurnEnded
+TurnEvent = (
+    TurnStarted | ModelDelta | ToolStarted | ToolFinished | QuestionAsked | Compacted | TurnEnded
+)
 
 
 class EventHub:
@@ -105,7 +107,9 @@ class EventHub:
     def __init__(self) -> None:
         self._subscribers: weakref.WeakSet[Subscription] = weakref.WeakSet()
 
-    def subscribe(self, session_id: str | None = None, *, buffer: int = SUBSCRIBER_BUFFER) -> Subscription:
+    def subscribe(
+        self, session_id: str | None = None, *, buffer: int = SUBSCRIBER_BUFFER
+    ) -> Subscription:
         """Receive the events of one session (or of all when None) from now on.
 
         Use as ``with hub.subscribe(sid) as events: async for event in events: ...``.
@@ -159,6 +163,9 @@ class Subscription:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         self.close()

@@ -1,8 +1,8 @@
 """The provider-neutral intermediate representation (IR) every backend translates from.
 
-A request is a system prompt, a list of :class:`LLMTurn` (user and assistant, strictly alternating) and
-the tool specs. Backends map it to their wire format (``_build_native_input``) and their stream back to
-:data:`LLMEvent` values (``_parse``). See ARCHITECTURE.md.
+A request is a system prompt, a list of :class:`LLMTurn` (user and assistant, strictly alternating)
+and the tool specs. Backends map it to their wire format (``_build_native_input``) and their stream
+back to :data:`LLMEvent` values (``_parse``). See ARCHITECTURE.md.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ class TextBlock(msgspec.Struct, frozen=True, tag="text"):
 class ThoughtBlock(msgspec.Struct, frozen=True, tag="thought"):
     """The model's visible reasoning; ``signature`` is the provider's opaque token, sent back as received.
 
-    ``signed_by`` is the provider that made the signature: only that provider can verify it, so another
-    backend (a fallback, a session's model switch) gets the thought without it (see
+    ``signed_by`` is the provider that made the signature: only that provider can verify it, so
+    another backend (a fallback, a session's model switch) gets the thought without it (see
     :func:`without_foreign_signatures`).
     """
 
@@ -109,14 +109,17 @@ class ToolSpec(msgspec.Struct, frozen=True):
 
     name: str
     description: str
-    parameters: dict[str, Any] = msgspec.field(default_factory=lambda: {"type": "object", "properties": {}})
+    parameters: dict[str, Any] = msgspec.field(
+        default_factory=lambda: {"type": "object", "properties": {}}
+    )
 
 
 class LLMRequest(msgspec.Struct, frozen=True):
     """Everything one model call is given: exactly what the turn log records as sent.
 
-    ``max_output_tokens`` raises the backend's own output limit for this call (the retry after a reply
-    cut at its limit, :meth:`~kesoku.llm.base.BaseLLM.larger_output_limit`); None: the backend's.
+    ``max_output_tokens`` raises the backend's own output limit for this call (the retry after a
+    reply cut at its limit, :meth:`~kesoku.llm.base.BaseLLM.larger_output_limit`); None: the
+    backend's.
     """
 
     system: str
@@ -125,7 +128,8 @@ class LLMRequest(msgspec.Struct, frozen=True):
     max_output_tokens: int | None = None
 
 
-# -- streaming events -------------------------------------------------------------------------------
+# -- streaming events
+# -------------------------------------------------------------------------------
 
 
 class TextDelta(msgspec.Struct, frozen=True, tag="text_delta"):
@@ -192,9 +196,10 @@ class LLMResponse(msgspec.Struct, frozen=True, kw_only=True):
         text: The visible answer text.
         thoughts: The reasoning text.
         thought_signature: The last signature of a thought (Gemini, Claude thinking).
-        thought_blocks: The thoughts as the provider delimited them: a signature closes a block. Claude's
-            interleaved thinking gives several signed blocks in one step, and each must go back with its
-            own signature (Anthropic docs, "Extended thinking": thinking blocks are returned unmodified).
+        thought_blocks: The thoughts as the provider delimited them: a signature closes a block.
+            Claude's interleaved thinking gives several signed blocks in one step, and each must go
+            back with its own signature (Anthropic docs, "Extended thinking": thinking blocks are
+            returned unmodified).
         tool_calls: The tool calls, in the order the model made them.
         usage: Token counts.
         stop_reason: Why the reply ended; None when the provider did not say (a cut stream).
@@ -224,7 +229,11 @@ class LLMResponse(msgspec.Struct, frozen=True, kw_only=True):
         if self.stop_reason is StopReason.MALFORMED:
             return f"flagged as malformed by the provider ({self.stop_detail})"
         tokens = self.usage.output_tokens or limit
-        return f"cut at {tokens} output tokens (its output limit)" if tokens else "cut at its output limit"
+        return (
+            f"cut at {tokens} output tokens (its output limit)"
+            if tokens
+            else "cut at its output limit"
+        )
 
 
 class ResponseBuilder:
@@ -252,7 +261,9 @@ class ResponseBuilder:
             self._block_text.append(event.text)
             if event.signature is not None:
                 self._signature = event.signature
-                self._blocks.append(ThoughtBlock("".join(self._block_text), event.signature, event.signed_by))
+                self._blocks.append(
+                    ThoughtBlock("".join(self._block_text), event.signature, event.signed_by)
+                )
                 self._block_text = []
         elif isinstance(event, ToolCallEvent):
             self._calls.append(event.call)
@@ -264,7 +275,9 @@ class ResponseBuilder:
     def build(self) -> LLMResponse:
         """Return the response assembled so far."""
         blocks = list(self._blocks)
-        if "".join(self._block_text):  # an unsigned tail (a cut stream, or a provider without signatures)
+        if "".join(
+            self._block_text
+        ):  # an unsigned tail (a cut stream, or a provider without signatures)
             blocks.append(ThoughtBlock("".join(self._block_text)))
         return LLMResponse(
             text="".join(self._text),
@@ -334,7 +347,9 @@ def own_signatures(turn: LLMTurn, provider: str) -> LLMTurn:
         else block
         for block in turn.blocks
     ]
-    return turn if all(map(operator.is_, blocks, turn.blocks)) else LLMTurn(turn.role, tuple(blocks))
+    return (
+        turn if all(map(operator.is_, blocks, turn.blocks)) else LLMTurn(turn.role, tuple(blocks))
+    )
 
 
 def estimate_tokens(text: str) -> int:
@@ -353,7 +368,9 @@ def turn_tokens(turn: LLMTurn, *, image_tokens: int, document_tokens: int) -> in
         if isinstance(block, TextBlock | ThoughtBlock):
             total += estimate_tokens(block.text)
         elif isinstance(block, ToolCallBlock):
-            total += estimate_tokens(block.name) + (len(msgspec.json.encode(block.arguments)) + 3) // 4
+            total += (
+                estimate_tokens(block.name) + (len(msgspec.json.encode(block.arguments)) + 3) // 4
+            )
         elif isinstance(block, ToolResultBlock):
             total += estimate_tokens(block.content)
         elif isinstance(block, DocumentBlock) and block.mime_type.startswith("text/"):

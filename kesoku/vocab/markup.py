@@ -5,8 +5,8 @@ everywhere:
 
 - ``[file: /absolute/path]`` asks the adapter to send that file (only if
   :func:`kesoku.tools.paths.check_share` allows it; otherwise the adapter says why in one line).
-- ``[question: Which one? | Option A | Option B]`` asks the user to choose; the choices become buttons
-  (Discord) or a list (Google Chat). A question without choices is plain text.
+- ``[question: Which one? | Option A | Option B]`` asks the user to choose; the choices become
+  buttons (Discord) or a list (Google Chat). A question without choices is plain text.
 - Inside a fenced code block (```` ``` ````) nothing is a marker: a model showing the syntax is not
   using it.
 """
@@ -55,8 +55,8 @@ def parse_reply(text: str) -> list[Part]:
         text: The model's answer.
 
     Returns:
-        The parts; text parts are never empty or whitespace-only (the whitespace around a marker on its
-        own line is dropped with it).
+        The parts; text parts are never empty or whitespace-only (the whitespace around a marker on
+        its own line is dropped with it).
     """
     parts: list[Part] = []
     pending: list[str] = []

@@ -1,7 +1,8 @@
 """The shared vocabulary: messages, sessions, their enums, sender rules and typed tool outcomes.
 
-Everything that crosses a module boundary (the gateway, the store, the runtime, the adapters) speaks in
-these frozen msgspec Structs (ARCHITECTURE.md, "Messages and sessions"). Metadata is stored as msgspec JSON.
+Everything that crosses a module boundary (the gateway, the store, the runtime, the adapters) speaks
+in these frozen msgspec Structs (ARCHITECTURE.md, "Messages and sessions"). Metadata is stored as
+msgspec JSON.
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ class Kind(StrEnum):
 class Status(StrEnum):
     """Where a message is in its lifecycle.
 
-    A user message goes pending → processing → done (or interrupted / failed); model output is written
-    done, or interrupted when a new user message or a stop cut its stream.
+    A user message goes pending → processing → done (or interrupted / failed); model output is
+    written done, or interrupted when a new user message or a stop cut its stream.
     """
 
     PENDING = "pending"
@@ -117,15 +118,18 @@ class Metadata(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     Attributes:
         tool_name: The tool of a tool_call or tool_result.
         tool_arguments: The arguments of a tool_call, as the model sent them.
-        call_id: The provider's id of a tool call (Claude ``tool_use.id``, OpenAI ``tool_calls[].id``,
-            Gemini ``function_call.id``), sent back with its result; empty when the provider gave none.
-        thought_signature: The provider's opaque signature on a thought or a function-call part, sent
-            back exactly as received (Gemini API, "Thought signatures"; Anthropic, "Extended thinking").
+        call_id: The provider's id of a tool call (Claude ``tool_use.id``, OpenAI
+            ``tool_calls[].id``, Gemini ``function_call.id``), sent back with its result; empty when
+            the provider gave none.
+        thought_signature: The provider's opaque signature on a thought or a function-call part,
+            sent back exactly as received (Gemini API, "Thought signatures"; Anthropic, "Extended
+            thinking").
         signed_by: The provider that made ``thought_signature`` (only it can verify it).
         attachments: Files that came with a user message.
-        usage: Token counts of the model call that produced this message; only the first message a call
-            posts carries them, whatever its kind (a tool call; the notice of a failed call), so each
-            call counts once. Older sessions have them on a call's last thought or text: also once.
+        usage: Token counts of the model call that produced this message; only the first message a
+            call posts carries them, whatever its kind (a tool call; the notice of a failed call),
+            so each call counts once. Older sessions have them on a call's last thought or text:
+            also once.
         outcome: How a tool call ended (tool_result only).
         extra: Adapter- or backend-specific fields that have no home above.
     """
@@ -168,7 +172,8 @@ class Message(msgspec.Struct, frozen=True, kw_only=True):
         role: Who speaks.
         kind: What it holds.
         status: Where it is in its lifecycle.
-        sender: The user's name, ``Kesoku``, the tool's name, or ``System`` (see :func:`check_message`).
+        sender: The user's name, ``Kesoku``, the tool's name, or ``System`` (see
+            :func:`check_message`).
         content: The text, thought, tool call summary or tool output.
         root_id: The user message that opened the turn (its own id for that message, filled in by
             the store when left 0).
@@ -246,7 +251,8 @@ def check_message(msg: Message) -> None:
 
     - user: text, any non-empty sender (the platform's user name, or ``User``);
     - assistant: text, thought or tool_call, sender ``Kesoku``; a tool_call names its tool;
-    - tool: tool_result, sender = the tool's name, with ``parent_id`` (its tool_call) and an outcome;
+    - tool: tool_result, sender = the tool's name, with ``parent_id`` (its tool_call) and an
+      outcome;
     - system: text, sender ``System``.
 
     Args:
@@ -265,12 +271,16 @@ def check_message(msg: Message) -> None:
             raise MessageError("a user message needs a sender (the user's name, or 'User')")
     elif msg.role is Role.ASSISTANT:
         if msg.sender != ASSISTANT_SENDER:
-            raise MessageError(f"assistant messages are sent by {ASSISTANT_SENDER!r}, not {msg.sender!r}")
+            raise MessageError(
+                f"assistant messages are sent by {ASSISTANT_SENDER!r}, not {msg.sender!r}"
+            )
         if msg.kind is Kind.TOOL_CALL and not meta.tool_name:
             raise MessageError("a tool_call needs metadata.tool_name")
     elif msg.role is Role.TOOL:
         if not meta.tool_name or msg.sender != meta.tool_name:
-            raise MessageError("a tool_result is sent by its tool: sender must equal metadata.tool_name")
+            raise MessageError(
+                "a tool_result is sent by its tool: sender must equal metadata.tool_name"
+            )
         if msg.parent_id is None:
             raise MessageError("a tool_result needs parent_id (its tool_call)")
         if meta.outcome is None:
@@ -371,7 +381,14 @@ def system_text(session_id: str, content: str, *, ts: float | None = None) -> Me
         The message, not yet posted.
     """
     now = time.time() if ts is None else ts
-    return Message(session_id=session_id, role=Role.SYSTEM, sender=SYSTEM_SENDER, content=content, ts=now, root_ts=now)
+    return Message(
+        session_id=session_id,
+        role=Role.SYSTEM,
+        sender=SYSTEM_SENDER,
+        content=content,
+        ts=now,
+        root_ts=now,
+    )
 
 
 def in_turn(

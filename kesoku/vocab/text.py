@@ -13,9 +13,10 @@ events (:func:`kesoku.vocab.ir.valid_event`, in the one stream loop of
 :class:`kesoku.llm.base.BaseLLM`) and the JSON the backends decode themselves
 (:func:`decode_json`), each tool result (:func:`kesoku.tools.execute.run_tool`) and tool
 description, the system prompt, every message and session the store writes
-(:func:`kesoku.vocab.model.valid_message`), provider error messages (:class:`kesoku.vocab.errors.BackendError`).
-Bytes are decoded with ``errors="replace"`` where they are read (tool output, files, piped input).
-Text that is already valid, nearly all of it, is returned as the same object after one check.
+(:func:`kesoku.vocab.model.valid_message`), provider error messages
+(:class:`kesoku.vocab.errors.BackendError`). Bytes are decoded with ``errors="replace"`` where they
+are read (tool output, files, piped input). Text that is already valid, nearly all of it, is
+returned as the same object after one check.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """History → provider-neutral turns, and the transcript invariant (ARCHITECTURE.md, "Guarantees").
 
-The log is append-only and written by concurrent parts (a tool batch finishing after an interruption, a
-crash between a call and its result), so the history as stored need not be a valid request. Two
-functions keep every request valid:
+The log is append-only and written by concurrent parts (a tool batch finishing after an
+interruption, a crash between a call and its result), so the history as stored need not be a valid
+request. Two functions keep every request valid:
 
-- :func:`to_turns` builds the IR from history in ``(root_ts, ts, id)`` order and repairs what the log
-  allows but no provider accepts: results moved right after their calls, duplicate call ids made
+- :func:`to_turns` builds the IR from history in ``(root_ts, ts, id)`` order and repairs what the
+  log allows but no provider accepts: results moved right after their calls, duplicate call ids made
   distinct, a ``lost`` result for a call that has none, orphan and duplicate results dropped, empty
   text dropped, roles merged so user and assistant alternate, starting and ending with the user.
 - :func:`check_turns` states the invariant; the base backend calls it before every request and the
@@ -54,7 +54,9 @@ LOST_RESULT = "[lost] No result was recorded for this call: Kesoku stopped while
 
 def shared_prefix(a: Sequence[object], b: Sequence[object]) -> int:
     """How many leading items ``a`` and ``b`` share by identity (C-level iteration: cheap for long lists)."""
-    return next(itertools.compress(itertools.count(), map(operator.is_not, a, b)), min(len(a), len(b)))
+    return next(
+        itertools.compress(itertools.count(), map(operator.is_not, a, b)), min(len(a), len(b))
+    )
 
 
 class TranscriptError(AssertionError):
@@ -104,10 +106,13 @@ class _Builder:
         self.role: str = "user"
         self.blocks: list[LLMBlock] = []
         self.open_calls: list[tuple[Message, ToolCallBlock]] = []
-        self.answered = False  # a result of the open calls was seen: the next call starts a new step
+        self.answered = (
+            False  # a result of the open calls was seen: the next call starts a new step
+        )
         self.call_ids: set[str] = set()
-        # The turns the last finish() closed early (the open step and its results). When the same turn
-        # is closed for real, that object is kept, so turns stay identical from one request to the next.
+        # The turns the last finish() closed early (the open step and its results). When the same
+        # turn is closed for real, that object is kept, so turns stay identical from one request to
+        # the next.
         self.finished: list[LLMTurn] = []
 
     def _flush(self) -> None:
@@ -146,8 +151,11 @@ class _Builder:
             self.role = role
 
     def add(self, msg: Message) -> None:
-        if msg.role is Role.SYSTEM and (QUESTION_KEY in msg.metadata.extra or ANSWER_KEY in msg.metadata.extra):
-            return  # between the user and the adapter: the tool's result tells the model what was decided
+        if msg.role is Role.SYSTEM and (
+            QUESTION_KEY in msg.metadata.extra or ANSWER_KEY in msg.metadata.extra
+        ):
+            # between the user and the adapter: the tool's result tells the model what was decided
+            return
         if msg.role in (Role.USER, Role.SYSTEM):
             blocks = _user_blocks(msg)
             if blocks:
@@ -166,21 +174,26 @@ class _Builder:
             meta = msg.metadata
             name, arguments = meta.tool_name or "", meta.tool_arguments or {}
             call_id = call_id_of(msg)
-            if call_id in self.call_ids:  # a provider (or a restarted replay) reused an id: keep pairs distinct
+            if (
+                call_id in self.call_ids
+            ):  # a provider (or a restarted replay) reused an id: keep pairs distinct
                 call_id = f"{call_id}_{msg.id}"
             self.call_ids.add(call_id)
             block = ToolCallBlock(call_id, name, arguments, meta.thought_signature, meta.signed_by)
         elif msg.kind is Kind.THOUGHT:
             if not msg.content and msg.metadata.thought_signature is None:
                 return
-            block = ThoughtBlock(msg.content, msg.metadata.thought_signature, msg.metadata.signed_by)
+            block = ThoughtBlock(
+                msg.content, msg.metadata.thought_signature, msg.metadata.signed_by
+            )
         else:
             if not msg.content.strip():
                 return
             text = msg.content + (INTERRUPTED_SUFFIX if msg.status is Status.INTERRUPTED else "")
             block = TextBlock(text)
         if not isinstance(block, ToolCallBlock) or self.answered:
-            # Calls end an assistant step: text after them, or calls after their results, start the next.
+            # Calls end an assistant step: text after them, or calls after their results, start the
+            # next.
             self._close_calls()
         self._switch("assistant")
         self.blocks.append(block)
@@ -227,8 +240,13 @@ class Transcript:
         call_ids = {m.id for m in history if m.kind is Kind.TOOL_CALL}
         results: dict[int, Message] = {}
         for msg in history:
-            # The first result of a call wins; a result whose call is not in the history is an orphan.
-            if msg.kind is Kind.TOOL_RESULT and msg.parent_id in call_ids and msg.parent_id not in results:
+            # The first result of a call wins; a result whose call is not in the history is an
+            # orphan.
+            if (
+                msg.kind is Kind.TOOL_RESULT
+                and msg.parent_id in call_ids
+                and msg.parent_id not in results
+            ):
                 results[msg.parent_id] = msg
         self._builder = _Builder(results)
         for msg in history:
@@ -282,8 +300,8 @@ class TurnChecker:
 
     def __init__(self) -> None:
         self._turns: list[LLMTurn] = []
-        # After each checked turn: (call ids seen so far, ids the next turn must answer, its problems,
-        # attachment blocks so far).
+        # After each checked turn: (call ids seen so far, ids the next turn must answer, its
+        # problems, attachment blocks so far).
         self._states: list[tuple[int, tuple[str, ...], tuple[str, ...], int]] = []
         self._ids: list[str] = []
         self._id_set: set[str] = set()
@@ -305,10 +323,14 @@ class TurnChecker:
         self._bad -= sum(1 for state in self._states[shared:] if state[2])
         del self._ids[n_ids:], self._turns[shared:], self._states[shared:]
         for i in range(shared, len(turns)):
-            expected, attachments = (self._states[i - 1][1], self._states[i - 1][3]) if i else ((), 0)
+            expected, attachments = (
+                (self._states[i - 1][1], self._states[i - 1][3]) if i else ((), 0)
+            )
             previous_role = turns[i - 1].role if i else None
             problems, calls = self._check_one(i, turns[i], previous_role, expected)
-            attachments += sum(1 for b in turns[i].blocks if isinstance(b, ImageBlock | DocumentBlock))
+            attachments += sum(
+                1 for b in turns[i].blocks if isinstance(b, ImageBlock | DocumentBlock)
+            )
             self._turns.append(turns[i])
             self._states.append((len(self._ids), calls, tuple(problems), attachments))
             self._bad += bool(problems)
@@ -331,7 +353,9 @@ class TurnChecker:
             problems.append(f"turn {i}: empty")
         results = [b for b in turn.blocks if isinstance(b, ToolResultBlock)]
         if tuple(b.call_id for b in results) != expected:
-            problems.append(f"turn {i}: results {[b.call_id for b in results]} do not answer calls {list(expected)}")
+            problems.append(
+                f"turn {i}: results {[b.call_id for b in results]} do not answer calls {list(expected)}"
+            )
         if results and turn.blocks[: len(results)] != tuple(results):
             problems.append(f"turn {i}: tool results do not come first")
         calls: list[str] = []

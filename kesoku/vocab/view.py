@@ -32,7 +32,9 @@ Key = tuple[float, float, int]
 
 EVICTED = "[evicted to save context; run the tool again if you need this output]"
 RETAINED = "[evicted to save context: {chars} characters; the start and end are kept]\n{excerpt}"
-SHORTENED = "{head}\n[… {cut:,} of {chars:,} characters cut here to fit the context window …]\n{tail}"
+SHORTENED = (
+    "{head}\n[… {cut:,} of {chars:,} characters cut here to fit the context window …]\n{tail}"
+)
 
 HEAD_INTRO = (
     "[Compacted context: earlier turns of this session, condensed. Their messages are no longer shown; "
@@ -107,14 +109,23 @@ class ViewState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
     def head_text(self) -> str | None:
         """The text that stands in for the archived turns, or None when nothing is archived."""
-        if not self.archives and not self.dropped_turns and not self.files_read and not self.files_modified:
+        if (
+            not self.archives
+            and not self.dropped_turns
+            and not self.files_read
+            and not self.files_modified
+        ):
             return None
         parts = [HEAD_INTRO]
         if self.dropped_turns:
-            parts.append(f"[{self.dropped_turns} earlier turn(s) were left out entirely to fit the context window.]")
+            parts.append(
+                f"[{self.dropped_turns} earlier turn(s) were left out entirely to fit the context window.]"
+            )
         for archive in self.archives:
             if archive.kind == "summary":
-                parts.append(f"Summary of turns {archive.first_turn}-{archive.last_turn}:\n{archive.text}")
+                parts.append(
+                    f"Summary of turns {archive.first_turn}-{archive.last_turn}:\n{archive.text}"
+                )
             else:
                 parts.append(archive.text)
         if self.files_read:
@@ -131,7 +142,9 @@ class ViewState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
             short = self.shortened.get(msg.id)
             return msg if short is None else msgspec.structs.replace(msg, content=short)
         excerpt = self.retained.get(msg.id)
-        text = EVICTED if excerpt is None else RETAINED.format(chars=len(msg.content), excerpt=excerpt)
+        text = (
+            EVICTED if excerpt is None else RETAINED.format(chars=len(msg.content), excerpt=excerpt)
+        )
         return msgspec.structs.replace(msg, content=text)
 
 

@@ -16,7 +16,9 @@ async def main(db_path: str, sessions_dir: str, channel: str, count: int, pause_
     gateway = Gateway(Store(db_path), sessions_dir)
     session = gateway.open_session("proc", channel)
     for i in range(count):
-        msg = await gateway.post(user_text(session.id, f"{channel}-{i}", external_id=f"{channel}-{i}"))
+        msg = await gateway.post(
+            user_text(session.id, f"{channel}-{i}", external_id=f"{channel}-{i}")
+        )
         print(msg.id, flush=True)  # printed only after post() returned: the message is durable
         if pause_every and i % pause_every == 0:
             await trio.sleep(0.001)

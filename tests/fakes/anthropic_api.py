@@ -1,11 +1,13 @@
 """A wire-level fake of Anthropic's Messages API (direct and on Vertex AI), for the real ``anthropic`` SDK.
 
-Routes: ``POST /v1/messages`` (direct) and ``POST /v1/projects/{project}/locations/{location}/publishers/
-anthropic/models/{model}:rawPredict`` / ``:streamRawPredict`` (Vertex AI). JSON when ``stream`` is false,
-server-sent events when true, in the real order (Messages API, "Streaming Messages",
+Routes: ``POST /v1/messages`` (direct) and ``POST
+/v1/projects/{project}/locations/{location}/publishers/ anthropic/models/{model}:rawPredict`` /
+``:streamRawPredict`` (Vertex AI). JSON when ``stream`` is false, server-sent events when true, in
+the real order (Messages API, "Streaming Messages",
 https://docs.claude.com/en/docs/build-with-claude/streaming): ``message_start``, ``ping``, per block
-``content_block_start`` / ``content_block_delta`` (``text_delta``, ``thinking_delta``, ``signature_delta``,
-``input_json_delta``) / ``content_block_stop``, ``message_delta`` (stop_reason, usage), ``message_stop``.
+``content_block_start`` / ``content_block_delta`` (``text_delta``, ``thinking_delta``,
+``signature_delta``, ``input_json_delta``) / ``content_block_stop``, ``message_delta`` (stop_reason,
+usage), ``message_stop``.
 
 Each request is recorded, then checked against the documented request rules; a broken rule is
 answered like the real API: HTTP 400 ``{"type": "error", "error": {"type": "invalid_request_error",
@@ -159,7 +161,9 @@ class AnthropicFake:
         self.log = RequestLog()
         self.rejections: list[str] = []
         """The 400 messages sent, in order."""
-        vertex_path = "/v1/projects/{project}/locations/{location}/publishers/anthropic/models/{target}"
+        vertex_path = (
+            "/v1/projects/{project}/locations/{location}/publishers/anthropic/models/{target}"
+        )
         self.app = Starlette(
             routes=[
                 Route("/v1/messages", self._direct, methods=["POST"]),
@@ -186,7 +190,9 @@ class AnthropicFake:
 
     async def _direct(self, request: Request) -> Response:
         rec = await self.log.record(request)
-        key = rec.headers.get("x-api-key") or rec.headers.get("authorization", "").removeprefix("Bearer ")
+        key = rec.headers.get("x-api-key") or rec.headers.get("authorization", "").removeprefix(
+            "Bearer "
+        )
         if key != self.api_key:
             return _error(401, "authentication_error", "invalid x-api-key")
         if "anthropic-version" not in rec.headers:
@@ -196,15 +202,19 @@ class AnthropicFake:
     async def _vertex(self, request: Request) -> Response:
         rec = await self.log.record(request)
         if rec.headers.get("authorization") != f"Bearer {self.access_token}":
-            return _google_error(401, "UNAUTHENTICATED", "Request had invalid authentication credentials.")
+            return _google_error(
+                401, "UNAUTHENTICATED", "Request had invalid authentication credentials."
+            )
         params = request.path_params
         model, _, action = params["target"].rpartition(":")
         if (params["project"], params["location"]) != (self.project, self.location) or not model:
-            return _google_error(404, "NOT_FOUND", f"Publisher model {params['target']} was not found.")
+            return _google_error(
+                404, "NOT_FOUND", f"Publisher model {params['target']} was not found."
+            )
         body = rec.body if isinstance(rec.body, dict) else {}
-        if action not in ("rawPredict", "streamRawPredict") or (action == "streamRawPredict") != bool(
-            body.get("stream")
-        ):
+        if action not in ("rawPredict", "streamRawPredict") or (
+            action == "streamRawPredict"
+        ) != bool(body.get("stream")):
             reason = f"unexpected method {action!r} for stream={body.get('stream')}"
             return _google_error(400, "INVALID_ARGUMENT", reason)
         if "anthropic_version" not in body:
@@ -224,7 +234,9 @@ class AnthropicFake:
             return _error(500, "api_error", "fake: no scripted reply left")
         if isinstance(reply, ErrorReply):
             if reply.google_status is not None:
-                return _google_error(reply.status, reply.google_status, reply.message, reply.headers)
+                return _google_error(
+                    reply.status, reply.google_status, reply.message, reply.headers
+                )
             return _error(reply.status, reply.type, reply.message, reply.headers)
         model = body.get("model", "claude-fake")
         if not body.get("stream"):
@@ -237,12 +249,15 @@ def _error(status: int, kind: str, message: str, headers: dict[str, str] | None 
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-def _google_error(status: int, google_status: str, message: str, headers: dict[str, str] | None = None) -> Response:
+def _google_error(
+    status: int, google_status: str, message: str, headers: dict[str, str] | None = None
+) -> Response:
     body = {"error": {"code": status, "message": message, "status": google_status}}
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-# -- responses --------------------------------------------------------------------------------------
+# -- responses
+# --------------------------------------------------------------------------------------
 
 
 def _stop_reason(reply: Reply) -> str:
@@ -257,11 +272,15 @@ def _message_json(reply: Reply, model: str) -> dict[str, Any]:
         if isinstance(block, Text):
             content.append({"type": "text", "text": block.text})
         elif isinstance(block, Thinking):
-            content.append({"type": "thinking", "thinking": block.text, "signature": block.signature})
+            content.append(
+                {"type": "thinking", "thinking": block.text, "signature": block.signature}
+            )
         elif isinstance(block, Redacted):
             content.append({"type": "redacted_thinking", "data": block.data})
         else:
-            content.append({"type": "tool_use", "id": block.id, "name": block.name, "input": block.input})
+            content.append(
+                {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
+            )
     return {
         "id": "msg_fake",
         "type": "message",
@@ -293,15 +312,28 @@ def _pieces(text: str, n: int) -> list[str]:
 
 
 def _events(reply: Reply, model: str) -> list[tuple[str, dict[str, Any]]]:
-    message = _message_json(reply, model) | {"content": [], "stop_reason": None, "usage": _usage(reply, final=False)}
-    events: list[tuple[str, dict[str, Any]]] = [("message_start", {"type": "message_start", "message": message})]
+    message = _message_json(reply, model) | {
+        "content": [],
+        "stop_reason": None,
+        "usage": _usage(reply, final=False),
+    }
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("message_start", {"type": "message_start", "message": message})
+    ]
     events.append(("ping", {"type": "ping"}))
 
     def start(i: int, block: dict[str, Any]) -> None:
-        events.append(("content_block_start", {"type": "content_block_start", "index": i, "content_block": block}))
+        events.append(
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": i, "content_block": block},
+            )
+        )
 
     def delta(i: int, d: dict[str, Any]) -> None:
-        events.append(("content_block_delta", {"type": "content_block_delta", "index": i, "delta": d}))
+        events.append(
+            ("content_block_delta", {"type": "content_block_delta", "index": i, "delta": d})
+        )
 
     def stop(i: int) -> None:
         events.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
@@ -344,7 +376,10 @@ def _events(reply: Reply, model: str) -> list[tuple[str, dict[str, Any]]]:
     usage = {"output_tokens": final["output_tokens"]}
     if "output_tokens_details" in final:
         usage["output_tokens_details"] = final["output_tokens_details"]
-    message_delta = {"type": "message_delta", "delta": {"stop_reason": _stop_reason(reply), "stop_sequence": None}}
+    message_delta = {
+        "type": "message_delta",
+        "delta": {"stop_reason": _stop_reason(reply), "stop_sequence": None},
+    }
     events.append(("message_delta", message_delta | {"usage": usage}))
     events.append(("message_stop", {"type": "message_stop"}))
     return events
@@ -371,7 +406,10 @@ class _SSE:
         self.sent += 1
         if reply.error_after is not None and n == reply.error_after[0]:
             self.done = True
-            error = {"type": "error", "error": {"type": reply.error_after[1], "message": reply.error_after[2]}}
+            error = {
+                "type": "error",
+                "error": {"type": reply.error_after[1], "message": reply.error_after[2]},
+            }
             return f"event: error\ndata: {json.dumps(error)}\n\n".encode()
         if reply.cut_after is not None and n == reply.cut_after:
             raise _Cut("connection dropped by the fake")
@@ -379,7 +417,8 @@ class _SSE:
         return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
 
 
-# -- request rules ----------------------------------------------------------------------------------
+# -- request rules
+# ----------------------------------------------------------------------------------
 
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
 _IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
@@ -415,7 +454,9 @@ def validate(body: Any, *, vertex: bool) -> str | None:
         return "messages: at least one message is required"
     if messages[0].get("role") != "user":
         return 'messages: first message must use the "user" role'
-    breakpoints = sum(1 for b in (system if isinstance(system, list) else []) if "cache_control" in b)
+    breakpoints = sum(
+        1 for b in (system if isinstance(system, list) else []) if "cache_control" in b
+    )
     previous_tool_ids: list[str] = []
     for i, msg in enumerate(messages):
         role = msg.get("role")
@@ -454,7 +495,11 @@ def validate(body: Any, *, vertex: bool) -> str | None:
                         "`tool_use` block in the previous message."
                     )
                 results.append(block["tool_use_id"])
-                if "content" in block and isinstance(block["content"], str) and not block["content"]:
+                if (
+                    "content" in block
+                    and isinstance(block["content"], str)
+                    and not block["content"]
+                ):
                     return f"{where}.content: text content blocks must be non-empty"
             elif kind == "tool_use":
                 if role != "assistant":
@@ -476,7 +521,10 @@ def validate(body: Any, *, vertex: bool) -> str | None:
             elif kind == "document":
                 source = block.get("source", {})
                 if source.get("type") == "text":
-                    if source.get("media_type") != "text/plain" or not str(source.get("data", "")).strip():
+                    if (
+                        source.get("media_type") != "text/plain"
+                        or not str(source.get("data", "")).strip()
+                    ):
                         return f"{where}.source: a text document needs media_type text/plain and non-empty data"
                 else:
                     problem = _check_base64(source, ("application/pdf",))
@@ -491,7 +539,9 @@ def validate(body: Any, *, vertex: bool) -> str | None:
                 f"{', '.join(missing)}. Each `tool_use` block must have a corresponding `tool_result` block "
                 "in the next message."
             )
-        previous_tool_ids = [b["id"] for b in content if b.get("type") == "tool_use"] if role == "assistant" else []
+        previous_tool_ids = (
+            [b["id"] for b in content if b.get("type") == "tool_use"] if role == "assistant" else []
+        )
     if previous_tool_ids:
         return (
             f"messages.{len(messages) - 1}: `tool_use` ids were found without `tool_result` blocks immediately "
@@ -512,7 +562,9 @@ def validate(body: Any, *, vertex: bool) -> str | None:
     return _check_thinking(body, messages, max_tokens)
 
 
-def _check_thinking(body: dict[str, Any], messages: list[dict[str, Any]], max_tokens: int) -> str | None:
+def _check_thinking(
+    body: dict[str, Any], messages: list[dict[str, Any]], max_tokens: int
+) -> str | None:
     thinking = body.get("thinking")
     if thinking is None or thinking.get("type") == "disabled":
         return None

@@ -2,15 +2,15 @@
 
 - ``POST /v1/spaces/{space}/messages`` (spaces.messages.create): answers the message with a new name
   (``spaces/{space}/messages/m{n}``) and the thread it went to (``spaces/{space}/threads/{...}``);
-- ``PUT /v1/spaces/{space}/messages/{message}?updateMask=...`` (spaces.messages.update, what the client's
-  ``update_message`` calls; ``PATCH`` is spaces.messages.patch, the same): answers the message;
+- ``PUT /v1/spaces/{space}/messages/{message}?updateMask=...`` (spaces.messages.update, what the
+  client's ``update_message`` calls; ``PATCH`` is spaces.messages.patch, the same): answers the
+  message;
 - ``POST /v1/spaces/{space}/messages/{message}/reactions`` (spaces.messages.reactions.create);
 - ``GET /v1/media/{resourceName}?alt=media`` (media.download): the bytes of :attr:`ChatFake.media`,
   404 for an unknown resource, or :attr:`ChatFake.media_status` when set (403: no permission).
 
-The official client (google-apps-chat, REST transport) sends JSON bodies with camelCase field names and
-enums as integers (``$alt=json;enum-encoding=int``). Source: the Chat API REST reference.
-"""
+The official client (google-apps-chat, REST transport) sends JSON bodies with camelCase field names
+and enums as integers (``$alt=json;enum-encoding=int``). Source: the Chat API REST reference."""
 
 from __future__ import annotations
 
@@ -47,7 +47,9 @@ class ChatFake:
     def patched(self, name: str | None = None) -> list[Recorded]:
         """The messages.update/patch requests (of one message when named)."""
         return [
-            r for r in self.log.requests if r.method in ("PUT", "PATCH") and (name is None or r.path == f"/v1/{name}")
+            r
+            for r in self.log.requests
+            if r.method in ("PUT", "PATCH") and (name is None or r.path == f"/v1/{name}")
         ]
 
     def reactions(self) -> list[Recorded]:
@@ -66,7 +68,9 @@ class ChatFake:
             self.changed = trio.Event()
             if self.fail_next:
                 status = self.fail_next.pop(0)
-                return rec, JSONResponse({"error": {"code": status, "message": "fake failure"}}, status_code=status)
+                return rec, JSONResponse(
+                    {"error": {"code": status, "message": "fake failure"}}, status_code=status
+                )
             return rec, None
 
         async def create(request: Request) -> Response:
@@ -76,7 +80,9 @@ class ChatFake:
             space = request.path_params["space"]
             self._count += 1
             body = dict(rec.body or {})
-            thread = (body.get("thread") or {}).get("name") or f"spaces/{space}/threads/t{self._count}"
+            thread = (body.get("thread") or {}).get(
+                "name"
+            ) or f"spaces/{space}/threads/t{self._count}"
             body.update(name=f"spaces/{space}/messages/m{self._count}", thread={"name": thread})
             return JSONResponse(body)
 
@@ -85,14 +91,18 @@ class ChatFake:
             if failed is not None:
                 return failed
             body = dict(rec.body or {})
-            body["name"] = f"spaces/{request.path_params['space']}/messages/{request.path_params['message']}"
+            body["name"] = (
+                f"spaces/{request.path_params['space']}/messages/{request.path_params['message']}"
+            )
             return JSONResponse(body)
 
         async def react(request: Request) -> Response:
             rec, failed = await record(request)
             if failed is not None:
                 return failed
-            parent = f"spaces/{request.path_params['space']}/messages/{request.path_params['message']}"
+            parent = (
+                f"spaces/{request.path_params['space']}/messages/{request.path_params['message']}"
+            )
             return JSONResponse({"name": f"{parent}/reactions/r1", **(rec.body or {})})
 
         async def media(request: Request) -> Response:
@@ -102,7 +112,9 @@ class ChatFake:
             if self.media_gate is not None:
                 await self.media_gate.wait()
             if self.media_status is not None:
-                return JSONResponse({"error": {"code": self.media_status}}, status_code=self.media_status)
+                return JSONResponse(
+                    {"error": {"code": self.media_status}}, status_code=self.media_status
+                )
             data = self.media.get(request.path_params["resource"])
             if data is None:
                 return JSONResponse({"error": {"code": 404}}, status_code=404)

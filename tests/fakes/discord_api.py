@@ -4,10 +4,10 @@ Served on loopback by hypercorn (see :mod:`fakes.server`); point discord.py at i
 ``discord.http.Route.BASE = f"{url}/api/v10"`` and ``DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(ws_url)``.
 
 Gateway (https://discord.com/developers/docs/events/gateway): text frames of JSON ``{"op", "d", "s", "t"}``.
-The fake sends HELLO (op 10), answers IDENTIFY (op 2) with READY and one GUILD_CREATE per guild, RESUME
-(op 6) with the missed dispatches and RESUMED, HEARTBEAT (op 1) with HEARTBEAT_ACK (op 11), and can ask
-the client to RECONNECT (op 7). Dispatches (op 0): READY, GUILD_CREATE, MESSAGE_CREATE, THREAD_CREATE,
-INTERACTION_CREATE, RESUMED.
+The fake sends HELLO (op 10), answers IDENTIFY (op 2) with READY and one GUILD_CREATE per guild,
+RESUME (op 6) with the missed dispatches and RESUMED, HEARTBEAT (op 1) with HEARTBEAT_ACK (op 11),
+and can ask the client to RECONNECT (op 7). Dispatches (op 0): READY, GUILD_CREATE, MESSAGE_CREATE,
+THREAD_CREATE, INTERACTION_CREATE, RESUMED.
 
 REST (https://discord.com/developers/docs/resources/...): ``GET /users/@me``,
 ``GET /oauth2/applications/@me``, ``PUT /applications/{app}/commands``, ``GET /channels/{id}``,
@@ -16,8 +16,8 @@ REST (https://discord.com/developers/docs/resources/...): ``GET /users/@me``,
 ``POST /channels/{id}/messages/{mid}/threads``, ``PUT /channels/{id}/thread-members/@me``,
 ``POST /interactions/{id}/{token}/callback``, ``POST /webhooks/{app}/{token}`` (follow-ups),
 ``PATCH /webhooks/{app}/{token}/messages/@original``, and ``GET /attachments/{name}`` (the CDN).
-Errors follow the documented JSON error shape ``{"code", "message"}`` (Discord API, "JSON Error Codes").
-"""
+Errors follow the documented JSON error shape ``{"code", "message"}`` (Discord API, "JSON Error
+Codes")."""
 
 from __future__ import annotations
 
@@ -137,7 +137,9 @@ class FakeDiscord:
         """Wait until ``check()`` returns something truthy (looked at on every change of the fake's state)."""
         with trio.fail_after(timeout_s):
             while not (found := check()):
-                with trio.move_on_after(0.05):  # also look again now and then: ``check`` may read other state
+                with trio.move_on_after(
+                    0.05
+                ):  # also look again now and then: ``check`` may read other state
                     await self._changed.wait()
             return found
 
@@ -187,7 +189,9 @@ class FakeDiscord:
         self.dispatch("THREAD_CREATE", {**thread, "newly_created": True})
         return thread
 
-    def start_thread(self, parent: int, name: str, *, owner: int, from_message: int | None = None) -> int:
+    def start_thread(
+        self, parent: int, name: str, *, owner: int, from_message: int | None = None
+    ) -> int:
         """A user (or a peer bot) starts a thread; a thread from a message takes the message's id."""
         thread_id = from_message or self.new_id()
         self._thread(parent, thread_id, name, owner)
@@ -195,7 +199,14 @@ class FakeDiscord:
 
     def guild_payload(self) -> dict[str, Any]:
         members = [
-            {"user": u.payload(), "roles": [], "joined_at": _iso(time.time()), "deaf": False, "mute": False, "flags": 0}
+            {
+                "user": u.payload(),
+                "roles": [],
+                "joined_at": _iso(time.time()),
+                "deaf": False,
+                "mute": False,
+                "flags": 0,
+            }
             for u in self.users.values()
         ]
         return {
@@ -259,7 +270,9 @@ class FakeDiscord:
                     "proxy_url": f"{self.base_url}/attachments/{key}",
                 }
             )
-        message = self._message(channel_id, author, content, mentions=[m.payload() for m in mentions], files=files)
+        message = self._message(
+            channel_id, author, content, mentions=[m.payload() for m in mentions], files=files
+        )
         self.dispatch("MESSAGE_CREATE", message)
         return message
 
@@ -280,7 +293,13 @@ class FakeDiscord:
             "channel_id": str(channel_id),
             "guild_id": str(GUILD_ID),
             "author": author.payload(),
-            "member": {"roles": [], "joined_at": _iso(time.time()), "deaf": False, "mute": False, "flags": 0},
+            "member": {
+                "roles": [],
+                "joined_at": _iso(time.time()),
+                "deaf": False,
+                "mute": False,
+                "flags": 0,
+            },
             "content": content,
             "timestamp": _iso(snowflake_time(mid)),
             "edited_timestamp": None,
@@ -299,7 +318,9 @@ class FakeDiscord:
         self._touch()
         return message
 
-    def _interaction(self, itype: int, channel_id: int, user: FakeUser, data: dict[str, Any], **extra: Any) -> str:
+    def _interaction(
+        self, itype: int, channel_id: int, user: FakeUser, data: dict[str, Any], **extra: Any
+    ) -> str:
         iid = self.new_id()
         channel = self.channels[channel_id]
         payload = {
@@ -340,13 +361,19 @@ class FakeDiscord:
         """A user clicks a button (INTERACTION_CREATE type 3, MESSAGE_COMPONENT, component_type 2)."""
         message = self.messages[message_id]
         return self._interaction(
-            3, int(message["channel_id"]), user, {"custom_id": custom_id, "component_type": 2}, message=message
+            3,
+            int(message["channel_id"]),
+            user,
+            {"custom_id": custom_id, "component_type": 2},
+            message=message,
         )
 
     def slash(self, channel_id: int, name: str, user: FakeUser) -> str:
         """A user runs a slash command (INTERACTION_CREATE type 2, APPLICATION_COMMAND)."""
         command = next(c for c in self.commands if c["name"] == name)
-        return self._interaction(2, channel_id, user, {"id": command["id"], "name": name, "type": 1})
+        return self._interaction(
+            2, channel_id, user, {"id": command["id"], "name": name, "type": 1}
+        )
 
     # -- the gateway ------------------------------------------------------------------------------
 
@@ -390,7 +417,9 @@ class FakeDiscord:
             conn.closed = True
             self._touch()
 
-    async def _writer(self, ws: WebSocket, receive: trio.MemoryReceiveChannel[dict[str, Any]], conn: Conn) -> None:
+    async def _writer(
+        self, ws: WebSocket, receive: trio.MemoryReceiveChannel[dict[str, Any]], conn: Conn
+    ) -> None:
         async for frame in receive:
             await ws.send_text(json.dumps(frame))
             if frame["op"] == 7:
@@ -477,8 +506,12 @@ class FakeDiscord:
             self.interaction_replies.append({**body, "files": files})
             data = body.get("data") or {}
             clicked = self.interaction_messages.get(parts[1])
-            if body.get("type") == 7 and clicked in self.messages:  # UPDATE_MESSAGE edits the clicked message
-                self.messages[clicked].update({k: v for k, v in data.items() if k in ("content", "components")})
+            if (
+                body.get("type") == 7 and clicked in self.messages
+            ):  # UPDATE_MESSAGE edits the clicked message
+                self.messages[clicked].update(
+                    {k: v for k, v in data.items() if k in ("content", "components")}
+                )
             return _json(
                 {
                     "interaction": {
@@ -493,7 +526,9 @@ class FakeDiscord:
             body, files = await _form(request)
             self.interaction_replies.append({**body, "files": files})
             message = self._message(
-                self.interaction_channels.get(parts[2], next(iter(self.channels))), self.bot, body.get("content") or ""
+                self.interaction_channels.get(parts[2], next(iter(self.channels))),
+                self.bot,
+                body.get("content") or "",
             )
             return _json(message)
         if parts[0] == "attachments":
@@ -531,7 +566,9 @@ class FakeDiscord:
                 return Response(status_code=204)
             if method == "PATCH":
                 body = await _body(request)
-                self.messages[mid].update({k: v for k, v in body.items() if k in ("content", "components")})
+                self.messages[mid].update(
+                    {k: v for k, v in body.items() if k in ("content", "components")}
+                )
                 return _json(self.messages[mid])
         if len(rest) == 3 and rest[0] == "messages" and rest[2] == "threads":
             mid = int(rest[1])
@@ -540,7 +577,9 @@ class FakeDiscord:
                 peer = self.add_user(self.new_id(), "peer-bot", bot=True)
                 self._thread(cid, mid, body["name"], peer.id)
             if mid in self.channels:
-                return _error(400, THREAD_EXISTS, "A thread has already been created for this message")
+                return _error(
+                    400, THREAD_EXISTS, "A thread has already been created for this message"
+                )
             return _json(self._thread(cid, mid, body["name"], BOT_ID), status=201)
         return _error(404, 0, f"404: no route {method} /{'/'.join(parts)}")
 
@@ -552,7 +591,9 @@ class FakeDiscord:
         if not content.strip() and not files and not body.get("components"):
             return _error(400, 50006, "Cannot send an empty message")
         if len(content) > 2000:
-            return _error(400, 50035, "Invalid Form Body: content: Must be 2000 or fewer in length.")
+            return _error(
+                400, 50035, "Invalid Form Body: content: Must be 2000 or fewer in length."
+            )
         attachments = [
             {
                 "id": str(self.new_id()),
@@ -563,7 +604,9 @@ class FakeDiscord:
             }
             for n, d in files
         ]
-        message = self._message(cid, self.bot, content, files=attachments, components=body.get("components"))
+        message = self._message(
+            cid, self.bot, content, files=attachments, components=body.get("components")
+        )
         message["allowed_mentions"] = body.get("allowed_mentions")
         self.uploads[int(message["id"])] = files
         self.dispatch("MESSAGE_CREATE", message)
@@ -574,7 +617,9 @@ class FakeDiscord:
     def bot_messages(self, channel_id: int) -> list[dict[str, Any]]:
         """The bot's live (not deleted) messages in a channel, oldest first."""
         return [
-            m for m in self.messages.values() if m["channel_id"] == str(channel_id) and m["author"]["id"] == str(BOT_ID)
+            m
+            for m in self.messages.values()
+            if m["channel_id"] == str(channel_id) and m["author"]["id"] == str(BOT_ID)
         ]
 
     def app(self) -> Starlette:
@@ -594,7 +639,9 @@ def _json(data: Any, *, status: int = 200) -> Response:
 
 
 def _error(status: int, code: int, message: str) -> Response:
-    return JSONResponse({"code": code, "message": message}, status_code=status, media_type="application/json")
+    return JSONResponse(
+        {"code": code, "message": message}, status_code=status, media_type="application/json"
+    )
 
 
 async def _body(request: Request) -> dict[str, Any]:

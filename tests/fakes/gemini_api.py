@@ -2,16 +2,17 @@
 
 Serve ``GeminiFake().app`` with :func:`fakes.server.serve_app`. It answers:
 
-- ``POST /{v1,v1beta,v1beta1}/models/{model}:streamGenerateContent?alt=sse`` (and ``:generateContent``)
-  and the Vertex form ``/{version}/projects/{p}/locations/{l}/publishers/google/models/{model}:...``;
+- ``POST /{v1,v1beta,v1beta1}/models/{model}:streamGenerateContent?alt=sse`` (and
+  ``:generateContent``) and the Vertex form
+  ``/{version}/projects/{p}/locations/{l}/publishers/google/models/{model}:...``;
 - ``POST .../cachedContents``, ``GET``/``DELETE .../cachedContents/{id}`` on both.
 
-Each generate call takes the next scripted :class:`~fakes.gemini_replies.Reply` (else asks ``handler``): SSE events of
-``GenerateContentResponse`` JSON, an HTTP error, a stream cut after some events, or an error event
-in the stream. Requests are first checked against the API's documented rules and a broken rule is
-answered like the real API, with ``400 {"error": {"code": 400, "message": ..., "status":
-"INVALID_ARGUMENT"}}`` (Gemini API, "Function calling" and "Thought signatures"; the message texts
-are the API's own where known):
+Each generate call takes the next scripted :class:`~fakes.gemini_replies.Reply` (else asks
+``handler``): SSE events of ``GenerateContentResponse`` JSON, an HTTP error, a stream cut after some
+events, or an error event in the stream. Requests are first checked against the API's documented
+rules and a broken rule is answered like the real API, with ``400 {"error": {"code": 400, "message":
+..., "status": "INVALID_ARGUMENT"}}`` (Gemini API, "Function calling" and "Thought signatures"; the
+message texts are the API's own where known):
 
 - contents present; roles ``user`` or ``model``; no empty ``parts``; each part sets one data field;
   no empty text; inline data with a MIME type and base64 data;
@@ -28,9 +29,8 @@ are the API's own where known):
 ``POST /token`` stands in for Google's OAuth token endpoint (RFC 6749 §5.1 response), so Vertex
 credentials can be refreshed against the fake.
 
-google-genai writes some keys in snake case (``parameters_json_schema``, ``thinking_config`` fields);
-proto JSON accepts both spellings, and so does this fake.
-"""
+google-genai writes some keys in snake case (``parameters_json_schema``, ``thinking_config``
+fields); proto JSON accepts both spellings, and so does this fake."""
 
 from __future__ import annotations
 
@@ -53,7 +53,8 @@ from fakes.gemini_replies import Reply, error_body, unb64
 from fakes.server import Recorded, RequestLog
 
 # Starlette's streaming response imports anyio's trio backend at its first use (about 30 ms of CPU):
-# imported here, so that never happens inside a test's event loop (the blocking detector would fail it).
+# imported here, so that never happens inside a test's event loop (the blocking detector would fail
+# it).
 importlib.import_module("anyio._backends._trio")
 
 PLACEHOLDER_SIGNATURE = b"skip_thought_signature_validator"
@@ -89,7 +90,9 @@ class _StreamCut(Exception):
 
 
 class _Invalid(Exception):
-    def __init__(self, message: str, code: int = 400, details: Iterable[dict[str, Any]] = ()) -> None:
+    def __init__(
+        self, message: str, code: int = 400, details: Iterable[dict[str, Any]] = ()
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.details = list(details)
@@ -118,8 +121,8 @@ class GeminiFake:
         replies: Replies to generate calls, in order.
         handler: Decides the reply from the request body once ``replies`` is used up.
         api_keys: Keys accepted on Gemini API paths (None: any non-empty key).
-        min_cache_tokens: The smallest cache accepted (estimated at 4 characters a token of its JSON);
-            the real minimum is model-dependent (1024 or more).
+        min_cache_tokens: The smallest cache accepted (estimated at 4 characters a token of its
+            JSON); the real minimum is model-dependent (1024 or more).
         verify_signatures: Refuse signatures the fake did not issue.
 
     Attributes:
@@ -152,7 +155,11 @@ class GeminiFake:
         self._issued_for_call: dict[str, bytes] = {}
         self.tokens_issued = 0
         self._ids = itertools.count(1)
-        self.app = Starlette(routes=[Route("/{path:path}", self._dispatch, methods=["GET", "POST", "DELETE", "PATCH"])])
+        self.app = Starlette(
+            routes=[
+                Route("/{path:path}", self._dispatch, methods=["GET", "POST", "DELETE", "PATCH"])
+            ]
+        )
 
     # -- what tests read ------------------------------------------------------------------------
 
@@ -180,7 +187,9 @@ class GeminiFake:
 
     async def _dispatch(self, request: Request) -> Response:
         rec = await self.log.record(request)
-        if rec.path == "/token":  # Google's OAuth token endpoint, for credentials refreshed by the backend
+        if (
+            rec.path == "/token"
+        ):  # Google's OAuth token endpoint, for credentials refreshed by the backend
             self.tokens_issued += 1
             token = f"fresh-token-{self.tokens_issued}"
             return JSONResponse({"access_token": token, "expires_in": 3600, "token_type": "Bearer"})
@@ -190,13 +199,17 @@ class GeminiFake:
             if match := _GENERATE.fullmatch(rec.path):
                 if request.method != "POST":
                     raise _Invalid("Method not allowed", 405)
-                return await self._generate(rec, match["model"], stream=match["method"] == "streamGenerateContent")
+                return await self._generate(
+                    rec, match["model"], stream=match["method"] == "streamGenerateContent"
+                )
             if match := _CACHES.fullmatch(rec.path):
                 prefix = rec.path.split("/cachedContents")[0].split("/", 2)[2] if vertex else ""
                 return self._caches(rec, match["cache"], prefix)
             raise _Invalid(f"The requested URL {rec.path} was not found on this server.", 404)
         except _Invalid as exc:
-            return JSONResponse(error_body(exc.code, str(exc), details=exc.details), status_code=exc.code)
+            return JSONResponse(
+                error_body(exc.code, str(exc), details=exc.details), status_code=exc.code
+            )
 
     def _check_auth(self, rec: Recorded, vertex: bool) -> None:
         if vertex:
@@ -244,7 +257,9 @@ class GeminiFake:
             self._check_tools(_get(body, "tools"))
         self._check_contents(history, "GenerateContentRequest.contents")
         self._check_signatures(history, model, _thinking_on(body, model))
-        scripted = self.replies.popleft() if self.replies else self.handler(body) if self.handler else None
+        scripted = (
+            self.replies.popleft() if self.replies else self.handler(body) if self.handler else None
+        )
         if scripted is None:
             raise _Invalid("gemini fake: no reply scripted for this request")
         if scripted.status != 200:
@@ -253,7 +268,9 @@ class GeminiFake:
         self._issue(scripted.chunks)
         if not stream:
             return JSONResponse(_merge(scripted.chunks), headers=scripted.headers)
-        return StreamingResponse(self._sse(scripted), media_type="text/event-stream", headers=scripted.headers)
+        return StreamingResponse(
+            self._sse(scripted), media_type="text/event-stream", headers=scripted.headers
+        )
 
     async def _sse(self, scripted: Reply) -> AsyncIterator[str]:
         for i, item in enumerate(scripted.chunks):
@@ -283,7 +300,9 @@ class GeminiFake:
             return
         parts = _get(system, "parts") or []
         if not parts:
-            raise _Invalid("* GenerateContentRequest.system_instruction.parts: contents.parts must not be empty.")
+            raise _Invalid(
+                "* GenerateContentRequest.system_instruction.parts: contents.parts must not be empty."
+            )
         for j, part in enumerate(parts):
             if not part.get("text"):
                 raise _Invalid(
@@ -305,15 +324,22 @@ class GeminiFake:
                 if name in names:
                     raise _Invalid(f"{where}.name: Duplicate function declaration found: {name}")
                 names.add(name)
-                if _get(decl, "parameters") is not None and _get(decl, "parametersJsonSchema") is not None:
-                    raise _Invalid(f"{where}: parameters and parameters_json_schema are mutually exclusive.")
+                if (
+                    _get(decl, "parameters") is not None
+                    and _get(decl, "parametersJsonSchema") is not None
+                ):
+                    raise _Invalid(
+                        f"{where}: parameters and parameters_json_schema are mutually exclusive."
+                    )
 
     def _check_contents(self, contents: list[Any], where: str, *, complete: bool = True) -> None:
         expected: list[dict[str, Any]] = []  # the calls the next content must answer
         for i, content in enumerate(contents):
             role = content.get("role")
             if role not in ("user", "model"):
-                raise _Invalid(f"Please use a valid role: user, model. Got {role!r} at contents[{i}].")
+                raise _Invalid(
+                    f"Please use a valid role: user, model. Got {role!r} at contents[{i}]."
+                )
             parts = content.get("parts") or []
             if not parts:
                 raise _Invalid(f"* {where}[{i}].parts: contents.parts must not be empty.")
@@ -327,14 +353,18 @@ class GeminiFake:
                 if present[0] == "inlineData":
                     blob = _get(part, "inlineData")
                     if not _get(blob, "mimeType") or not blob.get("data"):
-                        raise _Invalid(f"* {where}[{i}].parts[{j}].inline_data: mime_type and data are required")
+                        raise _Invalid(
+                            f"* {where}[{i}].parts[{j}].inline_data: mime_type and data are required"
+                        )
                     _bytes(blob["data"], f"contents[{i}].parts[{j}].inline_data.data")
                 if present[0] == "functionCall":
                     calls.append(_get(part, "functionCall"))
                 if present[0] == "functionResponse":
                     response = _get(part, "functionResponse")
                     if not isinstance(response.get("response"), dict):
-                        raise _Invalid(f"* {where}[{i}].parts[{j}].function_response.response: must be an object")
+                        raise _Invalid(
+                            f"* {where}[{i}].parts[{j}].function_response.response: must be an object"
+                        )
                     responses.append(response)
             if calls and role != "model":
                 raise _Invalid("Please ensure that function call turns come from the model.")
@@ -351,7 +381,9 @@ class GeminiFake:
                         "function call parts of the function call turn."
                     )
                 for fc, fr in zip(expected, responses, strict=True):
-                    if fc.get("name") != fr.get("name") or (fc.get("id") and fc.get("id") != fr.get("id")):
+                    if fc.get("name") != fr.get("name") or (
+                        fc.get("id") and fc.get("id") != fr.get("id")
+                    ):
                         raise _Invalid(
                             f"Function response {fr.get('name')!r} (id {fr.get('id')!r}) does not match function call "
                             f"{fc.get('name')!r} (id {fc.get('id')!r}) at the same position."
@@ -381,7 +413,9 @@ class GeminiFake:
         start = 0
         for i, content in enumerate(contents):
             parts = content.get("parts") or ()
-            if content.get("role") == "user" and not all(_get(p, "functionResponse") for p in parts):
+            if content.get("role") == "user" and not all(
+                _get(p, "functionResponse") for p in parts
+            ):
                 start = i
         strict = model.startswith("gemini-3")
         for content in contents[start:]:
@@ -407,7 +441,9 @@ class GeminiFake:
     def _caches(self, rec: Recorded, cache_id: str | None, prefix: str) -> Response:
         if cache_id is None:
             if rec.method != "POST":
-                return JSONResponse({"cachedContents": [self._cache_json(c) for c in self.caches.values()]})
+                return JSONResponse(
+                    {"cachedContents": [self._cache_json(c) for c in self.caches.values()]}
+                )
             if self.cache_failures:
                 failure = self.cache_failures.popleft()
                 return JSONResponse(failure.body, failure.status, failure.headers)
@@ -427,10 +463,14 @@ class GeminiFake:
         ttl = body.get("ttl")
         match = re.fullmatch(r"(\d+(?:\.\d+)?)s", str(ttl))
         if match is None:
-            raise _Invalid(f"Invalid value at 'cached_content.ttl' ({ttl!r}): expected a duration such as '300s'")
+            raise _Invalid(
+                f"Invalid value at 'cached_content.ttl' ({ttl!r}): expected a duration such as '300s'"
+            )
         contents = _get(body, "contents") or []
         if contents:  # a prefix may end with function calls: their responses come with the request
-            self._check_contents(contents, "CreateCachedContentRequest.cached_content.contents", complete=False)
+            self._check_contents(
+                contents, "CreateCachedContentRequest.cached_content.contents", complete=False
+            )
         system = _get(body, "systemInstruction")
         self._check_system(system)
         self._check_tools(_get(body, "tools"))
@@ -443,7 +483,13 @@ class GeminiFake:
         cache_id = f"fake{next(self._ids)}"
         name = f"{prefix}/cachedContents/{cache_id}" if prefix else f"cachedContents/{cache_id}"
         cache = CachedContent(
-            name, model, contents, system, _get(body, "tools"), trio.current_time() + float(match[1]), tokens
+            name,
+            model,
+            contents,
+            system,
+            _get(body, "tools"),
+            trio.current_time() + float(match[1]),
+            tokens,
         )
         self.caches[name] = cache
         return JSONResponse(self._cache_json(cache))
@@ -466,7 +512,9 @@ def _bytes(value: Any, where: str) -> bytes:
     try:
         return unb64(str(value))
     except ValueError:
-        raise _Invalid(f"Invalid value at '{where}' (TYPE_BYTES), Base64 decoding failed for {value!r}") from None
+        raise _Invalid(
+            f"Invalid value at '{where}' (TYPE_BYTES), Base64 decoding failed for {value!r}"
+        ) from None
 
 
 def _snake(key: str) -> str:
@@ -496,7 +544,9 @@ def _call_key(fc: dict[str, Any]) -> str:
 def _merge(chunks: list[dict[str, Any]]) -> dict[str, Any]:
     """The non-streaming response: the chunks' parts in one candidate, the last finish reason and usage."""
     parts: list[dict[str, Any]] = []
-    merged: dict[str, Any] = {"candidates": [{"index": 0, "content": {"role": "model", "parts": parts}}]}
+    merged: dict[str, Any] = {
+        "candidates": [{"index": 0, "content": {"role": "model", "parts": parts}}]
+    }
     for item in chunks:
         for candidate in item.get("candidates") or ():
             parts.extend((candidate.get("content") or {}).get("parts") or ())

@@ -55,7 +55,11 @@ def thought(value: str, *, signature: bytes | None = None) -> dict[str, Any]:
 
 
 def call(
-    name: str, args: dict[str, Any] | None = None, *, id: str | None = None, signature: bytes | None = None
+    name: str,
+    args: dict[str, Any] | None = None,
+    *,
+    id: str | None = None,
+    signature: bytes | None = None,
 ) -> dict[str, Any]:
     """A function-call part."""
     fc: dict[str, Any] = {"name": name, "args": args or {}}
@@ -69,7 +73,11 @@ def call(
 
 def usage(prompt: int, candidates: int, *, cached: int = 0, thoughts: int = 0) -> dict[str, Any]:
     """A ``usageMetadata`` object."""
-    meta = {"promptTokenCount": prompt, "candidatesTokenCount": candidates, "totalTokenCount": prompt + candidates}
+    meta = {
+        "promptTokenCount": prompt,
+        "candidatesTokenCount": candidates,
+        "totalTokenCount": prompt + candidates,
+    }
     if cached:
         meta["cachedContentTokenCount"] = cached
     if thoughts:
@@ -100,7 +108,9 @@ def reply(*chunks: dict[str, Any], cut_after: int | None = None, delay_s: float 
 
 def answer(value: str, *, prompt_tokens: int = 10, output_tokens: int = 5) -> Reply:
     """A plain answer in one chunk, with usage and STOP."""
-    return reply(chunk(text(value), finish="STOP", usage_metadata=usage(prompt_tokens, output_tokens)))
+    return reply(
+        chunk(text(value), finish="STOP", usage_metadata=usage(prompt_tokens, output_tokens))
+    )
 
 
 _STATUS_TEXT = {
@@ -119,7 +129,11 @@ def error_body(
     code: int, message: str, *, status: str | None = None, details: Iterable[dict[str, Any]] = ()
 ) -> dict[str, Any]:
     """A Google API error body (AIP-193)."""
-    err: dict[str, Any] = {"code": code, "message": message, "status": status or _STATUS_TEXT.get(code, "UNKNOWN")}
+    err: dict[str, Any] = {
+        "code": code,
+        "message": message,
+        "status": status or _STATUS_TEXT.get(code, "UNKNOWN"),
+    }
     if details:
         err["details"] = list(details)
     return {"error": err}
@@ -136,10 +150,16 @@ def error(
     """An HTTP error reply; ``retry_delay`` (``"7s"``) adds a ``google.rpc.RetryInfo``, ``reason`` an ErrorInfo."""
     details: list[dict[str, Any]] = []
     if retry_delay is not None:
-        details.append({"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": retry_delay})
+        details.append(
+            {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": retry_delay}
+        )
     if reason is not None:
         details.append(
-            {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": reason, "domain": "googleapis.com"}
+            {
+                "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                "reason": reason,
+                "domain": "googleapis.com",
+            }
         )
     headers = {"retry-after": retry_after} if retry_after is not None else {}
     return Reply(status=code, body=error_body(code, message, details=details), headers=headers)

@@ -2,9 +2,9 @@
 
 Route: ``POST /v1/chat/completions``. Plain JSON (a ``chat.completion``) when ``stream`` is false;
 server-sent events when true, shaped like OpenAI's (https://platform.openai.com/docs/api-reference/
-chat-streaming): an opening chunk with ``role``, then content, reasoning and tool-call deltas, a chunk
-with ``finish_reason``, ``"usage": null`` on each chunk when ``stream_options.include_usage`` is set and
-then a last chunk with empty ``choices`` and the usage, and ``data: [DONE]``.
+chat-streaming): an opening chunk with ``role``, then content, reasoning and tool-call deltas, a
+chunk with ``finish_reason``, ``"usage": null`` on each chunk when ``stream_options.include_usage``
+is set and then a last chunk with empty ``choices`` and the usage, and ``data: [DONE]``.
 
 Self-hosted servers answer the questions Kesoku asks for a model's context window, each in its own
 dialect (``server=``): llama.cpp ``GET /props`` (``default_generation_settings.n_ctx``), Ollama
@@ -85,7 +85,9 @@ class Reply:
     calls: list[Call] = field(default_factory=list)
     style: Style = "split"
     deltas: list[dict[str, Any]] | None = None
-    usage: dict[str, int] = field(default_factory=lambda: {"prompt_tokens": 10, "completion_tokens": 5})
+    usage: dict[str, int] = field(
+        default_factory=lambda: {"prompt_tokens": 10, "completion_tokens": 5}
+    )
     finish_reason: str | None = "auto"
     finish_on_last_delta: bool = False
     cut_after: int | None = None
@@ -214,7 +216,9 @@ class OpenAIFake:
         if self.server != "llama.cpp":
             return JSONResponse({"detail": "Not Found"}, status_code=404)
         settings = {"n_ctx": self.window, "temperature": 0.8, "n_predict": -1}
-        return JSONResponse({"default_generation_settings": settings, "total_slots": 1, "build_info": "b1-fake"})
+        return JSONResponse(
+            {"default_generation_settings": settings, "total_slots": 1, "build_info": "b1-fake"}
+        )
 
     async def _show(self, request: Request) -> Response:
         self.probes.append("POST /api/show")
@@ -238,14 +242,22 @@ class OpenAIFake:
 
     async def _models(self, request: Request) -> Response:
         self.probes.append("GET /v1/models")
-        card: dict[str, Any] = {"id": self.model_id, "object": "model", "created": 0, "owned_by": self.server}
+        card: dict[str, Any] = {
+            "id": self.model_id,
+            "object": "model",
+            "created": 0,
+            "owned_by": self.server,
+        }
         if self.server == "vllm" and self.window is not None:
             card["max_model_len"] = self.window
         return JSONResponse({"object": "list", "data": [card]})
 
     async def _completions(self, request: Request) -> Response:
         rec = await self.log.record(request)
-        if self.api_key is not None and rec.headers.get("authorization") != f"Bearer {self.api_key}":
+        if (
+            self.api_key is not None
+            and rec.headers.get("authorization") != f"Bearer {self.api_key}"
+        ):
             key = rec.headers.get("authorization", "").removeprefix("Bearer ")
             message = (
                 f"Incorrect API key provided: {key}. You can find your API key at "
@@ -280,14 +292,18 @@ class OpenAIFake:
         else:
             return _error(500, "fake: no scripted reply left", "server_error")
         if isinstance(reply, ErrorReply):
-            return _error(reply.status, reply.message, reply.type, code=reply.code, headers=reply.headers)
+            return _error(
+                reply.status, reply.message, reply.type, code=reply.code, headers=reply.headers
+            )
         if isinstance(reply, EmptyReply):
             return Response(b"", status_code=200, media_type=reply.content_type)
         body = rec.body
         if not body.get("stream"):
             return JSONResponse(_completion_json(reply, body["model"]))
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        return StreamingResponse(_SSE(reply, body["model"], include_usage), media_type="text/event-stream")
+        return StreamingResponse(
+            _SSE(reply, body["model"], include_usage), media_type="text/event-stream"
+        )
 
 
 def prompt_size(body: Any) -> int:
@@ -319,7 +335,8 @@ def _error(
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-# -- responses --------------------------------------------------------------------------------------
+# -- responses
+# --------------------------------------------------------------------------------------
 
 
 def _finish_reason(reply: Reply) -> str | None:
@@ -349,14 +366,22 @@ def _completion_json(reply: Reply, model: str) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": reply.text or None, "refusal": None}
     if reply.calls:
         message["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.json}} for c in reply.calls
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.json}}
+            for c in reply.calls
         ]
     return {
         "id": "chatcmpl-fake",
         "object": "chat.completion",
         "created": 1_764_460_800,
         "model": model,
-        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": _finish_reason(reply)}],
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": _finish_reason(reply),
+            }
+        ],
         "usage": _usage_json(reply),
     }
 
@@ -404,7 +429,12 @@ def _call_deltas(reply: Reply) -> list[dict[str, Any]]:
 
 
 def _chunks(reply: Reply, model: str, include_usage: bool) -> list[dict[str, Any]]:
-    base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 1_764_460_800, "model": model}
+    base = {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion.chunk",
+        "created": 1_764_460_800,
+        "model": model,
+    }
     base["system_fingerprint"] = "fp_fake"
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
@@ -418,7 +448,11 @@ def _chunks(reply: Reply, model: str, include_usage: bool) -> list[dict[str, Any
     else:
         deltas = []
         if reply.reasoning:
-            keys = ["reasoning_content", "reasoning"] if reply.reasoning_key == "both" else [reply.reasoning_key]
+            keys = (
+                ["reasoning_content", "reasoning"]
+                if reply.reasoning_key == "both"
+                else [reply.reasoning_key]
+            )
             deltas.append(dict.fromkeys(keys, reply.reasoning))
         if reply.text:
             deltas += [{"content": piece} for piece in _pieces(reply.text, reply.chunks)]
@@ -481,7 +515,8 @@ def wire_json(value: Any) -> str:
     return text
 
 
-# -- request rules ----------------------------------------------------------------------------------
+# -- request rules
+# ----------------------------------------------------------------------------------
 
 KNOWN_PARAMETERS = frozenset(
     {
@@ -542,7 +577,9 @@ def validate(body: Any, *, deepseek_thinking: bool = False) -> Problem | None:
             return Problem(f"Unrecognized request argument supplied: {key}")
     messages = body.get("messages")
     if not isinstance(messages, list):
-        return Problem("Missing required parameter: 'messages'.", "messages", "missing_required_parameter")
+        return Problem(
+            "Missing required parameter: 'messages'.", "messages", "missing_required_parameter"
+        )
     if not messages:
         return Problem(
             "Invalid 'messages': empty array. Expected an array with minimum length 1, but got an empty array instead.",
@@ -556,7 +593,10 @@ def validate(body: Any, *, deepseek_thinking: bool = False) -> Problem | None:
         role = msg.get("role") if isinstance(msg, dict) else None
         if role not in ROLES:
             supported = "'system', 'assistant', 'user', 'function', 'tool', and 'developer'"
-            return Problem(f"Invalid value: '{role}'. Supported values are: {supported}.", f"messages[{i}].role")
+            return Problem(
+                f"Invalid value: '{role}'. Supported values are: {supported}.",
+                f"messages[{i}].role",
+            )
         if role != "tool" and pending:
             return _unanswered(pending, pending_at)
         if role in ("system", "developer", "user", "tool"):
@@ -609,7 +649,9 @@ def _check_content(content: Any, i: int, *, images: bool) -> Problem | None:
     if isinstance(content, str):
         return None
     if not isinstance(content, list) or not content:
-        return Problem(f"Invalid 'messages[{i}].content': expected a string or a non-empty array of parts.")
+        return Problem(
+            f"Invalid 'messages[{i}].content': expected a string or a non-empty array of parts."
+        )
     for j, part in enumerate(content):
         where = f"messages[{i}].content[{j}]"
         kind = part.get("type") if isinstance(part, dict) else None
@@ -618,7 +660,9 @@ def _check_content(content: Any, i: int, *, images: bool) -> Problem | None:
                 return Problem(f"Missing required parameter: '{where}.text'.", f"{where}.text")
         elif kind == "image_url" and images:
             url = (part.get("image_url") or {}).get("url")
-            if not isinstance(url, str) or not (url.startswith(("http://", "https://")) or _DATA_URL.match(url)):
+            if not isinstance(url, str) or not (
+                url.startswith(("http://", "https://")) or _DATA_URL.match(url)
+            ):
                 return Problem(
                     f"Invalid '{where}.image_url.url'. Expected a valid URL or a base64-encoded data URL with an "
                     "image MIME type (e.g. 'data:image/png;base64,aW1nIGJ5dGVzIGhlcmU=').",
@@ -626,9 +670,15 @@ def _check_content(content: Any, i: int, *, images: bool) -> Problem | None:
                     "invalid_value",
                 )
         else:
-            supported = "'text', 'image_url', 'input_audio', 'refusal', 'audio', and 'file'" if images else "'text'"
+            supported = (
+                "'text', 'image_url', 'input_audio', 'refusal', 'audio', and 'file'"
+                if images
+                else "'text'"
+            )
             return Problem(
-                f"Invalid value: '{kind}'. Supported values are: {supported}.", f"{where}.type", "invalid_value"
+                f"Invalid value: '{kind}'. Supported values are: {supported}.",
+                f"{where}.type",
+                "invalid_value",
             )
     return None
 
@@ -645,12 +695,22 @@ def _check_assistant(msg: dict[str, Any], i: int, deepseek_thinking: bool) -> Pr
         if problem:
             return problem
     if calls is not None and (not isinstance(calls, list) or not calls):
-        return Problem(f"Invalid 'messages[{i}].tool_calls': empty array.", f"messages[{i}].tool_calls", "empty_array")
+        return Problem(
+            f"Invalid 'messages[{i}].tool_calls': empty array.",
+            f"messages[{i}].tool_calls",
+            "empty_array",
+        )
     for j, call in enumerate(calls or ()):
         where = f"messages[{i}].tool_calls[{j}]"
         function = call.get("function") or {}
-        if not isinstance(call.get("id"), str) or call.get("type") != "function" or not function.get("name"):
-            return Problem(f"Missing required parameter: '{where}.id', '.type' or '.function.name'.", where)
+        if (
+            not isinstance(call.get("id"), str)
+            or call.get("type") != "function"
+            or not function.get("name")
+        ):
+            return Problem(
+                f"Missing required parameter: '{where}.id', '.type' or '.function.name'.", where
+            )
         if not isinstance(function.get("arguments"), str):
             kind = type(function.get("arguments")).__name__
             return Problem(
@@ -666,7 +726,9 @@ def _check_assistant(msg: dict[str, Any], i: int, deepseek_thinking: bool) -> Pr
 def _check_tools(body: dict[str, Any]) -> Problem | None:
     if "stream_options" in body and not body.get("stream"):
         return Problem(
-            "The 'stream_options' parameter is only allowed when 'stream' is enabled.", "stream_options", None
+            "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+            "stream_options",
+            None,
         )
     if "tools" not in body:
         return None

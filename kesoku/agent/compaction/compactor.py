@@ -1,7 +1,7 @@
 """Progressive compaction (ARCHITECTURE.md, "Windows"): each stage runs only if the request is still too big.
 
-1. **Evict** the tool results of old turns: a short one becomes a stub (re-running the tool is cheap),
-   a long one keeps its head and tail as a retained excerpt.
+1. **Evict** the tool results of old turns: a short one becomes a stub (re-running the tool is
+   cheap), a long one keeps its head and tail as a retained excerpt.
 2. **Archive** old turns as structured lines made from the log, without a model call:
    ``Turn N: intent=…; action=…; conclusion=…; files=…``.
 3. **Summarize**: the model merges the archives into a summary by topic. A failure falls back to the
@@ -13,10 +13,10 @@
    that alone outgrows the window (a few big shell outputs on a small local model) has nothing old
    to give.
 
-"Old" means before a cut at a turn boundary that keeps the newest turns up to :data:`KEEP_FRACTION` of
-the window, and always the active turn: the latest user request and every unfinished tool pair stay
-verbatim. The compaction is atomic: it computes a view and stores it in one insert at the end, so a
-cancelled compaction leaves nothing; messages arriving meanwhile wait in the worker's queue.
+"Old" means before a cut at a turn boundary that keeps the newest turns up to :data:`KEEP_FRACTION`
+of the window, and always the active turn: the latest user request and every unfinished tool pair
+stay verbatim. The compaction is atomic: it computes a view and stores it in one insert at the end,
+so a cancelled compaction leaves nothing; messages arriving meanwhile wait in the worker's queue.
 """
 
 from __future__ import annotations
@@ -114,7 +114,9 @@ class CompactionPolicy:
 
         A window the server reported counts only once :meth:`learn_window` asked for it.
         """
-        return window_of(dict(self.windows), llm.provider, llm.model, self.local_window, llm.reported_window)
+        return window_of(
+            dict(self.windows), llm.provider, llm.model, self.local_window, llm.reported_window
+        )
 
     def limit(self, llm: BaseLLM) -> int:
         """Tokens above which a request of this backend's model is compacted."""
@@ -133,8 +135,8 @@ class CompactionPolicy:
     async def learn_window(self, llm: BaseLLM) -> int:
         """The window of a model the config and the table do not know, asked of its server once.
 
-        When the server does not say, :data:`~kesoku.agent.compaction.tokens.DEFAULT_WINDOW` is used and one
-        warning per model names the config key that sets it.
+        When the server does not say, :data:`~kesoku.agent.compaction.tokens.DEFAULT_WINDOW` is used
+        and one warning per model names the config key that sets it.
 
         Returns:
             The window in tokens (as :meth:`window` gives it from now on).
@@ -214,16 +216,25 @@ class Compactor:
             archive to leave out, no result of the active turn long enough to shorten).
 
         Cancellation:
-            Nothing is stored until the end; a cancelled compaction leaves the current view in force.
+            Nothing is stored until the end; a cancelled compaction leaves the current view in
+            force.
         """
         window = await self.policy.learn_window(llm)  # /compact may come before any turn asked
         limit = self.policy.limit(llm)
-        # Measuring a view builds its whole transcript: CPU work for a worker thread, not the event loop.
+        # Measuring a view builds its whole transcript: CPU work for a worker thread, not the event
+        # loop.
         plan = _Plan(self, messages, active_ts, fixed_tokens, target=int(limit * TARGET_FRACTION))
-        planned, before, after = await trio.to_thread.run_sync(plan.stages_1_2, current, window, reason, force)
-        # Nothing old enough to evict or archive: the view in force, and what only the active turn can give.
+        planned, before, after = await trio.to_thread.run_sync(
+            plan.stages_1_2, current, window, reason, force
+        )
+        # Nothing old enough to evict or archive: the view in force, and what only the active turn
+        # can give.
         view: ViewState = planned if planned is not None else _unchanged(current, reason)
-        if planned is not None and after > plan.target and trio.current_time() >= self.cooldown_until:
+        if (
+            planned is not None
+            and after > plan.target
+            and trio.current_time() >= self.cooldown_until
+        ):
             summary = await self._summarize(llm, view)  # Stage 3: a model summary.
             if summary is not None:
                 view = msgspec.structs.replace(view, archives=(summary,), stages=(*view.stages, 3))
@@ -233,7 +244,9 @@ class Compactor:
         goal = min(plan.target, before // 2) if force and planned is None else plan.target
         if after > goal:
             view, after = await trio.to_thread.run_sync(plan.shorten, view, after, goal, limit)
-        if after > limit:  # the summary (or last archive) goes only when the request cannot fit with it
+        if (
+            after > limit
+        ):  # the summary (or last archive) goes only when the request cannot fit with it
             view, after = await trio.to_thread.run_sync(plan.stage_4, view, after, False)
         if not view.stages:
             return None
@@ -257,7 +270,9 @@ class Compactor:
         text = "\n\n".join(a.text for a in view.archives)
         prompt = f"Condense this history of the conversation so far:\n\n{text}"
         try:
-            request = await llm.request_from_turns([LLMTurn("user", (TextBlock(prompt),))], system=SUMMARY_SYSTEM)
+            request = await llm.request_from_turns(
+                [LLMTurn("user", (TextBlock(prompt),))], system=SUMMARY_SYSTEM
+            )
             with trio.fail_after(SUMMARY_TIMEOUT_S):
                 response = await llm.generate(request)
         except (BackendError, trio.TooSlowError) as exc:
@@ -275,7 +290,13 @@ class _Plan:
     """Stages 1, 2 and 4 of one compaction: pure CPU work over immutable messages (run in a thread)."""
 
     def __init__(
-        self, owner: Compactor, messages: Sequence[Message], active_ts: float, fixed_tokens: float, *, target: int
+        self,
+        owner: Compactor,
+        messages: Sequence[Message],
+        active_ts: float,
+        fixed_tokens: float,
+        *,
+        target: int,
     ) -> None:
         self.owner = owner
         self.messages = messages
@@ -283,7 +304,8 @@ class _Plan:
         self.target = target
         self.groups = _turn_groups(messages)
         self.active = next(
-            (i for i, (start, _) in enumerate(self.groups) if messages[start].root_ts >= active_ts), len(self.groups)
+            (i for i, (start, _) in enumerate(self.groups) if messages[start].root_ts >= active_ts),
+            len(self.groups),
         )
 
     def measure(self, view: ViewState | None) -> int:
@@ -352,8 +374,12 @@ class _Plan:
         Returns:
             ``(view, tokens after)``; the view unchanged when no result is long enough to shorten.
         """
-        start = self.groups[self.active][0] if self.active < len(self.groups) else len(self.messages)
-        last_step = max((i for i, m in enumerate(self.messages) if m.kind is not Kind.TOOL_RESULT), default=-1)
+        start = (
+            self.groups[self.active][0] if self.active < len(self.groups) else len(self.messages)
+        )
+        last_step = max(
+            (i for i, m in enumerate(self.messages) if m.kind is not Kind.TOOL_RESULT), default=-1
+        )
         shortened = dict(view.shortened)
         candidates = [
             (i > last_step, m)
@@ -370,7 +396,9 @@ class _Plan:
                 if len(text) >= len(shortened.get(msg.id, msg.content)):
                     continue
                 shortened[msg.id] = text
-                view = msgspec.structs.replace(view, shortened=dict(shortened), stages=tuple(sorted({*view.stages, 5})))
+                view = msgspec.structs.replace(
+                    view, shortened=dict(shortened), stages=tuple(sorted({*view.stages, 5}))
+                )
                 after = self.measure(view)
             if after <= goal:
                 break
@@ -381,7 +409,10 @@ class _Plan:
         start_group = 0
         if view.archive_before is not None:
             old: Key = view.archive_before
-            start_group = next((i for i, (s, _) in enumerate(self.groups) if key(self.messages[s]) >= old), cut_group)
+            start_group = next(
+                (i for i, (s, _) in enumerate(self.groups) if key(self.messages[s]) >= old),
+                cut_group,
+            )
         numbers = _turn_numbers(self.messages, self.groups)
         lines: list[str] = []
         read, modified = list(view.files_read), list(view.files_modified)
@@ -428,10 +459,18 @@ def _turn_numbers(messages: Sequence[Message], groups: list[tuple[int, int]]) ->
 
 
 def _size(messages: Sequence[Message]) -> float:
-    return sum(len(m.content) + len(msgspec.json.encode(m.metadata.tool_arguments or {})) for m in messages) / 4
+    return (
+        sum(
+            len(m.content) + len(msgspec.json.encode(m.metadata.tool_arguments or {}))
+            for m in messages
+        )
+        / 4
+    )
 
 
-def _cut(messages: Sequence[Message], groups: list[tuple[int, int]], active: int, budget: float) -> int:
+def _cut(
+    messages: Sequence[Message], groups: list[tuple[int, int]], active: int, budget: float
+) -> int:
     """The first kept turn: newest turns fill ``budget``; the active turn and later are always kept."""
     used = sum(_size(messages[s:e]) for s, e in groups[active:])
     cut = active
@@ -463,7 +502,9 @@ def _unchanged(current: ViewState | None, reason: str) -> ViewState:
 def _shortened(text: str, head_chars: int, tail_chars: int) -> str:
     """A result's start and end around a note saying how much was cut (:data:`~kesoku.vocab.view.SHORTENED`)."""
     head, tail = text[:head_chars], text[-tail_chars:]
-    return SHORTENED.format(head=head, tail=tail, cut=len(text) - len(head) - len(tail), chars=len(text))
+    return SHORTENED.format(
+        head=head, tail=tail, cut=len(text) - len(head) - len(tail), chars=len(text)
+    )
 
 
 def _clip(text: str) -> str:
@@ -483,10 +524,22 @@ def _archive_line(number: int, turn: Sequence[Message]) -> tuple[str, list[str],
             tools[name] = tools.get(name, 0) + 1
             path = (m.metadata.tool_arguments or {}).get("path")
             if isinstance(path, str):
-                (modified if name in WRITE_TOOLS else read if name in READ_TOOLS else []).append(path)
-    failed = sum(1 for m in turn if m.kind is Kind.TOOL_RESULT and m.metadata.outcome not in (None, "completed"))
-    answers = [m.content for m in turn if m.role is Role.ASSISTANT and m.kind is Kind.TEXT and m.content.strip()]
-    notices = [m.content for m in turn if m.role is Role.SYSTEM and "question" not in m.metadata.extra]
+                (modified if name in WRITE_TOOLS else read if name in READ_TOOLS else []).append(
+                    path
+                )
+    failed = sum(
+        1
+        for m in turn
+        if m.kind is Kind.TOOL_RESULT and m.metadata.outcome not in (None, "completed")
+    )
+    answers = [
+        m.content
+        for m in turn
+        if m.role is Role.ASSISTANT and m.kind is Kind.TEXT and m.content.strip()
+    ]
+    notices = [
+        m.content for m in turn if m.role is Role.SYSTEM and "question" not in m.metadata.extra
+    ]
     action = ", ".join(f"{name}×{count}" for name, count in tools.items()) or "none"
     if failed:
         action += f" ({failed} failed)"

@@ -44,7 +44,9 @@ _WINDOWS: tuple[tuple[str, int], ...] = (
 )
 
 
-def known_window(windows: Mapping[str, int], provider: str, model: str, local_window: int) -> int | None:
+def known_window(
+    windows: Mapping[str, int], provider: str, model: str, local_window: int
+) -> int | None:
     """The context window of a model as Kesoku knows it without asking its server, in tokens.
 
     Args:
@@ -64,7 +66,11 @@ def known_window(windows: Mapping[str, int], provider: str, model: str, local_wi
 
 
 def window_of(
-    windows: Mapping[str, int], provider: str, model: str, local_window: int, reported: int | None = None
+    windows: Mapping[str, int],
+    provider: str,
+    model: str,
+    local_window: int,
+    reported: int | None = None,
 ) -> int:
     """The context window of a model, in tokens: :func:`known_window`, else what its server reported.
 
@@ -73,7 +79,8 @@ def window_of(
         provider: The backend; ``local`` uses ``local_window``.
         model: The model id.
         local_window: ``local.n_ctx``.
-        reported: The window the model's server reported (:meth:`kesoku.llm.base.BaseLLM.context_window`).
+        reported: The window the model's server reported
+            (:meth:`kesoku.llm.base.BaseLLM.context_window`).
 
     Returns:
         Tokens; :data:`DEFAULT_WINDOW` for a model nobody knows.
@@ -108,7 +115,8 @@ class TurnSizes:
     """:func:`estimate_turns` for a request that grows step by step: only the new turns are measured.
 
     The turns of one session's requests are the same objects from call to call (see
-    :class:`kesoku.vocab.transcript.Transcript`), so the sizes of the shared prefix (by identity) are reused.
+    :class:`kesoku.vocab.transcript.Transcript`), so the sizes of the shared prefix (by identity)
+    are reused.
     """
 
     def __init__(self) -> None:
@@ -147,7 +155,9 @@ class Calibration:
                 (:meth:`BaseLLM.head_tokens <kesoku.llm.base.BaseLLM.head_tokens>`); None: as in
                 the request.
         """
-        estimated = estimate_request(request) if head is None else head + estimate_turns(request.turns)
+        estimated = (
+            estimate_request(request) if head is None else head + estimate_turns(request.turns)
+        )
         if input_tokens > 0 and estimated > 0:
             self.ratio = min(3.0, max(0.5, input_tokens / estimated))
 

@@ -4,11 +4,11 @@ The policy is not the boundary. What a command can read, write or reach is decid
 sandbox around it (:mod:`kesoku.tools.sandbox`); the policy says which programs the operator wants
 the agent to run (``mode = "allowlist"``) or not to run (``"blocklist"``).
 
-The line is parsed by bashlex (:mod:`kesoku.tools.policy.parse`), never split on spaces, and each simple
-command found anywhere in it (pipelines, lists, subshells, groups, substitutions, function bodies)
-is checked, then again each command a wrapper runs: ``env``, ``nice``, ``timeout``, ``nohup``,
-``setsid``, ``stdbuf``, ``time``, ``command``, ``builtin``, ``exec``, ``xargs``, ``find -exec``, a
-shell's ``-c`` text or the here-document it reads (:data:`WRAPPERS`, :data:`SHELLS`).
+The line is parsed by bashlex (:mod:`kesoku.tools.policy.parse`), never split on spaces, and each
+simple command found anywhere in it (pipelines, lists, subshells, groups, substitutions, function
+bodies) is checked, then again each command a wrapper runs: ``env``, ``nice``, ``timeout``,
+``nohup``, ``setsid``, ``stdbuf``, ``time``, ``command``, ``builtin``, ``exec``, ``xargs``, ``find
+-exec``, a shell's ``-c`` text or the here-document it reads (:data:`WRAPPERS`, :data:`SHELLS`).
 
 A pattern is matched with :func:`re.match` at the start of a command as the shell will see it: the
 program, then its words with quotes removed, joined by spaces (``"r"m -rf x`` is ``rm -rf x``). So a

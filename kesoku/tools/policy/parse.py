@@ -1,10 +1,10 @@
 """The shell command line as the policy sees it: every simple command, found by a real parser.
 
 :func:`parse_line` runs bashlex (a port of bash's own grammar) and walks the whole tree: lists,
-pipelines, subshells, ``{ }`` groups, ``if``/``for``/``while``/``until``, function bodies, command and
-process substitutions at any depth, assignment values, redirection targets and here-documents. It
-returns flat :class:`SimpleCommand` records; what bashlex cannot represent faithfully is reported,
-never guessed:
+pipelines, subshells, ``{ }`` groups, ``if``/``for``/``while``/``until``, function bodies, command
+and process substitutions at any depth, assignment values, redirection targets and here-documents.
+It returns flat :class:`SimpleCommand` records; what bashlex cannot represent faithfully is
+reported, never guessed:
 
 - a parse error or a construct bashlex does not implement (``[[ ]]``, ``case``, ``$(( ))``, arrays,
   ``select``, ``coproc``) raises :class:`Unparsable`;
@@ -26,7 +26,8 @@ from typing import Any
 
 from kesoku.tools.policy.tables import import_bashlex_parser
 
-import_bashlex_parser()  # before `import bashlex`: Kesoku's prebuilt tables instead of a ~200 ms build
+# before `import bashlex`: Kesoku's prebuilt tables instead of a ~200 ms build
+import_bashlex_parser()
 
 import bashlex  # type: ignore[import-untyped]  # noqa: E402
 import bashlex.heredoc  # type: ignore[import-untyped]  # noqa: E402
@@ -52,7 +53,8 @@ class Word:
     """One shell word.
 
     Attributes:
-        text: The word after quote removal (``"r"m`` is ``rm``); for a dynamic word, its source text.
+        text: The word after quote removal (``"r"m`` is ``rm``); for a dynamic word, its source
+            text.
         static: True when the shell will see exactly ``text``: no parameter, substitution, ANSI-C or
             locale quoting (``$'…'``, ``$"…"``), glob or brace pattern decides its value.
         raw: The source text of the word.
@@ -156,7 +158,8 @@ class _Walker:
     def parameter(self, node: Any) -> None:
         value = getattr(node, "value", None) or ""
         if _SUBSTITUTION_TEXT.search(value):
-            # bashlex keeps ${x:-$(cmd)} as text: the command inside is never parsed, so never checked.
+            # bashlex keeps ${x:-$(cmd)} as text: the command inside is never parsed, so never
+            # checked.
             self.items.append(Opaque("expansion", "${" + value + "}"))
 
     def word(self, node: Any) -> Word:
@@ -184,7 +187,9 @@ class _Walker:
             if not _is_quoted(delimiter):
                 self.heredoc_body(heredoc.value)
             body, _, last = str(heredoc.value).rstrip("\n").rpartition("\n")
-            return body if last.lstrip("\t") == _unquoted(delimiter) else str(heredoc.value)  # bashlex keeps it
+            return (
+                body if last.lstrip("\t") == _unquoted(delimiter) else str(heredoc.value)
+            )  # bashlex keeps it
         if hasattr(target, "kind") and target.kind == "word":
             self.word(target)
         return None
@@ -220,7 +225,9 @@ class _Walker:
                 heredoc = self.redirect(part) or heredoc
             else:
                 self.visit(part)
-        self.items.append(SimpleCommand(tuple(assignments), tuple(words), self.slice(node), heredoc))
+        self.items.append(
+            SimpleCommand(tuple(assignments), tuple(words), self.slice(node), heredoc)
+        )
 
 
 def _has_glob(text: str) -> bool:
@@ -303,7 +310,8 @@ def parse_line(line: str, *, depth: int = 0) -> list[Item]:
     """Find every simple command of a shell line.
 
     Args:
-        line: The command line (control characters other than tab and newline are the caller's to refuse).
+        line: The command line (control characters other than tab and newline are the caller's to
+            refuse).
         depth: How deep in ``sh -c`` strings and here-documents this line is.
 
     Returns:

@@ -38,7 +38,9 @@ ERRORS = [
     (re.compile(r"\bsk-(ant-|proj-)?[A-Za-z0-9_-]{20,}"), "an API secret key (sk-...)"),
     (re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b"), "a Google API key"),
     (
-        re.compile(r"""(?i)\b(api[_-]?key|secret|token|passw(or)?d)\b["']?\s*[:=]\s*["'][^"'\s$<{]{8,}["']"""),
+        re.compile(
+            r"""(?i)\b(api[_-]?key|secret|token|passw(or)?d)\b["']?\s*[:=]\s*["'][^"'\s$<{]{8,}["']"""
+        ),
         "a hard-coded credential",
     ),
 ]
@@ -75,7 +77,10 @@ def diff_args(args: argparse.Namespace, repo: str) -> list[str]:
     if args.base:
         return [args.base]
     has_head = subprocess.run(
-        ["git", "rev-parse", "--verify", "--quiet", "HEAD"], cwd=repo, capture_output=True, check=False
+        ["git", "rev-parse", "--verify", "--quiet", "HEAD"],
+        cwd=repo,
+        capture_output=True,
+        check=False,
     )
     return ["HEAD"] if has_head.returncode == 0 else ["--cached"]
 
@@ -87,7 +92,9 @@ def scan(patch: str) -> list[tuple[str, int, str, str]]:
     for raw in patch.splitlines():
         if raw.startswith("+++ "):
             target = raw[4:]
-            path = "" if target == "/dev/null" else target[2:] if target.startswith("b/") else target
+            path = (
+                "" if target == "/dev/null" else target[2:] if target.startswith("b/") else target
+            )
             continue
         if raw.startswith("--- ") or raw.startswith("diff --git"):
             continue
@@ -109,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     """Print the summary and the findings; return the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     which = parser.add_mutually_exclusive_group()
-    which.add_argument("--staged", action="store_true", help="only the staged changes (what a commit records)")
+    which.add_argument(
+        "--staged", action="store_true", help="only the staged changes (what a commit records)"
+    )
     which.add_argument("--base", metavar="REF", help="everything since REF")
     parser.add_argument("--repo", default=".", help="the repository (default: the current folder)")
     args = parser.parse_args(argv)
@@ -124,13 +133,21 @@ def main(argv: list[str] | None = None) -> int:
         files.append((name, added, removed))
     added_total = sum(int(a) for _, a, _ in files if a.isdigit())
     removed_total = sum(int(r) for _, _, r in files if r.isdigit())
-    what = "staged changes" if args.staged else f"changes since {args.base}" if args.base else "working tree vs HEAD"
+    what = (
+        "staged changes"
+        if args.staged
+        else f"changes since {args.base}"
+        if args.base
+        else "working tree vs HEAD"
+    )
     print(f"{what}: {len(files)} file(s), +{added_total} -{removed_total}")
     for name, added, removed in files:
         kind = "binary" if added == "-" else f"+{added} -{removed}"
         print(f"  {name}  {kind}")
 
-    findings = scan(git(top, "diff", "--unified=0", "--no-color", "--no-renames", "--no-ext-diff", *selection))
+    findings = scan(
+        git(top, "diff", "--unified=0", "--no-color", "--no-renames", "--no-ext-diff", *selection)
+    )
     for name, _, _ in files:
         full = os.path.join(top, name)
         if os.path.isfile(full) and os.path.getsize(full) > LARGE_BYTES:
@@ -138,13 +155,19 @@ def main(argv: list[str] | None = None) -> int:
     if not args.base:
         untracked = git(top, "ls-files", "--others", "--exclude-standard").splitlines()
         for name in untracked[:20]:
-            findings.append((name, 0, "warning", "untracked: not in this check nor in a commit until added"))
+            findings.append(
+                (name, 0, "warning", "untracked: not in this check nor in a commit until added")
+            )
         if len(untracked) > 20:
-            findings.append((f"({len(untracked) - 20} more untracked files)", 0, "warning", "see git status"))
+            findings.append(
+                (f"({len(untracked) - 20} more untracked files)", 0, "warning", "see git status")
+            )
     if args.staged:
         unstaged = git(top, "diff", "--name-only").splitlines()
         for name in unstaged[:20]:
-            findings.append((name, 0, "note", "has unstaged changes that this commit would not include"))
+            findings.append(
+                (name, 0, "note", "has unstaged changes that this commit would not include")
+            )
 
     if findings:
         print("findings:")

@@ -5,10 +5,10 @@ Usage::
     python server.py stdio [--junk] [--only-junk] [--crash-at-start] [--hang-at-start]
     python server.py http            # prints "port N" on stdout once it listens on 127.0.0.1
 
-The misbehaviours are for the client's tests: ``--junk`` prints lines that are not JSON-RPC on stdout
-before serving (then serves normally), ``--only-junk`` prints junk and never answers, ``--crash-at-start``
-writes a traceback-like line on stderr and exits 3, ``--hang-at-start`` never reads its stdin.
-"""
+The misbehaviours are for the client's tests: ``--junk`` prints lines that are not JSON-RPC on
+stdout before serving (then serves normally), ``--only-junk`` prints junk and never answers,
+``--crash-at-start`` writes a traceback-like line on stderr and exits 3, ``--hang-at-start`` never
+reads its stdin."""
 
 from __future__ import annotations
 
@@ -20,7 +20,13 @@ import time
 
 import anyio
 from mcp.server.mcpserver import MCPServer
-from mcp.types import BlobResourceContents, EmbeddedResource, ImageContent, TextContent, TextResourceContents
+from mcp.types import (
+    BlobResourceContents,
+    EmbeddedResource,
+    ImageContent,
+    TextContent,
+    TextResourceContents,
+)
 
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
@@ -73,11 +79,15 @@ def attachments() -> list[EmbeddedResource]:
     """Return an embedded text resource and an embedded blob."""
     return [
         EmbeddedResource(
-            resource=TextResourceContents(uri="notes://inline", mime_type="text/plain", text="inline text")
+            resource=TextResourceContents(
+                uri="notes://inline", mime_type="text/plain", text="inline text"
+            )
         ),
         EmbeddedResource(
             resource=BlobResourceContents(
-                uri="data://bytes", mime_type="application/octet-stream", blob=base64.b64encode(bytes(300)).decode()
+                uri="data://bytes",
+                mime_type="application/octet-stream",
+                blob=base64.b64encode(bytes(300)).decode(),
             )
         ),
     ]
@@ -136,7 +146,9 @@ def logo() -> bytes:
     return PNG
 
 
-@server.resource("notes://{name}", name="note", description="A note by name", mime_type="text/plain")
+@server.resource(
+    "notes://{name}", name="note", description="A note by name", mime_type="text/plain"
+)
 def note(name: str) -> str:
     """A templated resource."""
     return f"note {name}"
@@ -164,7 +176,9 @@ def serve_http() -> None:
 def main(argv: list[str]) -> None:
     """Run as the flags say."""
     if "--crash-at-start" in argv:
-        sys.stderr.write("Traceback (most recent call last):\nRuntimeError: the server cannot start\n")
+        sys.stderr.write(
+            "Traceback (most recent call last):\nRuntimeError: the server cannot start\n"
+        )
         sys.exit(3)
     if "--hang-at-start" in argv:
         time.sleep(3600)  # noqa: TID251 (a separate process, not the event loop)
