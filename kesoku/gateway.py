@@ -64,7 +64,8 @@ LISTENER_BUFFER = 1024
 POLL_INTERVAL_S = 0.05
 """How often a waiting listener checks for commits by other processes (delivery within ~50 ms)."""
 POST_YIELD_S = 0.0005
-"""A task that keeps posting yields to the other tasks at least this often (see :meth:`Gateway.post`)."""
+"""A task that keeps posting yields to the other tasks at least this often (see
+:meth:`Gateway.post`)."""
 
 
 def make_workspace(path: str | os.PathLike[str]) -> None:
@@ -78,7 +79,8 @@ def make_workspace(path: str | os.PathLike[str]) -> None:
         Path(path).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise OperatorError(
-            f"cannot create the session folder {path}: {exc.strerror or exc} (workspace.sessions_dir)"
+            f"cannot create the session folder {path}: {exc.strerror or exc} "
+            "(workspace.sessions_dir)"
         ) from None
 
 
@@ -218,7 +220,7 @@ class Gateway:
         return [inserted.message for inserted in results]
 
     async def _insert(self, messages: Sequence[Message]) -> list[Inserted]:
-        """Store messages; while another connection holds the write lock, wait without blocking the loop.
+        """Store messages, waiting out another connection's write lock without blocking the loop.
 
         Each try waits at most :data:`BUSY_TRY_MS` for the lock, and the post sleeps between tries
         (from :data:`BUSY_FIRST_PAUSE_S` doubling to :data:`BUSY_RETRY_S`), so other sessions, the
@@ -246,8 +248,8 @@ class Gateway:
                     log.warning("database busy (%s), waiting… (%s)", by, self.store.path)
                 elif warned_at is not None and now - warned_at >= BUSY_GIVE_UP_S:
                     raise StoreError(
-                        f"{self.store.path}: the database stayed locked for {BUSY_GIVE_UP_S:g} s ({by}); "
-                        "the message was not stored"
+                        f"{self.store.path}: the database stayed locked for "
+                        f"{BUSY_GIVE_UP_S:g} s ({by}); the message was not stored"
                     ) from None
                 await trio.sleep(pause)
                 pause = min(pause * 2, BUSY_RETRY_S)
@@ -306,8 +308,8 @@ class Gateway:
     async def _poll_timer(self) -> None:
         """While listeners wait, wake one every poll interval to look for other processes' commits.
 
-        It wakes a listener rather than reading the store itself: a store error then surfaces in that
-        listener's task, where a system task would crash the whole run.
+        It wakes a listener rather than reading the store itself: a store error then surfaces in
+        that listener's task, where a system task would crash the whole run.
         """
         while True:
             if not any(listener._task is not None for listener in self._listeners):
@@ -364,6 +366,7 @@ class Gateway:
         created_at: float | None = None,
         title: str | None = None,
         llm: str | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> Session:
         """Return the session of a platform thread or space, creating it and its workspace folder.
 
@@ -373,6 +376,8 @@ class Gateway:
             created_at: UNIX seconds of the first platform message; now when None.
             title: A title, if known.
             llm: A backend override.
+            metadata: Of a new session: ``{"context": text}`` adds the platform's context (server,
+                channel, members) to the system prompt.
 
         Returns:
             The session; its workspace folder exists.
@@ -389,6 +394,7 @@ class Gateway:
             created_at=created_at,
             title=title,
             llm=llm,
+            metadata=metadata,
         )
         try:
             make_workspace(session.workspace)
@@ -399,6 +405,38 @@ class Gateway:
                 self.store.delete_session(session.id)
             raise
         return session
+
+    # -- the queries adapters need (the store stays behind the gateway) ------------------------
+
+    @property
+    def db_path(self) -> str:
+        """The database file (for work done in another thread, such as rendering a trace page)."""
+        return self.store.path
+
+    def get_session(self, session_id: str) -> Session | None:
+        """The session, or None if there is no such session (deleted, or never made)."""
+        return self.store.get_session(session_id)
+
+    def find_session(self, adapter: str, channel_id: str) -> Session | None:
+        """The session of a platform thread or space, or None when there is none yet."""
+        return self.store.find_session(adapter, channel_id)
+
+    def resolve_session(self, id_or_prefix: str) -> Session:
+        """The session whose id is ``id_or_prefix`` or the only one starting with it.
+
+        Raises:
+            UnknownSessionError: No session matches.
+            AmbiguousSessionError: Several sessions start with the prefix.
+        """
+        return self.store.resolve_session(id_or_prefix)
+
+    def get_message(self, message_id: int) -> Message | None:
+        """The stored message, or None (its session was deleted)."""
+        return self.store.get_message(message_id)
+
+    def last_message_id(self) -> int:
+        """The highest message id ever assigned (0 for a new database)."""
+        return self.store.last_message_id()
 
     async def delete_session(self, session_id: str) -> bool:
         """Delete a session: its messages, view states and workspace folder.
@@ -428,7 +466,9 @@ class Gateway:
         self._stop_handler = handler
 
     def stop(self, session_id: str, *, force: bool = False) -> bool:
-        """Stop the running turn of a session; any adapter may call this (a stop button, /stop, Ctrl-C).
+        """Stop the running turn of a session.
+
+        Any adapter may call this (a stop button, /stop, Ctrl-C).
 
         The model stream is cut and the turn ends without pivoting to another message; a running
         tool finishes (or hits its timeout). A second stop, or ``force=True``, kills running tools:
@@ -556,11 +596,11 @@ class Listener:
     def take_ready(self) -> list[Message]:
         """Return, without waiting, every message after the cursor that can be had now, in id order.
 
-        What the gateway handed over is returned from memory. Commits of other connections are looked
-        for first (``PRAGMA data_version``, a few microseconds): when there are any, the listener reads
-        the store (in batches of ``listener_buffer``) as :meth:`__anext__` would. The cursor moves past
-        what is returned. For a reader that owns a listener but never waits on it (a session's history,
-        synced before each model call).
+        What the gateway handed over is returned from memory. Commits of other connections are
+        looked for first (``PRAGMA data_version``, a few microseconds): when there are any, the
+        listener reads the store (in batches of ``listener_buffer``) as :meth:`__anext__` would. The
+        cursor moves past what is returned. For a reader that owns a listener but never waits on it
+        (a session's history, synced before each model call).
         """
         self._gateway._check_other_writers()
         ready: list[Message] = []
@@ -593,3 +633,52 @@ class Listener:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+DELIVERED_WAIT_S = 60.0
+"""How long :meth:`DeliveryCursor.delivered` waits at most."""
+
+
+class DeliveryCursor:
+    """An adapter's durable place in the log, so each reply is delivered once across restarts.
+
+    The adapter follows ``gateway.listen(after=cursor.start(), adapter=...)`` and calls
+    :meth:`advance` after each message it delivered (or gave up on for good).
+
+    Args:
+        gateway: The gateway whose log it follows (the cursor is kept in its store).
+        name: The cursor's name, ``adapter:<chatbot_id>``.
+    """
+
+    def __init__(self, gateway: Gateway, name: str) -> None:
+        self.store = gateway.store
+        self.name = name
+        self.position = 0
+        """The id of the last message handled."""
+        self._progress = trio.Event()
+
+    def start(self) -> int:
+        """The id to listen after: the saved cursor, or the newest stored message.
+
+        An adapter's very first start begins after the newest message: older sessions are not
+        replayed into a chat that never saw them.
+        """
+        saved = self.store.get_cursor(self.name)
+        self.position = self.store.last_message_id() if saved is None else saved
+        if saved is None:
+            self.store.set_cursor(self.name, self.position)
+        return self.position
+
+    def advance(self, message_id: int) -> None:
+        """Record that ``message_id`` was handled, and wake :meth:`delivered` waiters."""
+        self.position = message_id
+        self.store.set_cursor(self.name, message_id)
+        self._progress.set()
+        self._progress = trio.Event()
+
+    async def delivered(self, session_id: str, *, timeout_s: float = DELIVERED_WAIT_S) -> None:
+        """Wait until every stored message of a session is handled (bounded by ``timeout_s``)."""
+        flt = MessageFilter.from_kwargs({"session_id": session_id})
+        with trio.move_on_after(timeout_s):
+            while self.store.messages_after(self.position, flt, limit=1):
+                await self._progress.wait()

@@ -23,6 +23,7 @@ from kesoku_discord.adapter import DiscordAdapter
 from runtime_harness import Harness, echo, serve_runtime
 
 from kesoku.config.settings import Config, DiscordChannel, DiscordConfig, WorkspaceConfig
+from kesoku.host.adapters import AdapterContext
 from kesoku.testing import ScriptedLLM, Step, StepToolCall
 from kesoku.tools.base import Tool, ToolContext
 from kesoku.tools.paths import PathGates
@@ -125,7 +126,9 @@ async def running_adapter(bot: Bot, config: Config) -> AsyncIterator[DiscordAdap
         bot.restarts.append(1)
         await trio.lowlevel.checkpoint()
 
-    adapter = DiscordAdapter(bot.h.rt, config, restart=restart, guild_ready_timeout=0.05)
+    adapter = DiscordAdapter(
+        AdapterContext.of(bot.h.rt), config, restart=restart, guild_ready_timeout=0.05
+    )
     scope = trio.CancelScope()
     done = trio.Event()
 
@@ -346,8 +349,8 @@ async def test_files_are_uploaded_under_the_sharing_rule(
         shared / "huge.bin", 11 * 1024 * 1024
     )  # sparse: over the guild's 10 MiB upload limit
     text = (
-        f"Here it is:\n[file: {shared / 'report.txt'}]\nand\n[file: /etc/passwd]\n[file: {shared / 'missing.txt'}]\n"
-        f"[file: {shared / 'huge.bin'}]\nDone."
+        f"Here it is:\n[file: {shared / 'report.txt'}]\nand\n[file: /etc/passwd]\n"
+        f"[file: {shared / 'missing.txt'}]\n[file: {shared / 'huge.bin'}]\nDone."
     )
     async with discord_bot(tmp_path, monkeypatch, {"file": Step(text=text)}) as bot:
         fake = bot.fake

@@ -1,4 +1,4 @@
-"""Pub/Sub peers for the Google Chat tests (no tests here): an in-process gRPC fake and the real emulator.
+"""Pub/Sub peers for the Google Chat tests (no tests here): in-process gRPC fake, real emulator.
 
 The fake serves the three Subscriber RPCs the streaming pull uses — ``StreamingPull`` (bidi),
 ``Acknowledge`` and ``ModifyAckDeadline`` (acks and lease changes go as unary calls in
@@ -48,6 +48,7 @@ from kesoku_gchat.pubsub import Puller, default_subscriber
 from runtime_harness import Harness, serve_runtime
 
 from kesoku.config.settings import GChatConfig
+from kesoku.host.adapters import AdapterContext
 from kesoku.llm.base import BaseLLM
 from kesoku.tools.base import Tool
 from kesoku.tools.paths import PathGates
@@ -195,8 +196,7 @@ def start_fake() -> tuple[FakePubSub, grpc.Server, str]:
     return fake, server, f"127.0.0.1:{port}"
 
 
-# -- the real emulator
-# --------------------------------------------------------------------------------
+# -- the real emulator ----------------------------------------------------------------------------
 
 
 def emulator_command(port: int) -> list[str] | None:
@@ -245,15 +245,15 @@ def start_emulator(log_path: str) -> tuple[subprocess.Popen[bytes], str] | str:
     return f"the Pub/Sub emulator did not open its port within {EMULATOR_START_S:g} s"
 
 
-# -- events and a running adapter
-# ---------------------------------------------------------------------
+# -- events and a running adapter -----------------------------------------------------------------
 
 DATA = Path(__file__).parent / "data" / "gchat"
 SUBSCRIPTION = "projects/kesoku-test/subscriptions/chat"
 
 
 def event(kind: str = "message", **changes: Any) -> dict[str, Any]:
-    """A Chat event from tests/data/gchat (``message`` or ``card_clicked``); ``changes`` go into ``message``."""
+    """A Chat event from tests/data/gchat (``message`` or ``card_clicked``);
+    ``changes`` go into ``message``."""
     raw: dict[str, Any] = copy.deepcopy(json.loads((DATA / f"{kind}.json").read_text()))
     raw["message"].update(changes)
     return raw
@@ -307,7 +307,11 @@ class GChatRun:
         api = await ChatApi.connect(app, endpoint=self.base_url, user=user)
         puller = Puller(self.subscription, default_subscriber(None))
         adapter = GChatAdapter(
-            self.h.rt, self.gchat, api, puller, card_interval_s=self.card_interval_s
+            AdapterContext.of(self.h.rt),
+            self.gchat,
+            api,
+            puller,
+            card_interval_s=self.card_interval_s,
         )
 
         async def run(

@@ -13,14 +13,14 @@ import trio
 import trio.testing
 from runtime_harness import Harness, serve_runtime
 
-from kesoku.agent.questions import Questions, parse_answer
+from kesoku.agent.questions import Questions
 from kesoku.testing import ScriptedLLM
 from kesoku.tools.base import Tool
 from kesoku.tools.files import file_tools
 from kesoku.tools.paths import PathGates
 from kesoku.vocab.events import QuestionAsked
 from kesoku.vocab.metrics import TurnState
-from kesoku.vocab.model import Kind, Message, Outcome, Role, is_answer, is_question
+from kesoku.vocab.model import Kind, Message, Outcome, Role, is_answer, is_question, parse_answer
 
 
 def write_outside(target: Path, *, then: str = "done") -> ScriptedLLM:

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 import trio
 
 if TYPE_CHECKING:
-    from kesoku.agent.runtime import Runtime
     from kesoku.config.settings import Config
+    from kesoku.host.adapters import AdapterContext
 
 
 def enabled(config: Config) -> bool:
@@ -26,14 +26,17 @@ def enabled(config: Config) -> bool:
 
 
 async def serve(
-    rt: Runtime, config: Config, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ctx: AdapterContext,
+    config: Config,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the Discord bot until cancelled (see :class:`kesoku_discord.adapter.DiscordAdapter`)."""
     # discord.py's import is ~240 ms of CPU: off the event loop, in a worker thread.
     await trio.to_thread.run_sync(_load)
     from kesoku_discord.adapter import DiscordAdapter
 
-    await DiscordAdapter(rt, config).serve(task_status=task_status)
+    await DiscordAdapter(ctx, config).serve(task_status=task_status)
 
 
 def _load() -> None:

@@ -2,8 +2,7 @@
 
 Task tree (all inside ``trio_asyncio.open_loop()``)::
 
-    DiscordAdapter.serve ─┬─ the discord.py client (asyncio; shielded so that it is closed, not torn
-    down)
+    DiscordAdapter.serve ─┬─ the discord.py client (asyncio; shielded: closed, not torn down)
                           └─ work ─┬─ Delivery.serve   (the durable log → Discord)
                                    ├─ inbound loop     (Discord → the gateway, in arrival order)
                                    ├─ turn watcher     (TurnEnded → the header's metrics)
@@ -34,8 +33,8 @@ from kesoku_discord.restart import restart_process
 from kesoku_discord.views import disabled_copy
 
 if TYPE_CHECKING:
-    from kesoku.agent.runtime import Runtime
     from kesoku.config.settings import Config
+    from kesoku.host.adapters import AdapterContext
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +44,8 @@ discord.py's event task wait, it never drops a message."""
 CLOSE_TIMEOUT_S = 10.0
 """Longest wait for the Discord client to close (websocket and HTTP session) at shutdown."""
 SEEN_IDS = 4096
-"""Recent Discord message ids remembered, so a replayed MESSAGE_CREATE is dropped before any REST call
-(the gateway's external_id dedupe is the durable guard)."""
+"""Recent Discord message ids remembered, so a replayed MESSAGE_CREATE is dropped before any REST
+call (the gateway's external_id dedupe is the durable guard)."""
 
 
 def bot_token(config: Config, env: Mapping[str, str] | None = None) -> str:
@@ -68,7 +67,7 @@ class DiscordAdapter:
     """The Discord adapter of one daemon.
 
     Args:
-        rt: The runtime.
+        ctx: The adapter port (gateway, event hub, questions, path gates).
         config: The loaded config (``[discord]``, ``[workspace]``).
         restart: What /restart does once the client is closed; default: :func:`restart_process`.
         guild_ready_timeout: discord.py's wait for GUILD_CREATE events after READY.
@@ -76,15 +75,15 @@ class DiscordAdapter:
 
     def __init__(
         self,
-        rt: Runtime,
+        ctx: AdapterContext,
         config: Config,
         *,
         restart: Callable[[], Awaitable[None]] = restart_process,
         guild_ready_timeout: float = 2.0,
     ) -> None:
-        self.rt = rt
+        self.ctx = ctx
         self.config = config
-        self.store = rt.gateway.store
+        self.gateway = ctx.gateway
         self.restart_hook = restart
         self.guild_ready_timeout = guild_ready_timeout
         self.client: KesokuClient | None = None
@@ -123,9 +122,9 @@ class DiscordAdapter:
                 with trio.CancelScope() as self._work:
                     async with trio.open_nursery() as work:
                         await client.ready.wait()
-                        delivery = self.delivery = Delivery(self.rt, self.config, client, work)
+                        delivery = self.delivery = Delivery(self.ctx, self.config, client, work)
                         await work.start(delivery.serve)
-                        inbound = Inbound(self.rt, self.config, client)
+                        inbound = Inbound(self.ctx, self.config, client)
                         work.start_soon(self._inbound_loop, inbound, receive)
                         work.start_soon(self._watch_turns, delivery, work)
                         task_status.started()
@@ -159,12 +158,12 @@ class DiscordAdapter:
 
     async def _watch_turns(self, delivery: Delivery, nursery: trio.Nursery) -> None:
         adapter = self.config.discord.chatbot_id
-        with self.rt.hub.subscribe() as events:
+        with self.ctx.hub.subscribe() as events:
             async for event in events:
                 if not isinstance(event, TurnEnded):
                     continue
                 try:
-                    session = self.store.get_session(event.session_id)
+                    session = self.gateway.get_session(event.session_id)
                 except Exception:  # the store failing once must not stop the headers of later turns
                     log.exception("discord: end of turn %d not shown", event.metrics.root_id)
                     continue
@@ -188,10 +187,13 @@ class DiscordAdapter:
     async def on_trace(
         self, interaction: discord.Interaction[Any], session_id: str, root_id: int
     ) -> None:
-        """📜: render the turn's trajectory in a worker thread and send it as an HTML file (ephemeral)."""
+        """📜: send the turn's trajectory as an HTML file (ephemeral).
+
+        The page is rendered in a worker thread.
+        """
         await interaction.response.defer(ephemeral=True, thinking=True)
         page = await on_trio(
-            trio.to_thread.run_sync, render_turn_page, self.store.path, session_id, root_id
+            trio.to_thread.run_sync, render_turn_page, self.gateway.db_path, session_id, root_id
         )
         if page is None:
             await interaction.followup.send("This session is gone.", ephemeral=True)
@@ -204,12 +206,15 @@ class DiscordAdapter:
     async def on_stop(
         self, interaction: discord.Interaction[Any], session_id: str, root_id: int
     ) -> None:
-        """🛑: stop the turn (the runtime marks its prompt interrupted); delete its thoughts and tool messages."""
+        """🛑: stop the turn and delete its thoughts and tool messages.
+
+        The runtime marks the turn's prompt interrupted.
+        """
         # Marked before any await: the turn may end (and leave delivery's table) during the defer.
         turn = self.delivery.turns.get(root_id) if self.delivery is not None else None
         if turn is not None:
             turn.stopped = True
-        stopped = self.rt.gateway.stop(session_id)
+        stopped = self.ctx.gateway.stop(session_id)
         await interaction.response.defer()
         if turn is not None:
             ids, turn.intermediate = turn.intermediate, []
@@ -228,7 +233,7 @@ class DiscordAdapter:
     async def on_clear(self, interaction: discord.Interaction[Any], session_id: str) -> None:
         """♻️: delete the session, its messages and its workspace; the next message starts afresh."""
         await interaction.response.defer()
-        self.rt.gateway.stop(session_id, force=True)
+        self.ctx.gateway.stop(session_id, force=True)
         if self.delivery is not None:
             for turn in self.delivery.forget(session_id):
                 if (
@@ -237,7 +242,7 @@ class DiscordAdapter:
                     and turn.header.id != interaction.message.id
                 ):
                     await turn.header.edit(view=no_view())
-        deleted = await on_trio(self.rt.gateway.delete_session, session_id)
+        deleted = await on_trio(self.ctx.gateway.delete_session, session_id)
         text = (
             "♻️ Session cleared: the next message starts a new conversation."
             if deleted
@@ -249,8 +254,11 @@ class DiscordAdapter:
     async def on_choice(
         self, interaction: discord.Interaction[Any], message_id: int, part: int, choice: int
     ) -> None:
-        """A ``[question: …]`` choice: disable the buttons, say who chose what, post it as the user's message."""
-        stored = self.store.get_message(message_id)
+        """A ``[question: …]`` choice: disable the buttons and say who chose what.
+
+        The choice is then posted as the user's message.
+        """
+        stored = self.gateway.get_message(message_id)
         parts = parse_reply(stored.content) if stored is not None else []
         question = parts[part] if part < len(parts) else None
         if (
@@ -270,13 +278,16 @@ class DiscordAdapter:
         post = user_text(
             stored.session_id, text, sender=user.name, external_id=f"choice:{interaction.id}"
         )
-        await on_trio(self.rt.gateway.post, post)
+        await on_trio(self.ctx.gateway.post, post)
 
     async def on_answer(
         self, interaction: discord.Interaction[Any], question_id: int, choice: int
     ) -> None:
-        """Allow/Deny on a tool's question: answered through ``rt.questions`` (a user message would deny it)."""
-        stored = self.store.get_message(question_id)
+        """Allow/Deny on a tool's question: answered through ``ctx.questions``.
+
+        Not through a user message: one would deny the question.
+        """
+        stored = self.gateway.get_message(question_id)
         options = (
             [str(o) for o in stored.metadata.extra.get(QUESTION_KEY, {}).get("options", ())]
             if stored
@@ -286,7 +297,7 @@ class DiscordAdapter:
             await interaction.response.send_message("This question is gone.", ephemeral=True)
             return
         label = options[choice]
-        if not self.rt.questions.answer(question_id, label, by=interaction.user.name):
+        if not self.ctx.questions.answer(question_id, label, by=interaction.user.name):
             await interaction.response.send_message(
                 "This question is closed already.", ephemeral=True
             )

@@ -114,7 +114,10 @@ class KesokuClient(discord.Client):
         )
 
     async def setup_hook(self) -> None:
-        """Register the persistent buttons and sync the slash commands (PUT /applications/{id}/commands)."""
+        """Register the persistent buttons and sync the slash commands.
+
+        The sync is PUT /applications/{id}/commands.
+        """
         self.add_dynamic_items(*DYNAMIC_ITEMS)
         try:
             await self.tree.sync()
@@ -127,7 +130,10 @@ class KesokuClient(discord.Client):
         self.ready.set()
 
     async def on_message(self, message: discord.Message) -> None:
-        """Hand the message to the trio side, in arrival order (the buffer is bounded; a full one waits)."""
+        """Hand the message to the trio side, in arrival order.
+
+        The buffer is bounded; a full one waits.
+        """
         try:
             self.inbox.send_nowait(message)
         except trio.WouldBlock:

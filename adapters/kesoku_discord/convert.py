@@ -1,4 +1,4 @@
-"""Pure functions of the Discord adapter: who is answered, chunking, rendering, labels, the context prompt.
+"""Pure Discord adapter functions: who is answered, chunking, rendering, labels, the context prompt.
 
 Nothing here imports discord.py or touches the network, so every rule is unit-tested directly.
 
@@ -24,15 +24,15 @@ MAX_MESSAGE_CHARS = 2000
 MAX_LABEL_CHARS = 80
 MAX_THREAD_NAME_CHARS = 100
 MAX_TOOL_RESULT_CHARS = 1500
-"""A tool result is shown cut to this many characters: the model saw it whole; the chat needs a glimpse."""
+"""A tool result is shown cut to this many characters: the model saw it whole; the chat needs a
+glimpse."""
 MAX_THOUGHT_CHARS = 3800
 """Thoughts are shown at most this long (two messages): long reasoning would bury the answer."""
 
 _FENCE = re.compile(r"^\s*(```|~~~)(\S*)")
 
 
-# -- who gets answers
-# ---------------------------------------------------------------------------------
+# -- who gets answers -----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +87,10 @@ def strip_mention(text: str, bot_id: int) -> str:
 def channel_override(
     overrides: Sequence[DiscordChannel], channel_id: int, channel_name: str | None
 ) -> DiscordChannel | None:
-    """The first ``[[discord.channels]]`` entry naming this channel by id or name (``#name`` works too)."""
+    """The first ``[[discord.channels]]`` entry naming this channel by id or name.
+
+    ``#name`` works too.
+    """
     wanted = {str(channel_id)}
     if channel_name:
         wanted |= {channel_name.casefold(), f"#{channel_name.casefold()}"}
@@ -97,15 +100,15 @@ def channel_override(
     return None
 
 
-# -- chunking
-# -----------------------------------------------------------------------------------------
+# -- chunking -------------------------------------------------------------------------------------
 
 
 def _joins(previous: str, char: str) -> bool:
-    """Whether ``char`` continues the grapheme cluster that ``previous`` ends (Unicode UAX #29, simplified).
+    """Whether ``char`` continues the grapheme cluster that ``previous`` ends.
 
-    Kept together: combining marks, variation selectors, emoji skin-tone modifiers, tag characters,
-    anything after a zero-width joiner, the joiner itself, CR LF, and a second regional indicator.
+    Unicode UAX #29, simplified. Kept together: combining marks, variation selectors, emoji
+    skin-tone modifiers, tag characters, anything after a zero-width joiner, the joiner itself,
+    CR LF, and a second regional indicator.
     """
     code = ord(char)
     if previous == "\r" and char == "\n":
@@ -116,9 +119,8 @@ def _joins(previous: str, char: str) -> bool:
         return True
     if 0xFE00 <= code <= 0xFE0F or 0xE0100 <= code <= 0xE01EF:  # variation selectors
         return True
-    return (
-        0x1F3FB <= code <= 0x1F3FF or 0xE0020 <= code <= 0xE007F
-    )  # skin tones, emoji tag sequences
+    # skin tones, emoji tag sequences
+    return 0x1F3FB <= code <= 0x1F3FF or 0xE0020 <= code <= 0xE007F
 
 
 def _regional(char: str) -> bool:
@@ -126,7 +128,7 @@ def _regional(char: str) -> bool:
 
 
 def grapheme_cut(text: str, limit: int) -> int:
-    """The largest index ``<= limit`` where ``text`` may be cut without splitting a grapheme cluster.
+    """The largest index ``<= limit`` where ``text`` may be cut between grapheme clusters.
 
     Falls back to ``limit`` when a single cluster is longer than ``limit`` (a pathological run of
     combining marks): a message must still fit.
@@ -147,7 +149,10 @@ def grapheme_cut(text: str, limit: int) -> int:
 
 
 def _hard_split(line: str, limit: int) -> list[str]:
-    """Split one over-long line into pieces of at most ``limit``, preferring spaces, never inside a grapheme."""
+    """Split one over-long line into pieces of at most ``limit``.
+
+    Cuts prefer spaces and never fall inside a grapheme cluster.
+    """
     pieces = []
     while len(line) > limit:
         cut = grapheme_cut(line, limit)
@@ -203,9 +208,8 @@ def split_message(text: str, limit: int = MAX_MESSAGE_CHARS) -> list[str]:
         after = fence
         if match is not None and len(line.strip()) <= 100:
             after = None if fence is not None else line.rstrip("\r\n")
-        closing = (
-            4 if after is not None else 0
-        )  # room for "\n```" should the chunk end inside a fence
+        # room for "\n```" should the chunk end inside a fence
+        closing = 4 if after is not None else 0
         if len(current) + len(line) + closing <= limit:
             add(line)
             fence = after
@@ -227,8 +231,7 @@ def split_message(text: str, limit: int = MAX_MESSAGE_CHARS) -> list[str]:
     return chunks
 
 
-# -- rendering
-# ----------------------------------------------------------------------------------------
+# -- rendering ------------------------------------------------------------------------------------
 
 
 def _quote(text: str) -> str:
@@ -297,12 +300,11 @@ def thread_name(text: str, *, fallback: str = "conversation") -> str:
 
 
 def attachment_note(names: Iterable[tuple[str, str]]) -> str:
-    """The readable references appended to a user message: ``[attachment: name → /abs/path]`` lines."""
+    """Readable references appended to a user message: ``[attachment: name → /abs/path]`` lines."""
     return "\n".join(f"[attachment: {name} → {path}]" for name, path in names)
 
 
-# -- the context prompt
-# -------------------------------------------------------------------------------
+# -- the context prompt ---------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,6 +354,7 @@ def context_prompt(place: Place) -> str:
         lines.append("- Active members (mention one as <@id>):")
         lines += [f"  - {display} (@{user}, id {uid})" for display, user, uid in place.members]
     lines.append(
-        "Messages longer than 2,000 characters are split; @everyone, @here and role mentions never ping."
+        "Messages longer than 2,000 characters are split; "
+        "@everyone, @here and role mentions never ping."
     )
     return "\n".join(lines)

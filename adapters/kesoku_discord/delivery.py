@@ -1,6 +1,6 @@
 """Delivery: every message of the adapter's sessions, from the durable log to Discord, exactly once.
 
-The adapter follows ``rt.gateway.listen(after=cursor, adapter=chatbot_id)`` and saves its cursor
+The adapter follows ``ctx.gateway.listen(after=cursor, adapter=chatbot_id)`` and saves its cursor
 (``adapter:<chatbot_id>`` in the store) after each message is delivered, so a restart resumes where
 it stopped: nothing lost, nothing sent twice (a crash in the middle of one message's chunks can
 repeat that message only). Discord's websocket reconnects do not touch this path: replies go out
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import trio
-from kesoku.host.adapters import DeliveryCursor
+from kesoku.gateway import DeliveryCursor
 from kesoku.tools.attachments import display_name
 from kesoku.tools.paths import check_share, os_problem, read_shared
 from kesoku.vocab.markup import FilePart, QuestionPart, TextPart, parse_reply
@@ -49,8 +49,8 @@ from kesoku_discord.convert import (
 from kesoku_discord.views import answer_view, choice_view, disabled_copy, header_view
 
 if TYPE_CHECKING:
-    from kesoku.agent.runtime import Runtime
     from kesoku.config.settings import Config
+    from kesoku.host.adapters import AdapterContext
     from kesoku.vocab.metrics import TurnMetrics
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,8 @@ log = logging.getLogger(__name__)
 TYPING_TIMEOUT_S = 600.0
 """A typing indicator never runs longer than this (a turn that never ends must not type forever)."""
 TYPING_REPEAT_S = 8.0
-"""Discord shows typing for about 10 s per trigger (API, "Trigger Typing Indicator"): repeat before."""
+"""Discord shows typing for about 10 s per trigger (API, "Trigger Typing Indicator"): repeat
+before."""
 DEFAULT_UPLOAD_LIMIT = 10 * 1024 * 1024
 """Upload limit outside a guild (Discord API, "Uploading Files": 10 MiB without boosts)."""
 RETRY_CAP_S = 60.0
@@ -132,24 +133,26 @@ async def _trigger_typing(channel: discord.abc.Messageable) -> None:
 
 
 class Delivery:
-    """Sends the log's messages to Discord and keeps each turn's header, typing and intermediate messages.
+    """Sends the log's messages to Discord.
+
+    Keeps each turn's header, typing and intermediate messages.
 
     Args:
-        rt: The runtime.
+        ctx: The adapter port (gateway, event hub, questions, path gates).
         config: The loaded config.
         client: The connected Discord client.
         nursery: Where typing tasks run.
     """
 
     def __init__(
-        self, rt: Runtime, config: Config, client: discord.Client, nursery: trio.Nursery
+        self, ctx: AdapterContext, config: Config, client: discord.Client, nursery: trio.Nursery
     ) -> None:
-        self.rt = rt
+        self.ctx = ctx
         self.config = config
         self.client = client
-        self.store = rt.gateway.store
+        self.gateway = ctx.gateway
         self.adapter = config.discord.chatbot_id
-        self.cursor = DeliveryCursor(self.store, f"adapter:{self.adapter}")
+        self.cursor = DeliveryCursor(self.gateway, f"adapter:{self.adapter}")
         self.typing = Typing(nursery)
         self.turns: dict[int, TurnView] = {}
         self.questions: dict[int, discord.Message] = {}
@@ -164,7 +167,7 @@ class Delivery:
         other error (Discord refusing it for good, a bug) is logged with the message's id, told in
         one line in its channel, and the cursor moves past it: one message never stops the rest.
         """
-        with self.rt.gateway.listen(after=self.cursor.start(), adapter=self.adapter) as messages:
+        with self.ctx.gateway.listen(after=self.cursor.start(), adapter=self.adapter) as messages:
             task_status.started()
             async for message in messages:
                 try:
@@ -178,7 +181,7 @@ class Delivery:
     async def notify(self, message: Message, text: str) -> None:
         """One line in the channel of a message's session; a failure is only logged."""
         try:
-            session = self.store.get_session(message.session_id)
+            session = self.gateway.get_session(message.session_id)
             channel = await self.channel_of(session) if session is not None else None
         except Exception as exc:
             log.warning("discord: no channel for a notice about message %d: %s", message.id, exc)
@@ -231,7 +234,10 @@ class Delivery:
     async def send_text(
         self, channel: discord.abc.Messageable, text: str, **kwargs: Any
     ) -> list[discord.Message]:
-        """Send text as one or more messages (split at 2,000 characters); ``kwargs`` go with the last one."""
+        """Send text as one or more messages (split at 2,000 characters).
+
+        ``kwargs`` go with the last one.
+        """
         chunks = split_message(text)
         sent = []
         for i, chunk in enumerate(chunks):
@@ -242,7 +248,7 @@ class Delivery:
 
     async def deliver(self, message: Message) -> None:
         """Show one message of the log in its session's channel."""
-        session = self.store.get_session(message.session_id)
+        session = self.gateway.get_session(message.session_id)
         if session is None:
             return  # deleted (♻️) since it was posted
         channel = await self.channel_of(session)
@@ -289,7 +295,10 @@ class Delivery:
     async def send_answer(
         self, session: Session, channel: discord.abc.Messageable, message: Message
     ) -> None:
-        """Answer text: markdown chunks, ``[file: …]`` uploads and ``[question: …]`` buttons, in order."""
+        """Send answer text part by part, in order.
+
+        Its parts: markdown chunks, ``[file: …]`` uploads and ``[question: …]`` buttons.
+        """
         for index, part in enumerate(parse_reply(message.content)):
             if isinstance(part, TextPart):
                 await self.send_text(channel, part.text)
@@ -310,7 +319,7 @@ class Delivery:
         """
         name = display_name(os.path.basename(path) or path)
         workspace = Path(session.workspace)
-        checked = await trio.to_thread.run_sync(check_share, path, workspace, self.rt.gates)
+        checked = await trio.to_thread.run_sync(check_share, path, workspace, self.ctx.gates)
         if isinstance(checked, str):
             await self.send(channel, f"⚠️ I can't share `{name}`: {checked}.")
             return
@@ -354,7 +363,7 @@ class Delivery:
     async def finish_turn(self, metrics: TurnMetrics) -> None:
         """After a turn's messages are delivered: edit its header with the metrics, stop typing."""
         await self.cursor.delivered(metrics.session_id)
-        session = self.store.get_session(metrics.session_id)
+        session = self.gateway.get_session(metrics.session_id)
         turn = self.turns.pop(metrics.root_id, None)
         if session is None:
             return

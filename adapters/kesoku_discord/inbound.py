@@ -1,4 +1,4 @@
-"""Discord → Kesoku: who is answered, which thread is the conversation, attachments, the user message.
+"""Discord → Kesoku: who is answered, the conversation's thread, attachments, the user message.
 
 A conversation is a session whose ``channel_id`` is the Discord thread (or, where threads are off,
 the channel). In a regular channel every new conversation opens a thread from the user's message
@@ -35,8 +35,8 @@ from kesoku_discord.convert import (
 )
 
 if TYPE_CHECKING:
-    from kesoku.agent.runtime import Runtime
     from kesoku.config.settings import Config, DiscordChannel
+    from kesoku.host.adapters import AdapterContext
 
 log = logging.getLogger(__name__)
 
@@ -50,13 +50,13 @@ class Inbound:
     """Turns Discord messages into Kesoku user messages.
 
     Args:
-        rt: The runtime.
+        ctx: The adapter port (gateway, event hub, questions, path gates).
         config: The loaded config.
         client: The connected client.
     """
 
-    def __init__(self, rt: Runtime, config: Config, client: discord.Client) -> None:
-        self.rt = rt
+    def __init__(self, ctx: AdapterContext, config: Config, client: discord.Client) -> None:
+        self.ctx = ctx
         self.config = config
         self.client = client
         self.adapter = config.discord.chatbot_id
@@ -111,23 +111,22 @@ class Inbound:
             external_id=str(message.id),
             attachments=tuple(attachments),
         )
-        await self.rt.gateway.post(post)
+        await self.ctx.gateway.post(post)
         if notes:
             await tell(talk, "\n".join(f"⚠️ {note}" for note in notes))
 
     def text(self, message: discord.Message) -> str:
-        """The message's text, the bot's own mention written as ``@name`` (readable for the model)."""
+        """The message's text, with the bot's own mention as ``@name`` (readable for the model)."""
         me = self.client.user
         text = message.content
         if me is not None:
             text = text.replace(f"<@{me.id}>", f"@{me.name}").replace(f"<@!{me.id}>", f"@{me.name}")
         return text.strip()
 
-    # -- the conversation
-    # ---------------------------------------------------------------------------
+    # -- the conversation -------------------------------------------------------------------------
 
     async def conversation(self, message: discord.Message) -> tuple[Any, DiscordChannel | None]:
-        """Where to talk (the thread or channel) and the ``[[discord.channels]]`` entry that applies."""
+        """Where to talk (thread or channel) and the ``[[discord.channels]]`` entry that applies."""
         overrides = self.config.discord.channels
         channel = message.channel
         if isinstance(channel, discord.Thread):
@@ -176,27 +175,28 @@ class Inbound:
     async def session_for(
         self, message: discord.Message, talk: Any, override: DiscordChannel | None
     ) -> Session:
-        """The conversation's session; a new one is dated by the message and carries the context prompt."""
-        store = self.rt.gateway.store
+        """The conversation's session.
+
+        A new one is dated by the message and carries the context prompt.
+        """
+        gateway = self.ctx.gateway
         key = str(talk.id)
-        session = store.find_session(self.adapter, key)
-        if session is None:
-            context = await self.context(message, talk)
-            store.create_session(
-                self.adapter,
-                key,
-                workspace_root=self.rt.gateway.sessions_dir,
-                created_at=message.created_at.timestamp(),
-                llm=override.llm if override is not None else None,
-                metadata={
-                    "context": context
-                },  # the store makes its names valid UTF-8 (kesoku.vocab.text)
-            )
-        # open_session makes the workspace folder (and returns the session just created).
-        return self.rt.gateway.open_session(self.adapter, key)
+        session = gateway.find_session(self.adapter, key)
+        if session is not None:
+            # open_session makes the workspace folder if it is gone.
+            return gateway.open_session(self.adapter, key)
+        context = await self.context(message, talk)
+        # The store makes the context's names valid UTF-8 (kesoku.vocab.text).
+        return gateway.open_session(
+            self.adapter,
+            key,
+            created_at=message.created_at.timestamp(),
+            llm=override.llm if override is not None else None,
+            metadata={"context": context},
+        )
 
     async def context(self, message: discord.Message, talk: Any) -> str:
-        """The context prompt: server, channel, thread, the bot, and the active members with their ids."""
+        """The context prompt: server, channel, thread, the bot, active members and their ids."""
         me = self.client.user
         assert me is not None
         base = (
@@ -235,8 +235,7 @@ class Inbound:
         )
         return context_prompt(place)
 
-    # -- attachments
-    # --------------------------------------------------------------------------------
+    # -- attachments ------------------------------------------------------------------------------
 
     async def save_attachments(
         self, message: discord.Message, folder: Path

@@ -1,4 +1,4 @@
-"""/restart: recycle the process through systemd when Kesoku runs as a service, else in place (execv).
+"""/restart: recycle the process via systemd when Kesoku runs as a service, else in place (execv).
 
 ``kesoku service restart`` is started detached and not waited for: systemd stops this process
 (SIGTERM, a graceful stop) and starts a new one. Outside systemd (no ``INVOCATION_ID``, which
@@ -33,7 +33,10 @@ def service_scope(env: Mapping[str, str]) -> Scope | None:
 
 
 def restart_command(scope: Scope) -> list[str]:
-    """``<python> -m kesoku service restart --user|--system`` (the same interpreter and install as this one)."""
+    """The command ``<python> -m kesoku service restart --user|--system``.
+
+    ``<python>`` is ``sys.executable``: the same interpreter and install as this one.
+    """
     return [
         sys.executable,
         "-m",
@@ -45,7 +48,10 @@ def restart_command(scope: Scope) -> list[str]:
 
 
 def exec_argv() -> list[str]:
-    """The argv that starts this process again (``sys.orig_argv``: the interpreter's own options kept)."""
+    """The argv that starts this process again.
+
+    Built from ``sys.orig_argv``, so the interpreter's own options are kept.
+    """
     return [sys.executable, *sys.orig_argv[1:]]
 
 

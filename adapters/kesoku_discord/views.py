@@ -35,7 +35,10 @@ BUTTONS_PER_MESSAGE = 25
 
 
 class Actions(Protocol):
-    """What the buttons ask of the adapter (implemented by :class:`kesoku_discord.adapter.DiscordAdapter`)."""
+    """What the buttons ask of the adapter.
+
+    Implemented by :class:`kesoku_discord.adapter.DiscordAdapter`.
+    """
 
     async def on_trace(
         self, interaction: discord.Interaction[Any], session_id: str, root_id: int
@@ -198,7 +201,10 @@ class ChoiceButton(
 class AnswerButton(
     ui.DynamicItem[ui.Button[Any]], template=r"kesoku:ask:(?P<qid>\d+):(?P<choice>\d+)"
 ):
-    """Allow or Deny on a tool's question (answered through ``rt.questions``, never as a user message)."""
+    """Allow or Deny on a tool's question.
+
+    Answered through ``ctx.questions``, never as a user message.
+    """
 
     def __init__(self, question_id: int, choice: int, label: str = "…") -> None:
         style = discord.ButtonStyle.success if choice == 0 else discord.ButtonStyle.danger
@@ -226,7 +232,8 @@ class AnswerButton(
 
 
 DYNAMIC_ITEMS = (TraceButton, StopButton, ClearButton, ChoiceButton, AnswerButton)
-"""Registered with ``Client.add_dynamic_items`` at start: every Kesoku button, before and after a restart."""
+"""Registered with ``Client.add_dynamic_items`` at start: every Kesoku button, before and after a
+restart."""
 
 
 def header_view(session_id: str, root_id: int, *, clear: bool, running: bool = True) -> ui.View:

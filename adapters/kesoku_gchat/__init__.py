@@ -15,14 +15,17 @@ from typing import TYPE_CHECKING
 import trio
 
 if TYPE_CHECKING:
-    from kesoku.agent.runtime import Runtime
     from kesoku.config.settings import Config
+    from kesoku.host.adapters import AdapterContext
 
 
 async def serve(
-    rt: Runtime, config: Config, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ctx: AdapterContext,
+    config: Config,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the Google Chat app until cancelled (see :func:`kesoku_gchat.adapter.serve`)."""
     from kesoku_gchat.adapter import serve as serve_adapter
 
-    await serve_adapter(rt, config, task_status=task_status)
+    await serve_adapter(ctx, config, task_status=task_status)

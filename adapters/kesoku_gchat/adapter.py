@@ -1,8 +1,7 @@
 """The Google Chat adapter's task tree: Pub/Sub pull in, the durable log out.
 
 ```
-GChatAdapter.serve ── nursery ─┬─ Delivery.serve (log → Chat; hub events → turn cards; card
-updaters)
+GChatAdapter.serve ── nursery ─┬─ Delivery.serve (log → Chat; hub events → cards; card updaters)
                                ├─ Puller.serve (streaming pull; callbacks on the library's threads)
                                ├─ reactions and notes (short tasks)
                                └─ this task: one pulled event at a time → Inbound.handle → ack
@@ -36,8 +35,8 @@ from kesoku_gchat.pubsub import (
 )
 
 if TYPE_CHECKING:
-    from kesoku.agent.runtime import Runtime
     from kesoku.config.settings import Config, GChatConfig
+    from kesoku.host.adapters import AdapterContext
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +45,7 @@ class GChatAdapter:
     """The Google Chat app of one process.
 
     Args:
-        rt: The runtime.
+        ctx: The adapter port (gateway, event hub, questions, path gates).
         gchat: ``[gchat]``.
         api: The Chat client.
         puller: The streaming pull of ``[gchat] subscription``.
@@ -55,18 +54,18 @@ class GChatAdapter:
 
     def __init__(
         self,
-        rt: Runtime,
+        ctx: AdapterContext,
         gchat: GChatConfig,
         api: ChatApi,
         puller: Puller,
         *,
         card_interval_s: float = CARD_INTERVAL_S,
     ) -> None:
-        self.rt = rt
+        self.ctx = ctx
         self.gchat = gchat
         self.api = api
         self.puller = puller
-        self.delivery = Delivery(rt, gchat.chatbot_id, api, card_interval_s=card_interval_s)
+        self.delivery = Delivery(ctx, gchat.chatbot_id, api, card_interval_s=card_interval_s)
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Pull events and deliver replies until cancelled; ``started`` once both directions run.
@@ -76,7 +75,7 @@ class GChatAdapter:
         """
         async with trio.open_nursery() as nursery:
             await nursery.start(self.delivery.serve)
-            inbound = Inbound(self.rt, self.gchat, self.api, nursery)
+            inbound = Inbound(self.ctx, self.gchat, self.api, nursery)
             send, receive = trio.open_memory_channel[PulledMessage](CHANNEL_BUFFER)
             with receive:
                 await nursery.start(self.puller.serve, send)
@@ -100,7 +99,10 @@ def _nack_waiting(receive: trio.MemoryReceiveChannel[PulledMessage]) -> None:
 
 
 async def serve(
-    rt: Runtime, config: Config, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ctx: AdapterContext,
+    config: Config,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """The daemon's entry: credentials from ``[gchat]``, the real Chat API and Pub/Sub.
 
@@ -127,4 +129,4 @@ async def serve(
             log.warning("%s; no reactions", exc)
     api = await ChatApi.connect(credentials, endpoint=CHAT_ENDPOINT, user=user)
     puller = Puller(path, default_subscriber(credentials))
-    await GChatAdapter(rt, gchat, api, puller).serve(task_status=task_status)
+    await GChatAdapter(ctx, gchat, api, puller).serve(task_status=task_status)

@@ -24,13 +24,15 @@ from kesoku_gchat.events import ANSWER_FUNCTION, STOP_FUNCTION
 MAX_MESSAGE_BYTES = 32_000
 """Chat's limit on one message, text and cards together (Chat API, "Send a message")."""
 TEXT_BUDGET_BYTES = 24_000
-"""JSON-escaped answer text per message: the rest of the 32,000 bytes is left for the card's structure."""
+"""JSON-escaped answer text per message: the rest of the 32,000 bytes is left for the card's
+structure."""
 FALLBACK_CHARS = 200
 """``fallbackText`` (what notifications show of a card message) is the answer's first characters."""
 MAX_ENTRIES = 60
 """Lines a turn card keeps in its Thoughts & Tools section; older ones are counted, not shown."""
 ENTRY_CHARS = 400
-"""A thought or system line is cut to this many characters in the turn card (the log keeps it whole)."""
+"""A thought or system line is cut to this many characters in the turn card (the log keeps it
+whole)."""
 ARGS_CHARS = 120
 """A tool call's argument suffix (inside ``<code>``) is cut to this many characters."""
 THOUGHTS_TITLE = "Thoughts & Tools"
@@ -39,22 +41,24 @@ WORKING = "⏳ Working…"
 Json = dict[str, Any]
 
 
-# -- widgets
-# ----------------------------------------------------------------------------------------
+# -- widgets --------------------------------------------------------------------------------------
 
 
 def markdown(text: str) -> Json:
-    """A text paragraph rendered as Markdown (``textSyntax: MARKDOWN``, Cards v2 ``TextParagraph``)."""
+    """A text paragraph in Markdown (``textSyntax: MARKDOWN``, Cards v2 ``TextParagraph``)."""
     return {"textParagraph": {"text": text, "textSyntax": "MARKDOWN"}}
 
 
 def paragraph(html_text: str) -> Json:
-    """A text paragraph in Chat's HTML subset (the default ``textSyntax``); escape user text first."""
+    """A text paragraph in Chat's HTML subset (the default ``textSyntax``).
+
+    Escape user text first.
+    """
     return {"textParagraph": {"text": html_text}}
 
 
 def button(text: str, function: str, **parameters: str) -> Json:
-    """A button whose click publishes a ``CARD_CLICKED`` event with ``function`` and ``parameters``."""
+    """A button: a click publishes a ``CARD_CLICKED`` event with ``function`` and ``parameters``."""
     action = {
         "function": function,
         "parameters": [{"key": k, "value": v} for k, v in parameters.items()],
@@ -63,7 +67,10 @@ def button(text: str, function: str, **parameters: str) -> Json:
 
 
 def message_body(card_id: str, sections: Sequence[Json], *, fallback: str = "") -> Json:
-    """A ``Message`` body holding one card (``cardsV2[0]``) and, for notifications, ``fallbackText``."""
+    """A ``Message`` body holding one card (``cardsV2[0]``).
+
+    With ``fallback``, also ``fallbackText``, for notifications.
+    """
     body: Json = {"cardsV2": [{"cardId": card_id, "card": {"sections": list(sections)}}]}
     if fallback:
         body["fallbackText"] = fallback[:FALLBACK_CHARS]
@@ -75,8 +82,7 @@ def body_bytes(body: Json) -> int:
     return len(json.dumps(body, ensure_ascii=False).encode())
 
 
-# -- the turn card
-# ----------------------------------------------------------------------------------
+# -- the turn card --------------------------------------------------------------------------------
 
 
 def turn_card(
@@ -125,7 +131,10 @@ def thought_entry(text: str) -> str:
 
 
 def tool_entry(name: str, arguments: dict[str, Any] | None, mark: str = "") -> str:
-    """A tool call: its name and its arguments as a ``<code>`` suffix (``🛠️ <b>shell</b> <code>ls</code>``)."""
+    """A tool call: its name and its arguments as a ``<code>`` suffix.
+
+    For example ``🛠️ <b>shell</b> <code>ls</code>``.
+    """
     suffix = args_suffix(arguments)
     code = f" <code>{html.escape(suffix, quote=False)}</code>" if suffix else ""
     return f"🛠️ <b>{html.escape(name, quote=False)}</b>{code}{f' {mark}' if mark else ''}"
@@ -137,7 +146,10 @@ def system_entry(text: str) -> str:
 
 
 def args_suffix(arguments: dict[str, Any] | None) -> str:
-    """A tool call's arguments in one short line: a lone string argument bare, else ``k=v`` pairs."""
+    """A tool call's arguments in one short line.
+
+    A lone string argument is shown bare, else ``k=v`` pairs.
+    """
     if not arguments:
         return ""
     if len(arguments) == 1:
@@ -161,8 +173,7 @@ OUTCOME_MARKS = {
 """How a tool call's line ends once its result is in (``kesoku.vocab.model.Outcome`` values)."""
 
 
-# -- answers
-# ----------------------------------------------------------------------------------------
+# -- answers --------------------------------------------------------------------------------------
 
 
 def answer_bodies(parts: Iterable[Part], *, file_note: str = "📎 {name}") -> list[Json]:
@@ -212,8 +223,9 @@ def _answer_body(index: int, widgets: list[Json]) -> Json:
 def split_text(text: str, budget_bytes: int = TEXT_BUDGET_BYTES) -> list[str]:
     """Split text into pieces whose JSON-escaped size stays within ``budget_bytes``.
 
-    Pieces end at line boundaries; a single longer line is cut by characters. A piece that ends inside
-    a fenced code block closes it, and the next piece opens it again, so each renders on its own.
+    Pieces end at line boundaries; a single longer line is cut by characters. A piece that ends
+    inside a fenced code block closes it, and the next piece opens it again, so each renders on its
+    own.
     """
     if _json_cost(text) <= budget_bytes:
         return [text]
@@ -268,8 +280,7 @@ def _json_cost(text: str) -> int:
     return len(json.dumps(text, ensure_ascii=False).encode()) - 2
 
 
-# -- questions from tools
-# ---------------------------------------------------------------------------
+# -- questions from tools -------------------------------------------------------------------------
 
 
 def question_body(question_id: int, text: str, options: Sequence[str]) -> Json:

@@ -46,14 +46,16 @@ REACTIONS_SCOPE = "https://www.googleapis.com/auth/chat.messages.reactions.creat
 """User authentication for ``reactions.create`` (Chat API, "Add a reaction to a message")."""
 CLOUD_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 TOKEN_LIFETIME_S = 3600
-"""Impersonated tokens live an hour (the IAM Credentials API's default maximum); google-auth renews them."""
+"""Impersonated tokens live an hour (the IAM Credentials API's default maximum); google-auth renews
+them."""
 CALL_TIMEOUT_S = 30.0
 """One REST call's timeout."""
 TRIES = 6
-"""Tries of a call refused with 429/5xx or cut by the network, backing off up to :data:`RETRY_CAP_S`."""
+"""Tries of a call refused with 429/5xx or cut by the network, backing off up to
+:data:`RETRY_CAP_S`."""
 RETRY_CAP_S = 30.0
 REPLY_OPTION = "REPLY_MESSAGE_FALLBACK_TO_NEW_THREAD"
-"""Reply in the named thread, or start a new one if it is gone (Chat API, ``MessageReplyOption``)."""
+"""Reply in the named thread, or in a new one if it is gone (Chat API, ``MessageReplyOption``)."""
 
 
 class ChatApiError(Exception):
@@ -109,15 +111,17 @@ def app_credentials(gchat: GChatConfig, scopes: list[str]) -> Credentials:
         return credentials
     except (exceptions.DefaultCredentialsError, OSError, ValueError) as exc:
         raise OperatorError(
-            f"gchat: no Google credentials ({exc}); set [gchat] credentials_file (a service-account key) or "
+            f"gchat: no Google credentials ({exc}); "
+            "set [gchat] credentials_file (a service-account key) or "
             "impersonate_service_account (with `gcloud auth application-default login`)"
         ) from None
 
 
 def user_credentials() -> Credentials:
-    """The user's Application Default Credentials (``gcloud auth application-default login --scopes=...``).
+    """The user's Application Default Credentials.
 
-    Reactions need a user; a service account's ADC would be refused by Chat, so it is refused here.
+    They come from ``gcloud auth application-default login --scopes=...``. Reactions need a user; a
+    service account's ADC would be refused by Chat, so it is refused here.
 
     Raises:
         OperatorError: No ADC, or ADC that are not a user's.
@@ -223,7 +227,10 @@ class ChatApi:
         await self._call(call)
 
     async def create_reaction(self, message_name: str, emoji: str) -> None:
-        """React to a message as the user: a unicode emoji, or a custom one as ``customEmojis/ID``."""
+        """React to a message as the user.
+
+        The emoji is a unicode one, or a custom one as ``customEmojis/ID``.
+        """
         if self.user_client is None:
             return
 
@@ -280,7 +287,10 @@ class ChatApi:
 
 
 def _mapped(call: Callable[[], T]) -> T:
-    """Run ``call``, turning the client library's errors into :class:`ChatApiError` (in the worker thread)."""
+    """Run ``call``, turning the client library's errors into :class:`ChatApiError`.
+
+    Runs in the worker thread.
+    """
     from google.api_core import exceptions as api
     from google.auth import exceptions as auth
     from google.protobuf import json_format

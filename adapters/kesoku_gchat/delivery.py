@@ -1,6 +1,6 @@
 """Delivery: the adapter's sessions, from the durable log to Google Chat, each message once.
 
-The adapter follows ``rt.gateway.listen(after=cursor, adapter=chatbot_id)`` and saves its cursor
+The adapter follows ``ctx.gateway.listen(after=cursor, adapter=chatbot_id)`` and saves its cursor
 (``adapter:<chatbot_id>``) after each message, so a restart resumes where it stopped.
 
 Per turn (keyed by its root user message) there is one *turn card*: a status line and a collapsed
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from kesoku.host.adapters import DeliveryCursor
+from kesoku.gateway import DeliveryCursor
 from kesoku.tools.attachments import display_name
 from kesoku.tools.paths import check_share
 from kesoku.vocab.events import Compacted, ToolStarted, TurnEnded
@@ -42,7 +42,7 @@ from kesoku_gchat import cards
 from kesoku_gchat.chat_api import ChatApi, ChatApiError
 
 if TYPE_CHECKING:
-    from kesoku.agent.runtime import Runtime
+    from kesoku.host.adapters import AdapterContext
     from kesoku.vocab.metrics import TurnMetrics
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,10 @@ RUNNING_MARK = "⏳"
 
 
 def place(session: Session) -> tuple[str, str]:
-    """``(space, thread)`` of a session: its channel is a thread name, or a space name when threadless."""
+    """``(space, thread)`` of a session.
+
+    Its channel is a thread name, or a space name when threadless.
+    """
     channel = session.channel_id
     space, sep, _ = channel.partition("/threads/")
     return space, channel if sep else ""
@@ -84,7 +87,11 @@ class TurnCard:
     """The final state was pushed: no more updates."""
 
     def add(self, entry: str) -> int:
-        """Append a line, dropping the oldest beyond :data:`cards.MAX_ENTRIES`; returns its index."""
+        """Append a line, dropping the oldest beyond :data:`cards.MAX_ENTRIES`.
+
+        Returns:
+            The line's index.
+        """
         self.entries.append(entry)
         if len(self.entries) > cards.MAX_ENTRIES:
             self.entries.pop(0)
@@ -127,7 +134,7 @@ class Delivery:
     """Sends the log's messages to Chat and keeps each turn's card.
 
     Args:
-        rt: The runtime.
+        ctx: The adapter port (gateway, event hub, questions, path gates).
         chatbot_id: ``[gchat] chatbot_id``: the adapter name of its sessions.
         api: The Chat client.
         card_interval_s: Least time between two updates of a turn card.
@@ -135,18 +142,18 @@ class Delivery:
 
     def __init__(
         self,
-        rt: Runtime,
+        ctx: AdapterContext,
         chatbot_id: str,
         api: ChatApi,
         *,
         card_interval_s: float = CARD_INTERVAL_S,
     ):
-        self.rt = rt
-        self.store = rt.gateway.store
+        self.ctx = ctx
+        self.gateway = ctx.gateway
         self.adapter = chatbot_id
         self.api = api
         self.card_interval_s = card_interval_s
-        self.cursor = DeliveryCursor(self.store, f"adapter:{chatbot_id}")
+        self.cursor = DeliveryCursor(self.gateway, f"adapter:{chatbot_id}")
         self.cards: dict[int, TurnCard] = {}
         self.questions: dict[int, tuple[str, str]] = {}
         """An open question's id → (its Chat message name, its text)."""
@@ -166,8 +173,10 @@ class Delivery:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             with (
-                self.rt.hub.subscribe(buffer=EVENT_BUFFER) as events,
-                self.rt.gateway.listen(after=self.cursor.start(), adapter=self.adapter) as messages,
+                self.ctx.hub.subscribe(buffer=EVENT_BUFFER) as events,
+                self.ctx.gateway.listen(
+                    after=self.cursor.start(), adapter=self.adapter
+                ) as messages,
             ):
                 nursery.start_soon(self._follow_events, events)
                 task_status.started()
@@ -187,7 +196,7 @@ class Delivery:
     async def notify(self, message: Message, text: str) -> None:
         """One line in the thread of a message's session; a failure is only logged."""
         try:
-            session = self.store.get_session(message.session_id)
+            session = self.gateway.get_session(message.session_id)
             if session is None:
                 return
             space, thread = place(session)
@@ -196,12 +205,11 @@ class Delivery:
         except Exception as exc:
             log.warning("gchat: notice about message %d not sent: %s", message.id, exc)
 
-    # -- the log
-    # ------------------------------------------------------------------------------------
+    # -- the log ----------------------------------------------------------------------------------
 
     async def deliver(self, message: Message) -> None:
         """Show one message of the log in its session's thread."""
-        session = self.store.get_session(message.session_id)
+        session = self.gateway.get_session(message.session_id)
         if session is None:
             return  # deleted since it was posted
         if message.role is Role.USER:
@@ -247,7 +255,10 @@ class Delivery:
         return card if card is not None else await self.open_turn(session, root_id)
 
     async def send_answer(self, session: Session, message: Message) -> None:
-        """Answer text: Markdown cards (``[question: …]`` as a list, ``[file: …]`` as a note), split to fit."""
+        """Answer text: Markdown cards, split to fit.
+
+        ``[question: …]`` is shown as a list, ``[file: …]`` as a note.
+        """
         space, thread = place(session)
         for body in cards.answer_bodies(await self.shown_parts(session, message.content)):
             await self.api.create_message(space, body, thread=thread)
@@ -260,7 +271,7 @@ class Delivery:
         its reason, so the note never confirms a secret or trips over a hostile path.
         """
         parts = parse_reply(text)
-        gates = self.rt.gates
+        gates = self.ctx.gates
         for index, part in enumerate(parts):
             if isinstance(part, FilePart):
                 name = display_name(os.path.basename(part.path) or part.path)
@@ -272,7 +283,10 @@ class Delivery:
         return parts
 
     async def send_system(self, session: Session, message: Message) -> None:
-        """A tool's question (buttons), the record of its answer, or a notice (a line of the turn card)."""
+        """A tool's question (buttons), the record of its answer, or a notice.
+
+        A notice is a line of the turn card.
+        """
         space, thread = place(session)
         if is_question(message):
             options = [str(o) for o in message.metadata.extra[QUESTION_KEY].get("options", ())]
@@ -299,14 +313,13 @@ class Delivery:
             for body in cards.answer_bodies(await self.shown_parts(session, message.content)):
                 await self.api.create_message(space, body, thread=thread)
 
-    # -- turn events
-    # --------------------------------------------------------------------------------
+    # -- turn events ------------------------------------------------------------------------------
 
     def ours(self, session_id: str) -> bool:
         """Whether a session belongs to this adapter (cached: the answer never changes)."""
         known = self._ours.get(session_id)
         if known is None:
-            session = self.store.get_session(session_id)
+            session = self.gateway.get_session(session_id)
             known = self._ours[session_id] = session is not None and session.adapter == self.adapter
         return known
 
@@ -355,7 +368,10 @@ class Delivery:
                 older.changed.set()
 
     async def _keep_updated(self, card: TurnCard) -> None:
-        """Patch a turn card whenever it changed, at most once per ``card_interval_s``, until it is final."""
+        """Patch a turn card whenever it changed, until it is final.
+
+        It is patched at most once per ``card_interval_s``.
+        """
         while not card.closed:
             await card.changed.wait()
             card.changed = trio.Event()

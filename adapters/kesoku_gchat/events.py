@@ -1,4 +1,4 @@
-"""Google Chat interaction events, as they arrive in a Pub/Sub message's data (pure: no Google imports).
+"""Google Chat interaction events, as they arrive in Pub/Sub message data (pure: no Google imports).
 
 A Chat app configured with a Pub/Sub connection gets each interaction event published to its topic
 as the event's JSON (Chat API reference, ``Event``: ``type``, ``eventTime``, ``message``, ``user``,
@@ -20,7 +20,7 @@ CARD_CLICKED = "CARD_CLICKED"
 """A user clicked a button of a card the app sent (Event.action, Event.common)."""
 
 ANSWER_FUNCTION = "kesoku.answer"
-"""``onClick.action.function`` of the Allow/Deny buttons; parameters ``question_id`` and ``choice``."""
+"""``onClick.action.function`` of Allow/Deny buttons; parameters ``question_id`` and ``choice``."""
 STOP_FUNCTION = "kesoku.stop"
 """``onClick.action.function`` of a turn card's stop button; parameter ``session_id``."""
 
@@ -135,9 +135,9 @@ def parse_event(data: bytes) -> ChatEvent:
 def _click(raw: dict[str, Any]) -> tuple[str, dict[str, str]]:
     """A card click's function and parameters.
 
-    ``common`` (CommonEventObject: ``invokedFunction``, ``parameters`` as a map) is the current form;
-    ``action`` (FormAction: ``actionMethodName``, ``parameters`` as ``[{key, value}]``) the older one
-    that Chat still sends. Either may be present.
+    ``common`` (CommonEventObject: ``invokedFunction``, ``parameters`` as a map) is the current
+    form; ``action`` (FormAction: ``actionMethodName``, ``parameters`` as ``[{key, value}]``) the
+    older one that Chat still sends. Either may be present.
     """
     common = _obj(raw.get("common"))
     action = _obj(raw.get("action"))
@@ -162,7 +162,10 @@ def _attachment(raw: dict[str, Any]) -> ChatAttachment:
 
 
 def _timestamp(value: object) -> float | None:
-    """RFC 3339 (``2026-11-30T10:00:00.123456Z``) to UNIX seconds; None when absent or unreadable."""
+    """RFC 3339 (``2026-11-30T10:00:00.123456Z``) to UNIX seconds.
+
+    None when absent or unreadable.
+    """
     if not isinstance(value, str) or not value:
         return None
     text = value.replace("Z", "+00:00")

@@ -20,11 +20,10 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from kesoku.agent.questions import parse_answer
 from kesoku.tools.attachments import display_name, save_attachment
 from kesoku.tools.paths import os_problem
 from kesoku.vocab.markup import TextPart
-from kesoku.vocab.model import Attachment, Session, user_text
+from kesoku.vocab.model import Attachment, Session, parse_answer, user_text
 from kesoku_gchat import cards
 from kesoku_gchat.chat_api import ChatApi, ChatApiError
 from kesoku_gchat.delivery import place
@@ -40,8 +39,8 @@ from kesoku_gchat.events import (
 )
 
 if TYPE_CHECKING:
-    from kesoku.agent.runtime import Runtime
     from kesoku.config.settings import GChatConfig
+    from kesoku.host.adapters import AdapterContext
     from kesoku_gchat.pubsub import PulledMessage
 
 log = logging.getLogger(__name__)
@@ -56,16 +55,16 @@ class Inbound:
     """Turns Chat events into Kesoku messages and actions.
 
     Args:
-        rt: The runtime.
+        ctx: The adapter port (gateway, event hub, questions, path gates).
         gchat: ``[gchat]``.
         api: The Chat client (attachments, reactions, notes).
         nursery: Where reactions run (they never delay an ack).
     """
 
     def __init__(
-        self, rt: Runtime, gchat: GChatConfig, api: ChatApi, nursery: trio.Nursery
+        self, ctx: AdapterContext, gchat: GChatConfig, api: ChatApi, nursery: trio.Nursery
     ) -> None:
-        self.rt = rt
+        self.ctx = ctx
         self.gchat = gchat
         self.adapter = gchat.chatbot_id
         self.api = api
@@ -138,14 +137,13 @@ class Inbound:
             self.nursery.start_soon(self.tell_at, event.space, event.thread, text)
         return True
 
-    # -- messages
-    # -----------------------------------------------------------------------------------
+    # -- messages ---------------------------------------------------------------------------------
 
     async def message(self, event: ChatEvent) -> None:
         """A user wrote: answer an open question with it, or post it (attachments saved first)."""
         if event.sender_type == "BOT" or not event.channel_id or not event.message_name:
             return
-        session = self.rt.gateway.open_session(
+        session = self.ctx.gateway.open_session(
             self.adapter, event.channel_id, created_at=event.created_at, llm=self.gchat.llm
         )
         if self.answers_question(session, event):
@@ -157,8 +155,8 @@ class Inbound:
         ]
         if lines:
             text = "\n\n".join(filter(None, [text, "\n".join(lines)]))
-        before = self.rt.gateway.store.last_message_id()
-        stored = await self.rt.gateway.post(
+        before = self.ctx.gateway.last_message_id()
+        stored = await self.ctx.gateway.post(
             user_text(
                 session.id,
                 text or "(an empty message)",
@@ -175,17 +173,19 @@ class Inbound:
             self.nursery.start_soon(self.tell, session, "\n".join(f"⚠️ {n}" for n in notes))
 
     def answers_question(self, session: Session, event: ChatEvent) -> bool:
-        """A typed ``allow``/``deny`` while a tool waits for one answers it instead of being posted."""
-        open_questions = self.rt.questions.open_questions(session.id)
+        """A typed ``allow``/``deny`` while a tool waits answers it instead of being posted."""
+        open_questions = self.ctx.questions.open_questions(session.id)
         choice = parse_answer(event.text) if open_questions else None
         if choice is None:
             return False
-        return self.rt.questions.answer(open_questions[0].id, choice, by=event.sender or "the user")
+        return self.ctx.questions.answer(
+            open_questions[0].id, choice, by=event.sender or "the user"
+        )
 
     async def save_attachments(
         self, attachments: tuple[ChatAttachment, ...], folder: Path
     ) -> tuple[list[Attachment], list[str]]:
-        """Download uploaded attachments into the session folder; a note for each one that was not."""
+        """Download uploaded attachments into the session folder; a note for each that was not."""
         saved: list[Attachment] = []
         notes: list[str] = []
         for item in attachments:
@@ -212,7 +212,10 @@ class Inbound:
         return saved, notes
 
     async def react(self, message_name: str, emoji: str) -> None:
-        """Add ``[gchat] reaction_emoji`` to a user's message, as the user (a failure is only logged)."""
+        """Add ``[gchat] reaction_emoji`` to a user's message, as the user.
+
+        A failure is only logged.
+        """
         try:
             await self.api.create_reaction(message_name, emoji)
         except Exception as exc:  # a nicety: never more than a warning
@@ -230,8 +233,7 @@ class Inbound:
         except Exception as exc:
             log.warning("gchat: note not sent to %s: %s", thread or space, exc)
 
-    # -- card clicks
-    # --------------------------------------------------------------------------------
+    # -- card clicks ------------------------------------------------------------------------------
 
     def click(self, event: ChatEvent) -> None:
         """A button of one of our cards: Allow/Deny a question, or stop a turn.
@@ -243,14 +245,14 @@ class Inbound:
                 question_id = int(event.parameters.get("question_id", ""))
             except ValueError:
                 return
-            question = self.rt.gateway.store.get_message(question_id)
+            question = self.ctx.gateway.get_message(question_id)
             if question is None or not self._same_place(question.session_id, event):
                 log.warning(
                     "gchat: a click on question %s from another conversation ignored", question_id
                 )
                 return
             try:
-                self.rt.questions.answer(
+                self.ctx.questions.answer(
                     question_id, event.parameters.get("choice", ""), by=event.sender or "the user"
                 )
             except ValueError as exc:
@@ -258,10 +260,10 @@ class Inbound:
         elif event.function == STOP_FUNCTION:
             session_id = event.parameters.get("session_id", "")
             if self._same_place(session_id, event):
-                self.rt.gateway.stop(session_id)
+                self.ctx.gateway.stop(session_id)
 
     def _same_place(self, session_id: str, event: ChatEvent) -> bool:
-        session = self.rt.gateway.store.get_session(session_id)
+        session = self.ctx.gateway.get_session(session_id)
         return (
             session is not None
             and session.adapter == self.adapter

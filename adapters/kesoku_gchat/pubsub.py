@@ -1,4 +1,4 @@
-"""Pub/Sub streaming pull, bridged into trio: Chat events in, with no inbound webhook and no public URL.
+"""Pub/Sub streaming pull, bridged into trio: Chat events in with no inbound webhook or public URL.
 
 google-cloud-pubsub's ``SubscriberClient.subscribe`` keeps a gRPC stream open and calls back on its
 own threads. Each callback hands its message to trio with ``trio.from_thread.run(send.send, ...)``:
@@ -31,9 +31,11 @@ MAX_OUTSTANDING = 16
 MAX_OUTSTANDING_BYTES = 16 * 1024 * 1024
 """``FlowControl.max_bytes``: a Chat event is a few KB; this only bounds a pathological backlog."""
 CHANNEL_BUFFER = 8
-"""Messages waiting between the callback threads and the trio consumer; half the flow-control window."""
+"""Messages waiting between the callback threads and the trio consumer; half the flow-control
+window."""
 CLOSE_TIMEOUT_S = 10.0
-"""How long stopping the stream may take at shutdown (the library's threads join in the background)."""
+"""How long stopping the stream may take at shutdown (the library's threads join in the
+background)."""
 PUBSUB_SCOPE = "https://www.googleapis.com/auth/pubsub"
 
 
@@ -58,7 +60,8 @@ class PulledMessage(Protocol):
 
 
 SubscriberFactory = Callable[[], Any]
-"""Builds a ``SubscriberClient`` (called in a worker thread: the import and the gRPC channel are slow)."""
+"""Builds a ``SubscriberClient`` (called in a worker thread: the import and the gRPC channel are
+slow)."""
 
 
 def subscription_path(subscription: str, project_id: str | None) -> str:
@@ -117,7 +120,9 @@ class Puller:
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Pull until cancelled, sending each message into ``send``; ``started`` once the stream is open.
+        """Pull until cancelled, sending each message into ``send``.
+
+        ``started`` once the stream is open.
 
         Raises:
             Exception: The stream ended with an error the library does not retry (the subscription

@@ -31,7 +31,9 @@ def chat(
     session_id: str | None,
     llm_name: str | None,
 ) -> int:
-    """Answer one prompt (given, or piped on stdin) or, on a terminal without one, hold a conversation.
+    """Answer one prompt (given, or piped on stdin), or hold a conversation.
+
+    The conversation is held on a terminal without a prompt.
 
     Args:
         config: The loaded config.
@@ -80,7 +82,8 @@ def chat(
         serving.add(session.id)
         if config.sandbox.mode == "off" and (config.shell.enabled or config.run_code.enabled):
             logging.getLogger("kesoku.chat").warning(
-                '[sandbox] mode = "off": the shell and run_code run with your own access to every file'
+                '[sandbox] mode = "off": the shell and run_code run with your own access '
+                "to every file"
             )
         if question is not None:
             from kesoku_terminal.oneshot import run_oneshot
@@ -94,7 +97,8 @@ def chat(
 
 
 MAX_STDIN_BYTES = 1024 * 1024
-"""The most of piped stdin a one-shot question takes: enough for a diff or a log, not a disk image."""
+"""The most of piped stdin a one-shot question takes: enough for a diff or a log, not a disk
+image."""
 
 
 def read_question(prompt: str | None, *, max_stdin_bytes: int = MAX_STDIN_BYTES) -> str:
@@ -111,7 +115,8 @@ def read_question(prompt: str | None, *, max_stdin_bytes: int = MAX_STDIN_BYTES)
         data = sys.stdin.buffer.read(max_stdin_bytes + 1)
         if len(data) > max_stdin_bytes:
             raise OperatorError(
-                f"chat: stdin is larger than {max_stdin_bytes // 1024} KiB; pipe less (e.g. `head -c 200k`)"
+                f"chat: stdin is larger than {max_stdin_bytes // 1024} KiB; "
+                "pipe less (e.g. `head -c 200k`)"
             )
         if b"\0" in data:
             raise OperatorError("chat: stdin is binary (it holds NUL bytes); pipe text")

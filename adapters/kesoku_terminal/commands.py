@@ -48,8 +48,8 @@ async def _help(chat: ChatUI, args: str) -> None:
     for name, (_, text) in COMMANDS.items():
         chat.sink.notice(f"/{name:<{width}}  {text}", "")
     chat.sink.notice(
-        "Enter sends (during a turn it interrupts it) · Alt-Enter: newline · Ctrl-C stops a turn, twice kills "
-        "its tools · Ctrl-D, or Ctrl-C on an empty line, exits"
+        "Enter sends (during a turn it interrupts it) · Alt-Enter: newline · "
+        "Ctrl-C stops a turn, twice kills its tools · Ctrl-D, or Ctrl-C on an empty line, exits"
     )
 
 
@@ -73,12 +73,13 @@ async def _clear(chat: ChatUI, args: str) -> None:
         chat.sink.notice("a turn is running: /stop it first", "yellow")
         return
     old = chat.session
-    count = len(chat.rt.gateway.store.history(old.id))
+    count = len(chat.rt.store.history(old.id))
     new_terminal_session(chat)
     await chat.rt.gateway.delete_session(old.id)
     chat.serving.discard(old.id)
     chat.sink.notice(
-        f"deleted session {old.id} ({count} messages and its workspace); new session {chat.session.id}"
+        f"deleted session {old.id} ({count} messages and its workspace); "
+        f"new session {chat.session.id}"
     )
 
 
@@ -94,7 +95,7 @@ async def _usage(chat: ChatUI, args: str) -> None:
     from kesoku.config.settings import PricingConfig, get_config
     from kesoku.observe.usage import usage_lines
 
-    store = chat.rt.gateway.store
+    store = chat.rt.store
     session = store.get_session(chat.session.id) or chat.session
     try:
         pricing = get_config().pricing
@@ -113,7 +114,7 @@ async def _context(chat: ChatUI, args: str) -> None:
     from kesoku.agent.prompt import build_system_prompt, read_notes
     from kesoku.observe.usage import context_lines, context_parts
 
-    store = chat.rt.gateway.store
+    store = chat.rt.store
     session = store.get_session(chat.session.id) or chat.session  # the title is set later
     history = store.history(session.id)
     llm = chat.rt.llm_for(session)
@@ -138,7 +139,8 @@ async def _context(chat: ChatUI, args: str) -> None:
         (m.metadata.usage.input_tokens for m in reversed(history) if m.metadata.usage), 0
     )
     chat.sink.notice(
-        f"session {session.id} · {session.title or 'untitled'} · backend {llm.provider}/{llm.model}",
+        f"session {session.id} · {session.title or 'untitled'} · "
+        f"backend {llm.provider}/{llm.model}",
         "",
     )
     chat.sink.notice(
@@ -161,7 +163,7 @@ async def _context(chat: ChatUI, args: str) -> None:
 
 
 async def _sessions(chat: ChatUI, args: str) -> None:
-    sessions = chat.rt.gateway.store.list_sessions(adapter=INTERACTIVE_ADAPTER)[-SESSIONS_SHOWN:]
+    sessions = chat.rt.store.list_sessions(adapter=INTERACTIVE_ADAPTER)[-SESSIONS_SHOWN:]
     for session in sessions:
         mark = "*" if session.id == chat.session.id else " "
         when = dt.datetime.fromtimestamp(session.created_at).strftime("%Y-%m-%d %H:%M")

@@ -24,9 +24,8 @@ import trio
 from rich.console import Console
 from rich.text import Text
 
-from kesoku.agent.questions import parse_answer
 from kesoku.vocab.events import TurnEnded, TurnStarted
-from kesoku.vocab.model import user_text
+from kesoku.vocab.model import parse_answer, user_text
 from kesoku_terminal.commands import run_command
 from kesoku_terminal.prompt import (
     THOUGHT_STYLE,
@@ -50,7 +49,8 @@ if TYPE_CHECKING:
 INPUT_BUFFER = 16
 """Lines typed ahead while the trio side is busy (the prompt thread waits beyond it)."""
 EXIT_STOP_WAIT_S = 10.0
-"""At exit, how long a stopped turn may take to end (a running tool finishing) before tools are killed."""
+"""At exit, how long a stopped turn may take to end (a running tool finishing) before tools are
+killed."""
 EXIT_KILL_WAIT_S = 5.0
 """After killing tools at exit, how long their results may take to be written."""
 PROMPT_CLOSE_WAIT_S = 2.0
@@ -59,7 +59,9 @@ PROMPT_CLOSE_POLL_S = 0.05
 
 
 class LiveSink:
-    """Shows a turn: finished lines scroll up above the prompt, the unfinished one stays in the live area.
+    """Shows a turn: finished lines scroll up above the prompt.
+
+    The unfinished one stays in the live area.
 
     Args:
         console: A rich console writing above the prompt.
@@ -231,9 +233,8 @@ class ChatUI:
             0; 128 + the signal number after SIGTERM or SIGHUP (a closed terminal), which stop the
             running turn and kill its tools first, so none outlives the chat.
         """
-        handler = logging.StreamHandler(
-            as_text_stream(self.output)
-        )  # log lines must not tear the prompt either
+        # log lines must not tear the prompt either
+        handler = logging.StreamHandler(as_text_stream(self.output))
         handler.setFormatter(logging.Formatter("kesoku: %(message)s"))
         root = logging.getLogger()
         saved = root.handlers[:]
@@ -264,7 +265,10 @@ class ChatUI:
         return 0 if self.terminated is None else 128 + self.terminated
 
     async def on_line(self, text: str) -> None:
-        """A line entered: an answer to an open question, a slash command, or a message (which interrupts)."""
+        """A line entered: an answer to an open question, a slash command, or a message.
+
+        A message interrupts the running turn.
+        """
         stripped = text.strip()
         if not stripped:
             return
@@ -346,7 +350,10 @@ class ChatUI:
                 return
 
     async def _leave(self) -> None:
-        """Exit cleanly: stop a running turn (so it does not resume later), then restore the terminal."""
+        """Exit cleanly: stop a running turn, then restore the terminal.
+
+        The turn is stopped so it does not resume later.
+        """
         if self.busy:
             self.sink.notice("stopping the turn before exit", "yellow")
             self.rt.gateway.stop(self.session.id)

@@ -87,13 +87,16 @@ def _list(chat: ChatUI, statuses: Sequence[ServerStatus]) -> None:
 
 
 def _taint(chat: ChatUI, server: str) -> None:
-    """Record ``mcp: server`` on the session, through its worker's guard when it has one (it caches)."""
+    """Record ``mcp: server`` on the session.
+
+    Through its worker's guard when it has one (it caches).
+    """
     worker = chat.rt.dispatcher.workers.get(chat.session.id)
     if worker is not None:
         worker.guard.add_taint("mcp", server)
         worker.guard.flush()
     else:
-        chat.rt.gateway.store.add_taint(chat.session.id, [TaintSource("mcp", server)])
+        chat.rt.store.add_taint(chat.session.id, [TaintSource("mcp", server)])
 
 
 async def mcp_command(chat: ChatUI, args: str) -> None:

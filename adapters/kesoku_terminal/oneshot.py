@@ -1,4 +1,4 @@
-"""``kesoku chat "prompt"``: one question, the answer on stdout, everything else on stderr, an exit code.
+"""``kesoku chat "prompt"``: one question, the answer on stdout, the rest on stderr, an exit code.
 
 stdout carries only the model's answer text (so ``kesoku chat "..." > answer.txt`` and pipes work):
 streamed to a terminal, written to a pipe or a file once it is stored;
@@ -20,10 +20,9 @@ from typing import TYPE_CHECKING, TextIO
 
 import trio
 
-from kesoku.agent.questions import DENY, parse_answer
 from kesoku.vocab.events import QuestionAsked, TurnStarted
 from kesoku.vocab.metrics import TurnState
-from kesoku.vocab.model import user_text
+from kesoku.vocab.model import DENY, parse_answer, user_text
 from kesoku_terminal.render import THOUGHT_ICON, tool_call_line, tool_result_line
 from kesoku_terminal.view import Follower, user_name
 
@@ -120,7 +119,10 @@ class PlainSink:
         self._line(text, dim=False)
 
     def question(self, question: Message) -> None:
-        """Show a question; :class:`_Controls` answers it (from the terminal, or Deny without one)."""
+        """Show a question; :class:`_Controls` answers it.
+
+        It answers from the terminal, or Deny without one.
+        """
         self._line(question.content, dim=False)
 
     def turn_started(self, root: Message) -> None:

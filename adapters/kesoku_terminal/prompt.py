@@ -85,7 +85,10 @@ class LiveState:
 
 
 def history_file() -> History:
-    """The input history, ``$XDG_STATE_HOME/kesoku/chat_history``; in memory when that cannot be written."""
+    """The input history, ``$XDG_STATE_HOME/kesoku/chat_history``.
+
+    In memory when that cannot be written.
+    """
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(
         os.path.expanduser("~"), ".local", "state"
     )
@@ -157,7 +160,10 @@ class PromptThread:
         return app if app is not None and app.is_running else None
 
     def invalidate(self) -> None:
-        """Redraw the prompt soon (thread-safe: the trio side calls it after changing :attr:`live`)."""
+        """Redraw the prompt soon.
+
+        Thread-safe: the trio side calls it after changing :attr:`live`.
+        """
         app = self.app
         if app is not None:
             app.invalidate()
@@ -173,7 +179,11 @@ class PromptThread:
     # -- inside the prompt thread -----------------------------------------------------------------
 
     def _hand_over(self, event: InputEvent) -> bool:
-        """Give an event to trio (waiting if it has :data:`INPUT_BUFFER` unread); False once trio left."""
+        """Give an event to trio (waiting if it has :data:`INPUT_BUFFER` unread).
+
+        Returns:
+            False once trio left.
+        """
         if self._send is None:
             return False
         try:
@@ -222,9 +232,8 @@ class PromptThread:
         def _ctrl_c(event: KeyPressEvent) -> None:
             buffer = event.app.current_buffer
             if self.live.busy:
-                self._hand_over(
-                    CtrlC()
-                )  # stop the turn; keep the prompt and whatever is typed in it
+                # stop the turn; keep the prompt and whatever is typed in it
+                self._hand_over(CtrlC())
             elif buffer.text:
                 buffer.reset()  # idle with text typed: clear it, as a shell does
             else:
@@ -316,7 +325,10 @@ class AboveOutput:
 
 
 def print_above(app: Application[str], text: str) -> None:
-    """Print above the prompt, from its event loop: erase it, write, and let it draw itself again below."""
+    """Print above the prompt, from its event loop.
+
+    Erase the prompt, write, and let it draw itself again below.
+    """
     app.renderer.erase()  # the prompt and the live area; the cursor goes back to where they began
     app.output.write_raw(text)
     app.output.flush()

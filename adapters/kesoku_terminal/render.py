@@ -12,7 +12,8 @@ TOOL_ICON = "🛠"
 RESULT_ICON = "📥"
 THOUGHT_ICON = "💭"
 SUMMARY_MAX_CHARS = 120
-"""A tool result is shown as its first line, cut here: the whole result is in the log and the trace."""
+"""A tool result is shown as its first line, cut here: the whole result is in the log and the
+trace."""
 SPINNER_FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 SPINNER_FRAME_S = 0.1
 """Time per spinner frame (the prompt redraws at this interval)."""
@@ -22,12 +23,18 @@ _PREFIXES = tuple(f"[{o.value}] " for o in Outcome)
 
 
 def tool_call_line(call: Message) -> str:
-    """``🛠 shell(command='ls')``: the runtime's own summary of the call (already cut at 200 characters)."""
+    """``🛠 shell(command='ls')``: the runtime's own summary of the call.
+
+    The summary is already cut at 200 characters.
+    """
     return f"{TOOL_ICON} {call.content}"
 
 
 def tool_result_line(result: Message) -> str:
-    """``📥 shell · completed · first line… (+12 lines)``; the outcome is always named, truthfully."""
+    """``📥 shell · completed · first line… (+12 lines)``.
+
+    The outcome is always named, truthfully.
+    """
     name = result.metadata.tool_name or result.sender
     outcome = result.metadata.outcome or Outcome.COMPLETED
     text = result.content
@@ -37,9 +44,8 @@ def tool_result_line(result: Message) -> str:
             break
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     if len(lines) > 1 and lines[0].startswith("$ "):
-        lines = lines[
-            1:
-        ]  # the shell tool repeats its command line first: the call line shows it already
+        # the shell tool repeats its command line first: the call line shows it already
+        lines = lines[1:]
     first = lines[0] if lines else "(no output)"
     if len(first) > SUMMARY_MAX_CHARS:
         first = first[: SUMMARY_MAX_CHARS - 1] + "…"
@@ -48,7 +54,10 @@ def tool_result_line(result: Message) -> str:
 
 
 def spinner(elapsed_s: float) -> str:
-    """The spinner frame for a moment, so every redraw shows the right one without a timer of its own."""
+    """The spinner frame for a moment.
+
+    Every redraw thus shows the right one without a timer of its own.
+    """
     return SPINNER_FRAMES[int(elapsed_s / SPINNER_FRAME_S) % len(SPINNER_FRAMES)]
 
 

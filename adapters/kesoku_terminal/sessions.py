@@ -38,7 +38,7 @@ def open_session(gateway: Gateway, session_id: str | None) -> Session:
     from kesoku.vocab.errors import AmbiguousSessionError, UnknownSessionError
 
     try:
-        session = gateway.store.resolve_session(session_id)
+        session = gateway.resolve_session(session_id)
     except AmbiguousSessionError as exc:
         raise OperatorError(f"--session {session_id}: {exc}") from None
     except UnknownSessionError as exc:
@@ -47,7 +47,8 @@ def open_session(gateway: Gateway, session_id: str | None) -> Session:
         ) from None
     if session.adapter != INTERACTIVE_ADAPTER:
         raise OperatorError(
-            f"--session {session_id}: a {session.adapter} session; kesoku chat continues terminal sessions only"
+            f"--session {session_id}: a {session.adapter} session; "
+            "kesoku chat continues terminal sessions only"
         )
     make_workspace(session.workspace)
     return hold(gateway, session)
@@ -65,7 +66,8 @@ def hold(gateway: Gateway, session: Session) -> Session:
     except OSError as exc:
         where = exc.filename or gateway.locks.folder
         raise OperatorError(
-            f"cannot lock session {session.id[:8]}: {where}: {exc.strerror or exc} (workspace.sessions_dir)"
+            f"cannot lock session {session.id[:8]}: {where}: {exc.strerror or exc} "
+            "(workspace.sessions_dir)"
         ) from None
     if not held:
         pid = gateway.locks.holder(session.id)

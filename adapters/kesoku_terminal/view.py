@@ -77,10 +77,16 @@ class Sink(Protocol):
         """A tool result was posted (every call gets one: completed, failed, skipped, killed...)."""
 
     def system(self, text: str) -> None:
-        """A system notification (a failed model call, the step limit, an internal error, an answer record)."""
+        """A system notification.
+
+        A failed model call, the step limit, an internal error, an answer record.
+        """
 
     def question(self, question: Message) -> None:
-        """A tool asks the user to Allow or Deny (see kesoku.agent.questions); the chat routes the answer."""
+        """A tool asks the user to Allow or Deny (see kesoku.agent.questions).
+
+        The chat routes the answer.
+        """
 
     def turn_started(self, root: Message) -> None:
         """A turn opened."""
@@ -140,8 +146,9 @@ class Follower:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Show events until cancelled; ``started`` once subscribed (post only after that).
 
-        After a gap the subscription is replaced: the new one is contiguous from the moment it opens,
-        the log is read up to that moment, and deltas are shown again from the next step boundary.
+        After a gap the subscription is replaced: the new one is contiguous from the moment it
+        opens, the log is read up to that moment, and deltas are shown again from the next step
+        boundary.
         """
         while True:
             with self.hub.subscribe(buffer=EVENT_BUFFER) as events:
@@ -214,7 +221,7 @@ class Follower:
             self.on_event(event)
 
     def sync(self, *, up_to: int | None = None, turn_root: int | None = None) -> None:
-        """Show log messages written since the last read, up to where the event being handled stands.
+        """Show log messages written since the last read, up to where the handled event stands.
 
         The view may lag behind the turn (events wait in the subscription while the turn goes on),
         so the log can already hold what comes *after* the event; showing it now would put a later

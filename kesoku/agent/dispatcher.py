@@ -45,7 +45,8 @@ log = logging.getLogger(__name__)
 BUSY_RETRY_S = 1.0
 """How often a message of a session held by another process is looked at again."""
 OUT_OF_FILES_RETRIES = 5
-"""Times a session's worker may fail for want of file descriptors before its turn is marked failed."""
+"""Times a session's worker may fail for want of file descriptors before its turn is marked
+failed."""
 _OUT_OF_FILES = (errno.EMFILE, errno.ENFILE)
 
 
@@ -69,7 +70,8 @@ class Dispatcher:
         self._busy_added = trio.Event()
         self._nursery: trio.Nursery | None = None
         self._starved: dict[str, int] = {}
-        """Sessions that ran out of file descriptors, by id: worker failures so far (0: the lock)."""
+        """Sessions that ran out of file descriptors, by id: worker failures so far
+        (0: the lock)."""
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Recover, then dispatch user messages until cancelled.
@@ -80,7 +82,7 @@ class Dispatcher:
         """
         gateway = self.rt.gateway
         with gateway.listen(role=Role.USER) as listener:
-            recovered = gateway.store.open_user_messages(up_to=listener.cursor)
+            recovered = self.rt.store.open_user_messages(up_to=listener.cursor)
             if recovered:
                 log.info("recovering %d open user message(s)", len(recovered))
             async with trio.open_nursery() as nursery:
@@ -106,13 +108,13 @@ class Dispatcher:
         worker = self._worker(message.session_id)
         if worker is not None:
             worker.submit(message)
-        elif self.rt.gateway.store.get_session(message.session_id) is not None:
+        elif self.rt.store.get_session(message.session_id) is not None:
             self.busy[message.id] = message
             self._busy_added.set()
 
     async def _retry_busy(self) -> None:
-        """Look again at the messages of busy sessions until each is answered or its session is free."""
-        store = self.rt.gateway.store
+        """Retry the messages of busy sessions until each is answered or its session is free."""
+        store = self.rt.store
         while True:
             await self._busy_added.wait()
             await trio.sleep(BUSY_RETRY_S)
@@ -137,11 +139,14 @@ class Dispatcher:
         return True
 
     def _worker(self, session_id: str) -> SessionWorker | None:
-        """The session's worker, started if needed; None if the session is deleted or held elsewhere."""
+        """The session's worker, started if needed.
+
+        None if the session is deleted or held elsewhere.
+        """
         assert self._nursery is not None, "the dispatcher is not running"
         worker = self.workers.get(session_id)
         if worker is None:
-            session = self.rt.gateway.store.get_session(session_id)
+            session = self.rt.store.get_session(session_id)
             if session is None or not self._lock(session.id):
                 return None
             worker = self.workers[session.id] = SessionWorker(self.rt, session)
@@ -149,14 +154,15 @@ class Dispatcher:
         return worker
 
     def _lock(self, session_id: str) -> bool:
-        """Take the session's lock; False when another process holds it or it cannot be taken now."""
+        """Take the session's lock; False if another process holds it or it cannot be taken now."""
         try:
             held = self.rt.gateway.locks.acquire(session_id)
         except OSError as exc:
             if session_id not in self._starved:  # one line per session until it gets through
                 self._starved[session_id] = 0
                 log.warning(
-                    "session %s: cannot take its lock (%s); its messages wait and are retried every %g s",
+                    "session %s: cannot take its lock (%s); "
+                    "its messages wait and are retried every %g s",
                     session_id,
                     exc,
                     BUSY_RETRY_S,
@@ -168,7 +174,7 @@ class Dispatcher:
         return held
 
     def stop(self, session_id: str, *, force: bool = False) -> bool:
-        """Stop the running turn of a session (see :meth:`SessionWorker.stop`); False if none runs."""
+        """Stop a session's running turn (see :meth:`SessionWorker.stop`); False if none runs."""
         worker = self.workers.get(session_id)
         return worker.stop(force=force) if worker is not None else False
 
@@ -222,12 +228,15 @@ class Dispatcher:
     async def _report_crash(self, roots: list[Message], exc: Exception) -> None:
         if not roots:
             return
-        store = self.rt.gateway.store
+        store = self.rt.store
         root = roots[-1]
         if isinstance(exc, StoreError):
             text = f"⚠ Kesoku could not store this turn and gave up on it: {exc}."
         else:
-            text = f"⚠ Kesoku hit an internal error and gave up on this turn ({type(exc).__name__}: {exc})."
+            text = (
+                "⚠ Kesoku hit an internal error and gave up on this turn "
+                f"({type(exc).__name__}: {exc})."
+            )
         try:
             store.set_status((r.id for r in roots), Status.FAILED)
             await self.rt.gateway.post(in_turn(root, Role.SYSTEM, Kind.TEXT, text))

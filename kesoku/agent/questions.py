@@ -1,4 +1,4 @@
-"""Questions to the user: a tool asks Allow or Deny and waits; an adapter shows the choices and answers.
+"""Questions to the user: a tool asks Allow or Deny and waits; an adapter shows choices and answers.
 
 A question is a ``system`` message of the turn whose ``metadata.extra["question"]`` holds the
 choices, so every adapter sees it through the gateway like any other message (and a trajectory shows
@@ -21,7 +21,18 @@ import trio
 
 from kesoku.tools.base import Approval
 from kesoku.vocab.events import QuestionAsked
-from kesoku.vocab.model import ANSWER_KEY, QUESTION_KEY, Kind, Message, Metadata, Role, in_turn
+from kesoku.vocab.model import (
+    ALLOW,
+    ANSWER_KEY,
+    DENY,
+    QUESTION_KEY,
+    Kind,
+    Message,
+    Metadata,
+    Role,
+    in_turn,
+    parse_answer,
+)
 
 if TYPE_CHECKING:
     from kesoku.gateway import Gateway
@@ -29,28 +40,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ALLOW = "Allow"
-DENY = "Deny"
 QUESTION_TIMEOUT_S = 300.0
 """``agent.question_timeout_s``: no answer within this long counts as Deny."""
 RECORD_BOUND_S = 5.0
 """How long writing the answer record may take when the asking tool is being cancelled."""
-
-_ANSWER_WORDS = {
-    "allow": ALLOW,
-    "a": ALLOW,
-    "y": ALLOW,
-    "yes": ALLOW,
-    "deny": DENY,
-    "d": DENY,
-    "n": DENY,
-    "no": DENY,
-}
-
-
-def parse_answer(text: str) -> str | None:
-    """``Allow`` or ``Deny`` for a typed answer (``y``, ``yes``, ``allow``, ``n``, ``no``, ``deny``), else None."""
-    return _ANSWER_WORDS.get(text.strip().lower().rstrip(".!"))
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The runtime: what turns need (gateway, backends, tools, settings) and the task tree that runs them.
+"""The runtime: what turns need (gateway, backends, tools, settings) and the task tree running them.
 
 ``Runtime.serve`` opens the nursery below the root (ARCHITECTURE.md, "Task tree"): the turn-log
 writer and the dispatcher (which owns one worker per session). Adapters post user messages to the
@@ -57,7 +57,10 @@ class ToolSource(Protocol):
         ...
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Connect and keep the tools available until cancelled; ``started()`` once the first try ended."""
+        """Connect and keep the tools available until cancelled.
+
+        ``started()`` is called once the first try ended.
+        """
         ...
 
 
@@ -110,7 +113,9 @@ class Runtime:
         gates: PathGates | None = None,
     ) -> None:
         self.gateway = gateway
-        own_db = PathGates(protected_files=(Path(gateway.store.path),))
+        self.store = gateway.store
+        """The session store the agent reads and writes (adapters only see the gateway)."""
+        own_db = PathGates(protected_files=(Path(gateway.db_path),))
         self.gates = gates if gates is not None else own_db
         """What tools and adapters may read, write and share (``[file: …]``)."""
         self._llm = llm
@@ -135,10 +140,11 @@ class Runtime:
         self.turnlog = turnlog
         self.hub = hub if hub is not None else EventHub()
         self.questions = Questions(gateway, self.hub, timeout_s=question_timeout_s)
-        """Open questions to users; adapters answer them with ``rt.questions.answer(id, choice)``."""
+        """Open questions to users; adapters answer with ``rt.questions.answer(id, choice)``."""
         self.dispatcher = Dispatcher(self)
         self.sandbox: Sandbox | None = None
-        """What confines tool processes (set by ``build_runtime``), for the start-up line and commands."""
+        """What confines tool processes (set by ``build_runtime``), for the start-up line and
+        commands."""
 
     @classmethod
     def from_config(
@@ -152,7 +158,9 @@ class Runtime:
         tool_sources: Sequence[ToolSource] = (),
         gates: PathGates | None = None,
     ) -> Runtime:
-        """Build the runtime kesoku.toml describes (blocking: backends load their SDKs; call it at start-up).
+        """Build the runtime kesoku.toml describes.
+
+        Blocking: backends load their SDKs; call it at start-up.
 
         Args:
             config: The loaded config.
@@ -214,7 +222,10 @@ class Runtime:
         return llm
 
     def current_tools(self) -> tuple[Tool, ...]:
-        """The tools usable now: the fixed ones, then each source's (a name already taken is skipped)."""
+        """The tools usable now: the fixed ones, then each source's.
+
+        A name already taken is skipped.
+        """
         if not self.tool_sources:
             return self.tools
         out = list(self.tools)

@@ -65,8 +65,9 @@ BATCH_BOUND_S = 6 * 3600.0
 """Outer bound of a shielded tool batch, for a tool that ignores its own timeout."""
 
 COMPACTION_RETRY_GROWTH = 0.1
-"""After an auto compaction found nothing old enough to compact, the turn tries again once its estimate
-has grown by this fraction of the compaction limit (the whole history is planned on each try)."""
+"""After an auto compaction found nothing old enough to compact, the turn tries again once its
+estimate has grown by this fraction of the compaction limit (the whole history is planned on each
+try)."""
 
 _ROOT_STATUS = {
     TurnState.DONE: Status.DONE,
@@ -109,10 +110,10 @@ class Turn(StepLoop[Message]):
         super().__init__(llm, session, rt.turnlog, max_identical_calls=rt.max_identical_calls)
         self.rt = rt
         self.compactor = (
-            compactor if compactor is not None else Compactor(rt.gateway.store, rt.compaction)
+            compactor if compactor is not None else Compactor(rt.store, rt.compaction)
         )
         self.guard = (
-            guard if guard is not None else SessionGuard(rt.gateway.store, rt.questions, session.id)
+            guard if guard is not None else SessionGuard(rt.store, rt.questions, session.id)
         )
         self.history = history if history is not None else SessionHistory(rt.gateway, session.id)
         self.session_turns = session_turns
@@ -176,8 +177,8 @@ class Turn(StepLoop[Message]):
         Args:
             reason: Why, for their results (``Kesoku shut down: agent.shutdown_grace_s ran out``).
 
-        The turn is not stopped: the shutdown that cancels it leaves it ``processing``, so it resumes
-        at the next start and the model sees why its tools were cut.
+        The turn is not stopped: the shutdown that cancels it leaves it ``processing``, so it
+        resumes at the next start and the model sees why its tools were cut.
         """
         if self.kill_reason is None:
             self.kill_reason = reason
@@ -200,7 +201,7 @@ class Turn(StepLoop[Message]):
             resumes at the next start; a running tool batch still finishes and posts its results.
         """
         started = trio.current_time()
-        store = self.rt.gateway.store
+        store = self.rt.store
         store.set_status(
             (r.id for r in self.roots if r.status is not Status.PROCESSING), Status.PROCESSING
         )
@@ -228,14 +229,12 @@ class Turn(StepLoop[Message]):
 
     async def _loop(self) -> TurnState:
         await self._heal()
-        await self.rt.compaction.learn_window(
-            self.llm
-        )  # a model no table knows: ask its server, once
+        # a model no table knows: ask its server, once
+        await self.rt.compaction.learn_window(self.llm)
         self._system = self._system_prompt()
         return await self.run_steps()
 
-    # -- the step loop's hooks (kesoku.agent.loop)
-    # -----------------------------------------------------
+    # -- the step loop's hooks (kesoku.agent.loop) ------------------------------------------------
 
     async def _prepare(self) -> LLMRequest | TurnState:
         # A shutdown cancels the turn between steps as well: it must stay `processing` (resumed
@@ -246,7 +245,8 @@ class Turn(StepLoop[Message]):
         if self.model_calls >= self.rt.max_steps_per_turn:
             limit = self.rt.max_steps_per_turn
             await self._post_system(
-                f"Stopped after {limit} model calls in one turn (agent.max_steps_per_turn = {limit}). "
+                f"Stopped after {limit} model calls in one turn "
+                f"(agent.max_steps_per_turn = {limit}). "
                 "Send a message to let it continue."
             )
             return TurnState.STEP_LIMIT
@@ -309,8 +309,8 @@ class Turn(StepLoop[Message]):
     async def _repeating(self, name: str) -> TurnState:
         return await self._end(
             TurnState.REPEATING,
-            f"Stopped: the model kept calling {name} with the same arguments after being told it repeats "
-            "(agent.max_identical_calls). Send a message to let it continue.",
+            f"Stopped: the model kept calling {name} with the same arguments after being told "
+            "it repeats (agent.max_identical_calls). Send a message to let it continue.",
         )
 
     async def _end(self, state: TurnState, notice: str, usage: Usage | None = None) -> TurnState:
@@ -354,9 +354,8 @@ class Turn(StepLoop[Message]):
                 self._batch_scope = kill_scope
                 if self.kill_reason is not None:
                     kill_scope.cancel()
-                if (
-                    not self.cut and len(calls_to_run) == 1
-                ):  # the usual step: no nursery and task for one call
+                # the usual step: no nursery and task for one call
+                if not self.cut and len(calls_to_run) == 1:
                     await self._run_call(calls_to_run[0], results)
                 elif not self.cut and calls_to_run:
                     async with trio.open_nursery() as nursery:
@@ -452,7 +451,10 @@ class Turn(StepLoop[Message]):
         return out
 
     async def _post_partial(self, response: LLMResponse) -> None:
-        """Keep what the model streamed before the cut; its unfinished tool calls are dropped unrun."""
+        """Keep what the model streamed before the cut.
+
+        Its unfinished tool calls are dropped unrun.
+        """
         await self._post(
             _with_step_usage(self._answer_messages(response, Status.INTERRUPTED), response.usage)
         )
@@ -474,12 +476,18 @@ class Turn(StepLoop[Message]):
     # -- context ----------------------------------------------------------------------------------
 
     def _turns(self) -> list[LLMTurn]:
-        """The request turns: the cached history, caught up with what was written since the last call."""
+        """The request turns.
+
+        The cached history, caught up with what was written since the last call.
+        """
         self.history.sync()
         return self.history.turns(self.root)
 
     async def _heal(self) -> None:
-        """Answer tool calls left without a result (a crash, a failed worker) with ``lost`` before anything else."""
+        """Answer tool calls left without a result with ``lost``, before anything else.
+
+        Such calls are left by a crash or a failed worker.
+        """
         self.history.sync()
         orphans = self.history.unanswered()
         if not orphans:
@@ -514,7 +522,10 @@ class Turn(StepLoop[Message]):
         return True
 
     def _refusal(self, estimate: int) -> str | None:
-        """The one-line notice for a request the estimate puts over the window, or None when it fits."""
+        """The one-line notice for a request the estimate puts over the window.
+
+        None when it fits.
+        """
         window = self.rt.compaction.window(self.llm)
         if estimate <= window:
             return None
@@ -526,16 +537,16 @@ class Turn(StepLoop[Message]):
         # The local model's window is the n_ctx it is loaded with: a larger one is set there.
         key = "[local] n_ctx" if self.llm.provider == "local" else "[compaction.context_windows]"
         return (
-            f"⚠ Not sent: the request would be about {estimate:,} tokens, over the model's context window of "
-            f"{window:,} ({why}). Start a new session, or if the model's window is larger, set it under {key}."
+            f"⚠ Not sent: the request would be about {estimate:,} tokens, "
+            f"over the model's context window of {window:,} ({why}). "
+            f"Start a new session, or if the model's window is larger, set it under {key}."
         )
 
     async def _compact(self, reason: str, fixed: float, *, force: bool = False) -> bool:
         """Compact the session's view before the next request; True when a new view is in force."""
         self.history.sync()
-        active_ts = min(
-            r.root_ts for r in self.roots
-        )  # every message this turn answers stays verbatim
+        # every message this turn answers stays verbatim
+        active_ts = min(r.root_ts for r in self.roots)
         view = await self.compactor.compact(
             self.history.up_to(self.root),
             active_ts,
@@ -557,10 +568,10 @@ class Turn(StepLoop[Message]):
 def system_prompt(rt: Runtime, session: Session) -> str:
     """The system prompt of a session's next request (tools, skills and notes as they are now).
 
-    An adapter may add a section of its own: a string in ``session.metadata["context"]`` (the Discord
-    adapter's server, channel and members) is appended as it is. Secrets in it (an AGENTS.md may hold
-    a database URL) are masked (:meth:`Runtime.mask`), so neither the provider nor the turn log gets
-    them.
+    An adapter may add a section of its own: a string in ``session.metadata["context"]`` (the
+    Discord adapter's server, channel and members) is appended as it is. Secrets in it (an AGENTS.md
+    may hold a database URL) are masked (:meth:`Runtime.mask`), so neither the provider nor the turn
+    log gets them.
     """
     cwd = rt.cwd(session)
     prompt = build_system_prompt(
@@ -580,9 +591,10 @@ def system_prompt(rt: Runtime, session: Session) -> str:
 def _with_step_usage(messages: list[Message], usage: Usage) -> list[Message]:
     """The messages of one model call, its usage on the first (whatever its kind).
 
-    Readers sum ``metadata.usage`` over messages (:func:`kesoku.observe.usage.session_tokens`), so a call's usage
-    goes on exactly one of its messages; on the first because a step may post only tool calls. A call
-    that reported nothing, or posts nothing (a cut before any output), stores none.
+    Readers sum ``metadata.usage`` over messages (:func:`kesoku.observe.usage.session_tokens`), so
+    a call's usage goes on exactly one of its messages; on the first because a step may post only
+    tool calls. A call that reported nothing, or posts nothing (a cut before any output), stores
+    none.
     """
     if messages and usage.total_tokens:
         first = messages[0]
@@ -593,12 +605,18 @@ def _with_step_usage(messages: list[Message], usage: Usage) -> list[Message]:
 
 
 def _call_summary(name: str, arguments: Mapping[str, object]) -> str:
-    """The human-readable content of a tool_call message: ``name(key=value, …)``, cut at 200 characters."""
+    """The human-readable content of a tool_call message: ``name(key=value, …)``.
+
+    Cut at 200 characters.
+    """
     args = ", ".join(f"{k}={v!r}" for k, v in arguments.items())
     text = f"{name}({args})"
     return text if len(text) <= 200 else text[:199] + "…"
 
 
 def session_cwd(session: Session, project_dir: Path | None) -> Path:
-    """The working directory of a session's tools: ``agent.project_dir`` if set, else its workspace."""
+    """The working directory of a session's tools.
+
+    ``agent.project_dir`` if set, else the session's workspace.
+    """
     return project_dir if project_dir is not None else Path(session.workspace)

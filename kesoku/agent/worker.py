@@ -56,9 +56,9 @@ class SessionWorker:
         """Metrics of the last turns this worker ran (at most ten)."""
         self.history = SessionHistory(rt.gateway, session.id)
         """The session's history, read once per worker and then kept up to date incrementally."""
-        self.guard = SessionGuard(rt.gateway.store, rt.questions, session.id)
+        self.guard = SessionGuard(rt.store, rt.questions, session.id)
         """The session's taint sources and the questions its tools ask."""
-        self.compactor = Compactor(rt.gateway.store, rt.compaction)
+        self.compactor = Compactor(rt.store, rt.compaction)
         """The session's compaction state (calibration, summary cooldown)."""
         self.compact_requested = False
         """``/compact`` asked; runs when no turn is running."""
@@ -80,7 +80,10 @@ class SessionWorker:
         self._wakeup.set()
 
     def request_compaction(self) -> None:
-        """Compact the session as soon as no turn runs (``/compact``); the result is a Compacted event."""
+        """Compact the session as soon as no turn runs (``/compact``).
+
+        The result is a Compacted event.
+        """
         self.compact_requested = True
         self._wakeup.set()
 
@@ -96,7 +99,9 @@ class SessionWorker:
         return True
 
     def kill_tools(self, reason: str) -> bool:
-        """Kill the running turn's tools without stopping it (a shutdown; see :meth:`Turn.kill_tools`).
+        """Kill the running turn's tools without stopping it (a shutdown).
+
+        See :meth:`Turn.kill_tools`.
 
         Returns:
             False when no turn was running.
@@ -145,7 +150,7 @@ class SessionWorker:
             return
         self._ensure_title(roots[0])
         if self._session_turns is None:  # counted once per worker, then kept up to date
-            self._session_turns = self.rt.gateway.store.count_turns(self.session.id)
+            self._session_turns = self.rt.store.count_turns(self.session.id)
         llm = self.rt.llm_for(self.session)
         turn = Turn(
             self.rt,
@@ -191,9 +196,10 @@ class SessionWorker:
         self.rt.hub.publish(Compacted(self.session.id, view, "/compact"))
 
     def _drop_answered(self, roots: list[Message]) -> list[Message]:
-        """Mark done the resumed roots whose turn already ended with an answer (a crash after answering).
+        """Mark done the resumed roots whose turn already ended with an answer.
 
-        Only ``processing`` roots (left open by a crash) are checked, so a normal turn costs no read.
+        Such roots are left by a crash after answering. Only ``processing`` roots (left open by a
+        crash) are checked, so a normal turn costs no read.
         """
         resumed = [r for r in roots if r.status is Status.PROCESSING]
         if not resumed:
@@ -217,29 +223,35 @@ class SessionWorker:
                 self.session.id,
                 len(answered),
             )
-            self.rt.gateway.store.set_status(answered, Status.DONE)
+            self.rt.store.set_status(answered, Status.DONE)
         return [r for r in roots if r.id not in answered]
 
     def _ensure_title(self, first: Message) -> None:
-        """Give a new session a short title from its first message (no model call: free and instant)."""
+        """Give a new session a short title from its first message.
+
+        No model call: free and instant.
+        """
         if self.session.title:
             return
-        current = self.rt.gateway.store.get_session(self.session.id)
+        current = self.rt.store.get_session(self.session.id)
         if current is not None and current.title:
             self.session = current
             return
         title = make_title(first.content)
-        self.rt.gateway.store.set_session_title(self.session.id, title)
-        self.session = self.rt.gateway.store.get_session(self.session.id) or self.session
+        self.rt.store.set_session_title(self.session.id, title)
+        self.session = self.rt.store.get_session(self.session.id) or self.session
 
 
 def _is_dir(path: str) -> bool:
-    """Whether ``path`` is a folder: one stat, microseconds when it is cached, so done on the loop."""
+    """Whether ``path`` is a folder: one stat, microseconds when cached, so done on the loop."""
     return os.path.isdir(path)
 
 
 def make_title(text: str) -> str:
-    """A short title: the first line of ``text``, whitespace collapsed, cut at a word near 48 characters."""
+    """A short title: the first line of ``text``, whitespace collapsed.
+
+    Cut at a word near 48 characters.
+    """
     line = next((ln for ln in text.splitlines() if ln.strip()), "")
     words = re.sub(r"\s+", " ", line).strip()
     if not words:

@@ -1,16 +1,19 @@
-"""What an adapter is, and how the daemon and ``kesoku chat`` find adapters (ARCHITECTURE.md, "Module map").
+"""The adapter port: what an adapter is and may use, how the daemon and ``kesoku chat`` find it.
+
+ARCHITECTURE.md, "Package map", draws the port.
 
 Adapters are found through the entry-point group ``kesoku.adapters``, so a third-party adapter looks
 exactly like a first-party one. An entry point names an object (usually a module) with:
 
 - ``enabled(config) -> bool``: whether the daemon runs it. Optional: without it, the adapter is
   enabled when the config section of the same name says ``enabled = true`` (``[discord] enabled``).
-- ``async serve(rt, config, *, task_status)``: run until cancelled, calling
+- ``async serve(ctx, config, *, task_status)``: run until cancelled, calling
   ``task_status.started()`` once connected. Stopping is cancelling; an exception is reported in one
   line and the daemon starts the adapter again with backoff (1 s doubling to 60 s), except an
   ``OperatorError`` or an ``ImportError``, which only the operator can fix. An adapter keeps each
   message its own failure domain: one that cannot be handled is logged and told in one line, and the
-  adapter goes on.
+  adapter goes on. ``ctx`` is an :class:`AdapterContext`: the gateway, the event hub, questions and
+  the path gates; an adapter never holds the runtime or the store.
 
 The terminal adapter offers ``chat(config, ...)`` instead (see :class:`ChatAdapter`), which
 ``kesoku chat`` calls. The core never imports an adapter package by name: it asks the entry points.
@@ -31,12 +34,47 @@ from kesoku.vocab.errors import OperatorError
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from kesoku.agent.questions import Questions
     from kesoku.agent.runtime import Runtime
     from kesoku.config.settings import Config
-    from kesoku.store import Store
+    from kesoku.gateway import Gateway
+    from kesoku.tools.paths import PathGates
+    from kesoku.vocab.events import EventHub
 
 GROUP = "kesoku.adapters"
-"""The entry-point group adapters register under (pyproject.toml ``[project.entry-points."kesoku.adapters"]``)."""
+"""The entry-point group adapters register under.
+
+pyproject.toml: ``[project.entry-points."kesoku.adapters"]``.
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterContext:
+    """What a chat adapter may use of the running agent: the port between the two.
+
+    No runtime, store or dispatcher: an adapter posts and reads messages, follows progress, answers
+    questions and stops turns, and nothing else (ARCHITECTURE.md, "Package map").
+
+    Attributes:
+        gateway: :meth:`~kesoku.gateway.Gateway.post` user messages,
+            :meth:`~kesoku.gateway.Gateway.listen` to the log from a
+            :class:`~kesoku.gateway.DeliveryCursor`, :meth:`~kesoku.gateway.Gateway.stop` a turn,
+            and the session queries (``open_session``, ``get_session``, ``get_message``, ...).
+        hub: Live progress: tool started and finished, model deltas, turn ended.
+        questions: Open tool questions; ``answer(id, choice, by=...)`` for Allow/Deny buttons.
+        gates: Which workspace files may be shared back to a chat
+            (:func:`kesoku.tools.attachments.check_share`).
+    """
+
+    gateway: Gateway
+    hub: EventHub
+    questions: Questions
+    gates: PathGates
+
+    @classmethod
+    def of(cls, rt: Runtime) -> AdapterContext:
+        """The port onto a runtime (the daemon gives each adapter this)."""
+        return cls(gateway=rt.gateway, hub=rt.hub, questions=rt.questions, gates=rt.gates)
 
 
 @runtime_checkable
@@ -45,15 +83,15 @@ class Adapter(Protocol):
 
     async def serve(
         self,
-        rt: Runtime,
+        ctx: AdapterContext,
         config: Config,
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Post user messages to ``rt.gateway`` and deliver replies until cancelled.
+        """Post user messages to ``ctx.gateway`` and deliver replies until cancelled.
 
         Args:
-            rt: The runtime: ``rt.gateway`` for messages, ``rt.hub`` for live progress.
+            ctx: The port: ``ctx.gateway`` for messages, ``ctx.hub`` for live progress.
             config: The loaded config.
             task_status: ``started()`` once the adapter is connected and listening.
 
@@ -122,7 +160,10 @@ class AdapterEntry:
 
 
 def adapter_entries() -> list[AdapterEntry]:
-    """Return every adapter registered under :data:`GROUP`, sorted by name (the first of a name wins)."""
+    """Return every adapter registered under :data:`GROUP`, sorted by name.
+
+    Of several with the same name, the first wins.
+    """
     # importlib.metadata costs tens of milliseconds to import: only the daemon and `chat` pay it.
     from importlib.metadata import entry_points
 
@@ -149,7 +190,10 @@ def find_adapter(name: str, entries: Sequence[AdapterEntry] | None = None) -> Ad
 
 
 def section_enabled(name: str, config: Config) -> bool | None:
-    """The ``enabled`` key of the config section named like the adapter; None when there is no such key."""
+    """The ``enabled`` key of the config section named like the adapter.
+
+    None when there is no such key.
+    """
     section = getattr(config, name, None)
     value = getattr(section, "enabled", None)
     return value if isinstance(value, bool) else None
@@ -171,54 +215,3 @@ def is_enabled(entry: AdapterEntry, adapter: object, config: Config) -> bool:
     if callable(check):
         return bool(check(config))
     return bool(section_enabled(entry.name, config))
-
-
-DELIVERED_WAIT_S = 60.0
-"""How long :meth:`DeliveryCursor.delivered` waits at most."""
-
-
-class DeliveryCursor:
-    """An adapter's durable place in the log, so each reply is delivered once across restarts.
-
-    The adapter follows ``gateway.listen(after=cursor.start(), adapter=...)`` and calls
-    :meth:`advance` after each message it delivered (or gave up on for good).
-
-    Args:
-        store: Where the cursor is kept.
-        name: The cursor's name, ``adapter:<chatbot_id>``.
-    """
-
-    def __init__(self, store: Store, name: str) -> None:
-        self.store = store
-        self.name = name
-        self.position = 0
-        """The id of the last message handled."""
-        self._progress = trio.Event()
-
-    def start(self) -> int:
-        """The id to listen after: the saved cursor, or the newest stored message.
-
-        An adapter's very first start begins after the newest message: older sessions are not
-        replayed into a chat that never saw them.
-        """
-        saved = self.store.get_cursor(self.name)
-        self.position = self.store.last_message_id() if saved is None else saved
-        if saved is None:
-            self.store.set_cursor(self.name, self.position)
-        return self.position
-
-    def advance(self, message_id: int) -> None:
-        """Record that ``message_id`` was handled, and wake :meth:`delivered` waiters."""
-        self.position = message_id
-        self.store.set_cursor(self.name, message_id)
-        self._progress.set()
-        self._progress = trio.Event()
-
-    async def delivered(self, session_id: str, *, timeout_s: float = DELIVERED_WAIT_S) -> None:
-        """Wait until every stored message of a session has been handled (bounded by ``timeout_s``)."""
-        from kesoku.store import MessageFilter
-
-        flt = MessageFilter.from_kwargs({"session_id": session_id})
-        with trio.move_on_after(timeout_s):
-            while self.store.messages_after(self.position, flt, limit=1):
-                await self._progress.wait()

@@ -31,22 +31,25 @@ from typing import Any
 import trio
 
 CPU_THRESHOLD_S = 0.025
-"""CPU time one task step may take: about 20 ms, with a margin because CPU time itself grows by a few
-ms on a loaded 2-core machine (shared caches, frequency), and a flaky gate protects nothing."""
+"""CPU time one task step may take: about 20 ms, with a margin because CPU time itself grows by a
+few ms on a loaded 2-core machine (shared caches, frequency), and a flaky gate protects nothing."""
 WALL_THRESHOLD_S = 0.250
-"""Wall time one task step may take (blocking I/O shows here, not in CPU time). Looser than the CPU bound:
-on a fresh install a step that merely waits on a cold disk cache (a module's first import) took 175 ms
-with 7.5 ms of CPU; a sleep or an fsync storm on the loop still shows."""
+"""Wall time one task step may take (blocking I/O shows here, not in CPU time). Looser than the CPU
+bound: on a fresh install a step that merely waits on a cold disk cache (a module's first import)
+took 175 ms with 7.5 ms of CPU; a sleep or an fsync storm on the loop still shows."""
 SAMPLE_S = 0.025
-"""How often the watchdog looks at a step that has run longer than this (its thread state and stack)."""
+"""How often the watchdog looks at a step that has run longer than this.
+
+It looks at the step's thread state and stack.
+"""
 
 
 class BlockingDetector(trio.abc.Instrument):
-    """Records task steps over the thresholds in :attr:`violations` as ``(task name, cpu_s, wall_s)``.
+    """Records task steps over the thresholds in :attr:`violations`.
 
-    ``wall_s`` leaves out garbage-collector pauses, the time spent waiting for a CPU and the time
-    spent in disk sleep. :attr:`where` holds, per violation, the innermost frames the watchdog saw
-    the step in (empty when it saw none).
+    Each violation is ``(task name, cpu_s, wall_s)``; ``wall_s`` leaves out garbage-collector
+    pauses, the time spent waiting for a CPU and the time spent in disk sleep. :attr:`where` holds,
+    per violation, the innermost frames the watchdog saw the step in (empty when it saw none).
 
     Use it as ``trio.run(main, instruments=[detector])``; the test suite runs every trio test under
     one.
@@ -100,7 +103,7 @@ class BlockingDetector(trio.abc.Instrument):
             self._watchdog = None
 
     def thread_state(self) -> str:
-        """The trio thread's scheduler state (proc(5): ``R``, ``S``, ``D``…); ``?`` where unknown."""
+        """The trio thread's scheduler state (proc(5): ``R``, ``S``, ``D``…); ``?`` if unknown."""
         try:
             with open(self._stat_path, "rb") as f:
                 stat = f.read()
@@ -110,7 +113,7 @@ class BlockingDetector(trio.abc.Instrument):
         return stat[stat.rfind(b")") + 2 :][:1].decode("ascii", "replace") or "?"
 
     def disk_io(self) -> int:
-        """The calling thread's disk operations so far: block reads and writes, major page faults."""
+        """The calling thread's disk I/O so far: block reads and writes, major page faults."""
         usage = resource.getrusage(resource.RUSAGE_THREAD)
         return usage.ru_inblock + usage.ru_oublock + usage.ru_majflt
 
@@ -128,9 +131,8 @@ class BlockingDetector(trio.abc.Instrument):
                 continue  # that step ended while we looked
             if state == "D":
                 self._disk_s += now - since
-            elif (
-                state != "R" and not self._seen_at
-            ):  # R: running, or waiting for a CPU (not blamed)
+            # R: running, or waiting for a CPU (not blamed)
+            elif state != "R" and not self._seen_at:
                 self._seen_at = "?"  # blamed, even where the stack cannot be read
                 frame = sys._current_frames().get(self._ident)
                 if frame is not None:
@@ -168,9 +170,8 @@ class BlockingDetector(trio.abc.Instrument):
         self._step_started = 0.0
         wall = time.perf_counter() - self._wall - self._gc_s
         cpu = time.thread_time() - self._cpu - self._gc_s
-        if (
-            wall > self.wall_threshold_s
-        ):  # only then are the run-queue delay and disk sleep worth a look
+        # only then are the run-queue delay and disk sleep worth a look
+        if wall > self.wall_threshold_s:
             wall -= self._run_queue_delay() - self._waited + self._disk_s
             if not self._seen_at and (self._disk_s or self.disk_io() > self._io):
                 # Seen only in disk sleep or on a CPU, or not seen at all while it read or wrote the

@@ -1,10 +1,11 @@
-"""``kesoku start``: the foreground daemon (ARCHITECTURE.md, "Task tree") — runtime, adapters and a signal watcher.
+"""``kesoku start``: the foreground daemon — runtime, adapters and a signal watcher.
 
-Task tree under ``trio.run``::
+Task tree under ``trio.run`` (ARCHITECTURE.md, "Task tree")::
 
     root nursery ─┬─ signal watcher: SIGTERM/SIGINT → graceful stop; SIGHUP → reload kesoku.toml
-                  ├─ runtime scope ── Runtime.serve (turn logs, dispatcher → workers) + turn-metrics
-                  log └─ adapters scope ── one task per enabled adapter (each failure reported,
+                  ├─ runtime scope ── Runtime.serve (turn logs, dispatcher → workers)
+                  │                   + turn-metrics log
+                  └─ adapters scope ── one task per enabled adapter (each failure reported,
                                        the adapter restarted with backoff; others go on)
 
 Graceful stop: the runtime scope is cancelled first, which cuts model streams at once; a running
@@ -55,9 +56,9 @@ _GROUPS = frozenset({"agent", "config", "host", "observe", "vocab"})
 """Packages that only group modules: a log line names the module (``daemon``, ``turn``)."""
 
 INTERACTIVE_ADAPTER = "terminal"
-"""Sessions of this adapter belong to the ``kesoku chat`` process that opened them, never to the daemon."""
+"""Sessions of this adapter belong to the ``kesoku chat`` that opened them, never to the daemon."""
 KILL_WAIT_S = 10.0
-"""After killing tools at the end of the grace period, how long their results may take to be posted."""
+"""How long the results of tools killed at the end of the grace period may take to be posted."""
 RESTART_MIN_S = 1.0
 """The first delay before a failed adapter is started again (doubled at each failure in a row)."""
 RESTART_MAX_S = 60.0
@@ -65,7 +66,7 @@ RESTART_MAX_S = 60.0
 RESTART_RESET_S = 120.0
 """An adapter that ran this long before failing starts again after :data:`RESTART_MIN_S`."""
 SESSION_CACHE_SIZE = 4096
-"""Sessions whose owner (adapter) the daemon remembers, to route user messages without a query each."""
+"""Sessions whose owner (adapter) the daemon caches, to route user messages without a query each."""
 LIVE_KEYS = (
     "agent.persona",
     "agent.max_steps_per_turn",
@@ -102,8 +103,7 @@ _COLORS = {
 }
 
 
-# -- the runtime of a process
-# -----------------------------------------------------------------------
+# -- the runtime of a process ---------------------------------------------------------------------
 
 
 def runtime_gates(
@@ -201,7 +201,7 @@ class ScopedDispatcher(Dispatcher):
         self.serves = serves
 
     def submit(self, message: Message) -> None:
-        """Queue a user message of a served session; others are left to the process that owns them."""
+        """Queue a user message of a served session; others are left to the process owning them."""
         if self.serves(message.session_id):
             super().submit(message)
 
@@ -253,9 +253,8 @@ def build_runtime(
     tools = default_tools(config, skills=skills, gates=gates, sandbox=sandbox)
     sources: list[ToolSource] = []
     if any(server.enabled for server in config.mcp.servers):
-        from kesoku.mcp.manager import (
-            McpManager,
-        )  # light: the mcp SDK loads in a thread at the first connection
+        # light: the mcp SDK loads in a thread at the first connection
+        from kesoku.mcp.manager import McpManager
 
         sources.append(
             McpManager(config.mcp, max_output_bytes=config.shell.max_output_bytes, sandbox=sandbox)
@@ -276,7 +275,7 @@ def build_runtime(
 
 
 def daemon_serves(store: Store) -> Callable[[str], bool]:
-    """The daemon answers every session except the terminal ones (their ``kesoku chat`` answers them)."""
+    """The daemon answers every session but terminal ones (their ``kesoku chat`` answers them)."""
 
     @functools.lru_cache(maxsize=SESSION_CACHE_SIZE)
     def serves(session_id: str) -> bool:
@@ -398,7 +397,7 @@ def run(config_path: Path | None) -> int:
 
 
 def raise_open_file_limit() -> int | None:
-    """Raise the soft open-file limit (``RLIMIT_NOFILE``) to the hard one; one log line when it moves.
+    """Raise the soft open-file limit (``RLIMIT_NOFILE``) to the hard one; a log line if it moves.
 
     Many live sessions, each turn's HTTP connection, tool pipes and the store's files all need
     descriptors, and the common soft limit (1024) is far below the hard one (often 524288; systemd
@@ -595,7 +594,7 @@ class Daemon:
     ) -> None:
         from kesoku.vocab.events import TurnEnded
 
-        store = self.rt.gateway.store
+        store = self.rt.store
         with self.rt.hub.subscribe() as events:
             task_status.started()
             async for event in events:
@@ -659,11 +658,13 @@ class Daemon:
         self, entry: AdapterEntry, adapter: Adapter, restarts: int
     ) -> Exception | None:
         """Serve the adapter once; returns the failure to restart after, or None: no restart."""
+        from kesoku.host.adapters import AdapterContext
         from kesoku.vocab.errors import OperatorError
 
+        ctx = AdapterContext.of(self.rt)
         try:
             async with trio.open_nursery() as nursery:
-                await nursery.start(functools.partial(adapter.serve, self.rt, self.config))
+                await nursery.start(functools.partial(adapter.serve, ctx, self.config))
                 self.running_adapters.add(entry.name)
                 again = f" again (restart {restarts})" if restarts else ""
                 log.info("adapter %s: started%s", entry.name, again)
@@ -723,7 +724,10 @@ class Daemon:
 
 
 def changed_keys(old: Config, new: Config) -> list[str]:
-    """The dotted keys whose value differs (a list-valued key such as ``discord.channels`` as a whole)."""
+    """The dotted keys whose value differs.
+
+    A list-valued key such as ``discord.channels`` is compared as a whole.
+    """
     import msgspec
 
     a, b = _flatten(msgspec.to_builtins(old)), _flatten(msgspec.to_builtins(new))

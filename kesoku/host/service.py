@@ -55,9 +55,9 @@ SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 RESTART_S = 5
 STOP_TIMEOUT_S = 210
 OPEN_FILES = 65536
-"""The unit's ``LimitNOFILE`` (soft and hard): a thousand live sessions with their HTTP connections and
-tool pipes fit, where the common default soft limit (1024) does not (the daemon also raises its soft
-limit to the hard one at start)."""
+"""The unit's ``LimitNOFILE`` (soft and hard): a thousand live sessions with their HTTP connections
+and tool pipes fit, where the common default soft limit (1024) does not (the daemon also raises its
+soft limit to the hard one at start)."""
 SYSTEMCTL_TIMEOUT_S = 30.0
 """Longest wait for one systemctl call (daemon-reload, enable, stop)."""
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -267,15 +267,14 @@ def is_secret(name: str, value: str) -> bool:
         return False
 
 
-# -- writing and systemctl
-# --------------------------------------------------------------------------
+# -- writing and systemctl ------------------------------------------------------------------------
 
 
 def install(unit: Unit, env: Mapping[str, str] | None = None) -> None:
-    """Write the unit (and the secrets file), reload systemd and enable the service without starting it.
+    """Write the unit (and the secrets file), reload systemd and enable the service.
 
-    The folders the service writes are created when missing (owned by ``User=`` in a system unit),
-    since the sandbox can make writable only what exists.
+    The service is not started. The folders it writes are created when missing (owned by ``User=``
+    in a system unit), since the sandbox can make writable only what exists.
 
     Raises:
         ServiceError: systemd is unreachable, a file or folder cannot be written, or systemctl
@@ -449,8 +448,9 @@ def make_folders(paths: Sequence[Path], *, owner: str | None = None) -> list[Pat
 def write_private(path: Path, text: str) -> None:
     """Write a file only its owner can read, never readable by others even for an instant.
 
-    The folder is created with mode 0700; the file is written to a temporary sibling opened with mode
-    0600 and renamed over the target (so an existing file with looser permissions is replaced, not reused).
+    The folder is created with mode 0700; the file is written to a temporary sibling opened with
+    mode 0600 and renamed over the target (so an existing file with looser permissions is replaced,
+    not reused).
     """
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -481,8 +481,7 @@ def _call(systemctl: str, scope: Scope, *args: str, check: bool = True) -> None:
         )
 
 
-# -- unit-file syntax (systemd.syntax(7), systemd.service(5), systemd.exec(5))
-# ----------------------
+# -- unit-file syntax (systemd.syntax(7), systemd.service(5), systemd.exec(5)) --------------------
 
 
 def _specifiers(text: str) -> str:

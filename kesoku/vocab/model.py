@@ -61,9 +61,11 @@ class Outcome(StrEnum):
     LOST = "lost"
     """The daemon died while it ran; its effect is unknown."""
     REPEATED = "repeated"
-    """Not run: the same call already ran in the turn and returned the same each time (kesoku.agent.repeat)."""
+    """Not run: the same call already ran in the turn and returned the same each time
+    (kesoku.agent.repeat)."""
     TRUNCATED = "truncated"
-    """Not run: the reply that made it was cut at its output limit or flagged malformed by the provider."""
+    """Not run: the reply that made it was cut at its output limit or flagged malformed by the
+    provider."""
 
 
 ASSISTANT_SENDER = "Kesoku"
@@ -149,7 +151,9 @@ EMPTY_METADATA = Metadata()
 
 
 class TaintSource(msgspec.Struct, frozen=True):
-    """Content from outside the workspace's trust that entered a session (deduplicated by kind and label).
+    """Content from outside the workspace's trust that entered a session.
+
+    Deduplicated by kind and label.
 
     Attributes:
         kind: ``file`` (read outside the workspace), ``attachment``, ``url`` or ``mcp``.
@@ -227,9 +231,35 @@ class Session(msgspec.Struct, frozen=True, kw_only=True):
 
 
 QUESTION_KEY = "question"
-"""``metadata.extra`` key of a question to the user (kesoku.agent.questions): ``{"options": ["Allow", "Deny"]}``."""
+"""``metadata.extra`` key of a question to the user (kesoku.agent.questions):
+``{"options": ["Allow", "Deny"]}``."""
 ANSWER_KEY = "answer_to"
-"""``metadata.extra`` key of the record of an answer: the question's message id (with ``choice``)."""
+"""``metadata.extra`` key of the record of an answer: the question's message id (with
+``choice``)."""
+
+ALLOW = "Allow"
+"""The choice on a tool's question that lets the tool run."""
+DENY = "Deny"
+"""The choice that refuses it; no answer in time counts as this."""
+
+_ANSWER_WORDS = {
+    "allow": ALLOW,
+    "a": ALLOW,
+    "y": ALLOW,
+    "yes": ALLOW,
+    "deny": DENY,
+    "d": DENY,
+    "n": DENY,
+    "no": DENY,
+}
+
+
+def parse_answer(text: str) -> str | None:
+    """``Allow`` or ``Deny`` for a typed answer, else None.
+
+    Typed answers: ``y``, ``yes``, ``allow``, ``n``, ``no``, ``deny``.
+    """
+    return _ANSWER_WORDS.get(text.strip().lower().rstrip(".!"))
 
 
 def is_question(message: Message) -> bool:
@@ -238,7 +268,7 @@ def is_question(message: Message) -> bool:
 
 
 def is_answer(message: Message) -> bool:
-    """True for the record of an answer to a question (a system message; never shown to the model)."""
+    """True for the record of a question's answer (a system message; never shown to the model)."""
     return message.role is Role.SYSTEM and ANSWER_KEY in message.metadata.extra
 
 
@@ -290,11 +320,12 @@ def check_message(msg: Message) -> None:
 
 
 def valid_message(msg: Message) -> Message:
-    """The message with every text field made encodable as UTF-8 (:func:`kesoku.vocab.text.valid_text`).
+    """The message with every text field made encodable as UTF-8.
 
     The store applies it to each message it writes, so no lone surrogate from a platform, a tool or
     a model reaches SQLite, the metadata JSON or a listener. Returns ``msg`` itself when nothing
-    changes (almost always; about a µs, bench/text_bench.py).
+    changes (almost always; about a µs, bench/text_bench.py). Each text field goes through
+    :func:`kesoku.vocab.text.valid_text`.
     """
     content, sender = valid_text(msg.content), valid_text(msg.sender)
     external_id = msg.external_id and valid_text(msg.external_id)
