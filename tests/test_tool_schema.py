@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, TypedDict
+from typing import Annotated, Any, Literal, TypedDict
 
 import msgspec
 import pytest
 
 from kesoku.tools.base import DEFAULT_TOOL_TIMEOUT_S, ToolContext
-from kesoku.tools.schema import parse_docstring, schema_from_function, tool_from_function
+from kesoku.tools.schema import Check, parse_docstring, schema_from_function, tool_from_function
 from kesoku.vocab.errors import ToolError
 from kesoku.vocab.model import Session
 
@@ -255,7 +255,10 @@ async def test_structs_are_built_and_a_non_string_result_is_sent_as_json(ctx: To
     )  # window: X | None without a default → None
 
 
-UNKNOWN_PAGE = "find: invalid arguments: unknown argument 'page' (arguments: query, limit, mode, tags, ratio, exact, counts)"
+UNKNOWN_PAGE = (
+    "find: invalid arguments: unknown argument 'page' "
+    "(arguments: query, limit, mode, tags, ratio, exact, counts)"
+)
 
 
 @pytest.mark.parametrize(
@@ -293,3 +296,148 @@ async def test_nested_mismatches_name_the_path(ctx: ToolContext) -> None:
         ToolError, match=r"^place: invalid arguments: argument 'at.x': expected int, got str$"
     ):
         await tool.run({"at": {"x": "left"}}, ctx)
+
+
+# -- Check, null for a default, description and doc_values, constraints ----------------------------
+
+Name = Annotated[str, Check("`{name}` must be a non-empty string", str.strip)]
+Count = Annotated[int, Check("`{name}` must be a positive integer, got {value!r}", lambda n: n > 0)]
+
+
+async def checked(name: Name, count: Count = 3, note: str | None = "n") -> str:
+    """Greet.
+
+    Args:
+        name: Who.
+        count: How often, at most {most}.
+        note: A note.
+    """
+    return f"{name} {count} {note}"
+
+
+def test_a_check_is_not_part_of_the_schema() -> None:
+    _, schema = schema_from_function(checked, doc_values={"most": 9})
+    assert schema["properties"]["name"] == {"type": "string", "description": "Who."}
+    assert schema["properties"]["count"] == {
+        "type": "integer",
+        "description": "How often, at most 9.",
+        "default": 3,
+    }
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({}, "`name` must be a non-empty string"),  # missing
+        ({"name": 3}, "`name` must be a non-empty string"),  # wrong type
+        ({"name": "  "}, "`name` must be a non-empty string"),  # refused by the test
+        ({"name": "a", "count": 0}, "`count` must be a positive integer, got 0"),
+        ({"name": "a", "count": "many"}, "`count` must be a positive integer, got 'many'"),
+        ({"name": "a", "count": True}, "`count` must be a positive integer, got True"),
+        # an argument without a Check keeps the builder's message
+        (
+            {"name": "a", "note": 5},
+            "checked: invalid arguments: argument 'note': expected str | null, got int",
+        ),
+    ],
+)
+async def test_a_check_gives_its_own_message(
+    arguments: dict[str, Any], message: str, ctx: ToolContext
+) -> None:
+    tool = tool_from_function(checked, doc_values={"most": 9})
+    with pytest.raises(ToolError) as info:
+        await tool.run(arguments, ctx)
+    assert str(info.value) == message
+
+
+def test_a_check_message_with_an_unknown_placeholder_is_refused_at_once() -> None:
+    with pytest.raises(KeyError, match="nmae"):
+        Check("`{nmae}` must be a string")
+
+
+async def test_null_for_a_parameter_with_a_default_means_not_given(ctx: ToolContext) -> None:
+    tool = tool_from_function(checked, doc_values={"most": 9})
+    # count has a default and does not accept None: null is its default; note accepts None.
+    assert await tool.run({"name": "a", "count": None, "note": None}, ctx) == "a 3 None"
+    with pytest.raises(ToolError, match="`name` must be a non-empty string"):
+        await tool.run({"name": None}, ctx)  # required: null is no value
+
+
+async def test_a_description_given_replaces_the_docstring(ctx: ToolContext) -> None:
+    tool = tool_from_function(
+        checked, name="greet", description="Greet someone.\nTwice.", doc_values={"most": 9}
+    )
+    assert (tool.description, tool.snippet) == ("Greet someone.\nTwice.", "greet: Greet someone.")
+    assert tool.parameters == schema_from_function(checked, doc_values={"most": 9})[1]
+
+
+def test_doc_values_fill_the_description_and_a_missing_one_is_refused() -> None:
+    async def templated(limit: int) -> str:
+        """Count up to {limit}.
+
+        Args:
+            limit: At most {limit}.
+        """
+        return ""
+
+    description, schema = schema_from_function(templated, doc_values={"limit": 7})
+    assert description == "Count up to 7."
+    assert schema["properties"]["limit"]["description"] == "At most 7."
+    with pytest.raises(TypeError, match=r"templated: cannot fill 'Count up to \{limit\}\.'"):
+        schema_from_function(templated, doc_values={})
+    assert schema_from_function(templated)[0] == "Count up to {limit}."  # no doc_values: as it is
+
+
+async def constrained(
+    count: Annotated[int, msgspec.Meta(ge=1, le=10)], mode: Literal["a", "b"] = "a"
+) -> str:
+    """Constrained."""
+    return f"{count} {mode}"
+
+
+async def test_msgspec_constraints_reach_the_schema_and_the_checks(ctx: ToolContext) -> None:
+    _, schema = schema_from_function(constrained)
+    assert schema["properties"] == {
+        "count": {"type": "integer", "minimum": 1, "maximum": 10},
+        "mode": {"enum": ["a", "b"], "default": "a"},
+    }
+    tool = tool_from_function(constrained)
+    with pytest.raises(ToolError) as info:
+        await tool.run({"count": 0}, ctx)
+    assert str(info.value) == "constrained: invalid arguments: argument 'count': expected int >= 1"
+
+
+def test_sections_beyond_args_do_not_leak_into_the_description() -> None:
+    doc = """Do the thing.
+
+    Note:
+        Only on Tuesdays.
+
+    Attributes:
+        state: Not an argument.
+
+    Keyword Args:
+        level: How much.
+
+    Cancellation:
+        Nothing is left behind.
+
+    Warnings:
+        None.
+    """
+    assert parse_docstring(doc) == ("Do the thing.", {"level": "How much."})
+
+
+def test_a_docstring_that_cannot_be_parsed_is_refused() -> None:
+    async def garbled(x: int) -> str:
+        """Garbled.
+
+        Args:
+            x
+        """
+        return ""
+
+    with pytest.raises(ValueError, match="the docstring cannot be parsed"):
+        parse_docstring(garbled.__doc__)
+    with pytest.raises(TypeError, match="garbled: the docstring cannot be parsed"):
+        schema_from_function(garbled)

@@ -58,7 +58,10 @@ class Guard(Protocol):
         ...
 
     def add_taint(self, kind: str, label: str) -> None:
-        """Record a taint source (deduplicated by kind and label); safe to call from a worker thread."""
+        """Record a taint source (deduplicated by kind and label).
+
+        Safe to call from a worker thread.
+        """
         ...
 
     async def confirm(self, question: str) -> Approval:
@@ -71,10 +74,10 @@ class Guard(Protocol):
 
 
 class TaintSources:
-    """A session's taint sources: ordered, deduplicated by (kind, label), safe to add to from threads.
+    """A session's taint sources: ordered and deduplicated by (kind, label).
 
-    The taint half of every :class:`Guard`; a subclass hears of each new source through
-    :meth:`_added`.
+    Safe to add to from threads. The taint half of every :class:`Guard`; a subclass hears of each
+    new source through :meth:`_added`.
 
     Args:
         sources: Sources recorded before (read back from the store).
@@ -107,10 +110,13 @@ class TaintSources:
 
 
 class StaticGuard(TaintSources):
-    """A guard for tools run outside a session (tests, ``kesoku`` commands): answers every question alike.
+    """A guard for tools run outside a session (tests, ``kesoku`` commands).
+
+    It answers every question alike.
 
     Args:
-        allow: The answer to every question; None: nobody can be asked, so every question is denied.
+        allow: The answer to every question; None: nobody can be asked, so every question is
+            denied.
         sources: Taint sources to start with.
     """
 
@@ -152,11 +158,16 @@ class ToolContext:
     max_output_bytes: int | None = None
 
     def output_cap(self, own_bytes: int) -> int:
-        """The cap of this call's output: the tool's own ``own_bytes`` or the model's share, the smaller."""
+        """The cap of this call's output.
+
+        The smaller of the tool's own ``own_bytes`` and the model's share.
+        """
         return own_bytes if self.max_output_bytes is None else min(own_bytes, self.max_output_bytes)
 
     async def confirm(self, question: str) -> Approval:
-        """Ask the user (through :attr:`guard`); the wait does not count against the tool's ``timeout_s``.
+        """Ask the user (through :attr:`guard`).
+
+        The wait does not count against the tool's ``timeout_s``.
 
         Args:
             question: What will happen and why it needs consent, ending with "Allow?".

@@ -1,7 +1,8 @@
-"""Run one tool call and type its outcome: the one place a tool's failures become results the model reads.
+"""Run one tool call and type its outcome.
 
-Used by the turn loop (kesoku.agent.turn) and by subagents (kesoku.agent.subagent), so both report a
-timeout, a refusal or a bug in a tool the same way.
+The one place a tool's failures become results the model reads. Used by the turn loop
+(kesoku.agent.turn) and by subagents (kesoku.agent.subagent), so both report a timeout, a refusal
+or a bug in a tool the same way.
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ from kesoku.vocab.text import valid_text
 log = logging.getLogger("kesoku.agent.turn")
 
 WRAPPER_BYTES = 512
-"""What a tool may add around output it capped itself (the shell's ``$ command`` and exit code line)."""
+"""What a tool may add around output it capped itself.
+
+For the shell: its ``$ command`` and exit code line.
+"""
 
 
 async def run_tool(

@@ -1,4 +1,4 @@
-"""File tools: read_file, write_file, edit_file, list_dir, glob and grep, all through the path gates.
+"""File tools: read_file, write_file, edit_file, list_dir, glob and grep, through the path gates.
 
 Every path goes through :mod:`kesoku.tools.paths` first: reads pass inside the workspace (the
 working directory and the session workspace) and the readable roots; writes pass inside the
@@ -19,10 +19,10 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated
 
 import trio
 
@@ -40,6 +40,7 @@ from kesoku.tools.paths import (
     require_write,
     workspaces,
 )
+from kesoku.tools.schema import Check, tool_from_function
 from kesoku.vocab.errors import ToolError
 
 DEFAULT_MAX_OUTPUT_BYTES = 32_000
@@ -62,7 +63,13 @@ SKIPPED_DIRS = frozenset(
 """Folders grep does not descend into unless it is pointed at them."""
 FILE_TOOL_TIMEOUT_S = 60.0
 
-_Impl = Callable[["_Env", Mapping[str, Any], ToolContext], str]
+_NON_EMPTY = "`{name}` must be a non-empty string"
+_Text = Annotated[str, Check(_NON_EMPTY)]
+"""A text argument that may be empty."""
+_NonEmpty = Annotated[str, Check(_NON_EMPTY, bool)]
+_Positive = Annotated[
+    int, Check("`{name}` must be a positive integer, got {value!r}", lambda n: n >= 1)
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,110 +93,146 @@ def file_tools(
     Returns:
         The six tools, in that order.
     """
-    env = _Env(gates, max_output_bytes)
 
-    def tool(
-        name: str,
-        description: str,
-        fn: Callable[[_Env, Mapping[str, Any], ToolContext], str],
-        **props: Any,
-    ) -> Tool:
-        required = [key for key, spec in props.items() if spec.pop("required", False)]
-        parameters = {"type": "object", "properties": props, "required": required}
-        # Writes finish even if the call is cancelled (a half-written file is worse than a late
-        # result); reads and scans are abandoned at once.
-        writes = name in ("write_file", "edit_file")
+    async def in_thread(
+        tool: str,
+        fn: Callable[..., str],
+        ctx: ToolContext,
+        *args: object,
+        approved: Path | None = None,
+        writes: bool = False,
+    ) -> str:
+        env = _Env(gates, ctx.output_cap(max_output_bytes), approved)
+        try:
+            # Writes finish even if the call is cancelled (a half-written file is worse than a late
+            # result); reads and scans are abandoned at once.
+            return await trio.to_thread.run_sync(fn, env, ctx, *args, abandon_on_cancel=not writes)
+        except OSError as exc:  # the file system's refusal: the model's to read, not a bug
+            where = f" ({brief(str(exc.filename))})" if exc.filename else ""
+            raise ToolError(f"{tool} failed: {os_problem(exc)}{where}") from None
 
-        async def run(arguments: Mapping[str, Any], ctx: ToolContext) -> str:
-            call_env = replace(env, max_output_bytes=ctx.output_cap(env.max_output_bytes))
-            if writes:
-                approved = await approve_write(name, _str(arguments, "path"), ctx, env.gates)
-                call_env = replace(call_env, approved=approved)
-            try:
-                return await trio.to_thread.run_sync(
-                    fn, call_env, arguments, ctx, abandon_on_cancel=not writes
-                )
-            except OSError as exc:  # the file system's refusal: the model's to read, not a bug
-                where = f" ({brief(str(exc.filename))})" if exc.filename else ""
-                raise ToolError(f"{name} failed: {os_problem(exc)}{where}") from None
+    # The docstrings' Args: are the schema's property texts; the descriptions are given below.
+    async def read_file(
+        ctx: ToolContext,
+        path: _NonEmpty,
+        start_line: _Positive = 1,
+        max_lines: _Positive = READ_MAX_LINES,
+    ) -> str:
+        """Read a text file's lines, numbered.
 
-        return Tool(name, description, run, parameters, timeout_s=FILE_TOOL_TIMEOUT_S)
+        Args:
+            ctx: The call.
+            path: File path, relative to the working directory or absolute.
+            start_line: First line to return (1-based). Default 1.
+            max_lines: Lines to return at most. Default {max_lines}.
+        """
+        return await in_thread("read_file", _read_file, ctx, path, start_line, max_lines)
 
-    path = {
-        "type": "string",
-        "description": "File path, relative to the working directory or absolute.",
-    }
+    async def write_file(ctx: ToolContext, path: _NonEmpty, content: _Text) -> str:
+        """Write a whole text file, after the user's approval outside the workspace.
+
+        Args:
+            ctx: The call.
+            path: File path, relative to the working directory or absolute.
+            content: The whole new content of the file.
+        """
+        approved = await approve_write("write_file", path, ctx, gates)
+        return await in_thread(
+            "write_file", _write_file, ctx, path, content, approved=approved, writes=True
+        )
+
+    async def edit_file(
+        ctx: ToolContext, path: _NonEmpty, old_text: _NonEmpty, new_text: _Text
+    ) -> str:
+        """Replace a text in a file, after the user's approval outside the workspace.
+
+        Args:
+            ctx: The call.
+            path: File path, relative to the working directory or absolute.
+            old_text: Text to replace, exactly as in the file.
+            new_text: The replacement text.
+        """
+        approved = await approve_write("edit_file", path, ctx, gates)
+        return await in_thread(
+            "edit_file", _edit_file, ctx, path, old_text, new_text, approved=approved, writes=True
+        )
+
+    async def list_dir(ctx: ToolContext, path: _NonEmpty = ".") -> str:
+        """List a folder.
+
+        Args:
+            ctx: The call.
+            path: Folder to list. Default: the working directory.
+        """
+        return await in_thread("list_dir", _list_dir, ctx, path)
+
+    async def glob(ctx: ToolContext, pattern: _NonEmpty, path: _NonEmpty = ".") -> str:
+        """Find files by name.
+
+        Args:
+            ctx: The call.
+            pattern: Glob pattern, relative.
+            path: Folder to search from. Default: the working directory.
+        """
+        return await in_thread("glob", _glob, ctx, pattern, path)
+
+    async def grep(
+        ctx: ToolContext,
+        pattern: _NonEmpty,
+        path: _NonEmpty = ".",
+        glob: str = "",
+        ignore_case: bool = False,
+    ) -> str:
+        """Search file contents.
+
+        Args:
+            ctx: The call.
+            pattern: Regular expression.
+            path: File or folder to search. Default: the working directory.
+            glob: Only files whose path matches this glob (`*.py`).
+            ignore_case: Match without regard to case.
+        """
+        return await in_thread("grep", _grep, ctx, pattern, path, glob, ignore_case)
+
+    def tool(fn: Callable[..., Awaitable[str]], description: str, **doc_values: object) -> Tool:
+        return tool_from_function(
+            fn,
+            description=description,
+            doc_values=doc_values or None,
+            timeout_s=FILE_TOOL_TIMEOUT_S,
+        )
+
     return (
         tool(
-            "read_file",
-            "Read a text file, with line numbers (`N<tab>text`), from start_line for at most max_lines lines.",
-            _read_file,
-            path={**path, "required": True},
-            start_line={
-                "type": "integer",
-                "description": "First line to return (1-based). Default 1.",
-            },
-            max_lines={
-                "type": "integer",
-                "description": f"Lines to return at most. Default {READ_MAX_LINES}.",
-            },
+            read_file,
+            "Read a text file, with line numbers (`N<tab>text`), "
+            "from start_line for at most max_lines lines.",
+            max_lines=READ_MAX_LINES,
         ),
         tool(
-            "write_file",
-            "Create or overwrite a text file with the given content (folders are created). Inside the workspace.",
-            _write_file,
-            path={**path, "required": True},
-            content={
-                "type": "string",
-                "description": "The whole new content of the file.",
-                "required": True,
-            },
+            write_file,
+            "Create or overwrite a text file with the given content (folders are created). "
+            "Inside the workspace.",
         ),
         tool(
-            "edit_file",
-            "Replace one exact occurrence of old_text with new_text in a file; old_text must match exactly once.",
-            _edit_file,
-            path={**path, "required": True},
-            old_text={
-                "type": "string",
-                "description": "Text to replace, exactly as in the file.",
-                "required": True,
-            },
-            new_text={"type": "string", "description": "The replacement text.", "required": True},
+            edit_file,
+            "Replace one exact occurrence of old_text with new_text in a file; "
+            "old_text must match exactly once.",
         ),
         tool(
-            "list_dir",
-            "List a folder: sub-folders end with /, symlinks show their target, files their size in bytes.",
-            _list_dir,
-            path={
-                "type": "string",
-                "description": "Folder to list. Default: the working directory.",
-            },
+            list_dir,
+            "List a folder: sub-folders end with /, symlinks show their target, "
+            "files their size in bytes.",
         ),
         tool(
-            "glob",
-            "Find files by name pattern (`*.py`, `src/**/*.md`; ** spans folders), relative to a folder.",
-            _glob,
-            pattern={"type": "string", "description": "Glob pattern, relative.", "required": True},
-            path={
-                "type": "string",
-                "description": "Folder to search from. Default: the working directory.",
-            },
+            glob,
+            "Find files by name pattern (`*.py`, `src/**/*.md`; ** spans folders), "
+            "relative to a folder.",
         ),
         tool(
-            "grep",
-            "Search file contents with a regular expression (Python syntax); prints path:line: text.",
-            _grep,
-            pattern={"type": "string", "description": "Regular expression.", "required": True},
-            path={
-                "type": "string",
-                "description": "File or folder to search. Default: the working directory.",
-            },
-            glob={
-                "type": "string",
-                "description": "Only files whose path matches this glob (`*.py`).",
-            },
-            ignore_case={"type": "boolean", "description": "Match without regard to case."},
+            grep,
+            "Search file contents with a regular expression (Python syntax); "
+            "prints path:line: text.",
         ),
     )
 
@@ -220,32 +263,11 @@ async def approve_write(tool: str, path: str, ctx: ToolContext, gates: PathGates
     )
     if not approval.allowed:
         raise ToolError(
-            f"writing {decision.path} needs the user's approval ({decision.reason}) and was not allowed "
-            f"({approval.note}); the file was not written. Write inside the workspace ({ctx.cwd}) instead."
+            f"writing {decision.path} needs the user's approval ({decision.reason}) "
+            f"and was not allowed ({approval.note}); the file was not written. "
+            f"Write inside the workspace ({ctx.cwd}) instead."
         )
     return decision.path
-
-
-# -- arguments
-# ----------------------------------------------------------------------------------------
-
-
-def _str(
-    arguments: Mapping[str, Any], key: str, default: str | None = None, *, empty: bool = False
-) -> str:
-    value = arguments.get(key, default)
-    if not isinstance(value, str) or (not value and not empty):
-        raise ToolError(f"`{key}` must be a non-empty string")
-    return value
-
-
-def _int(arguments: Mapping[str, Any], key: str, default: int) -> int:
-    value = arguments.get(key, default)
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ToolError(f"`{key}` must be a positive integer, got {value!r}")
-    return value
 
 
 def _shown(real: Path, ctx: ToolContext) -> str:
@@ -278,20 +300,17 @@ def _regular(fd: int, real: Path) -> os.stat_result:
     raise ToolError(f"{real} is not a regular file (a device, pipe or socket)")
 
 
-# -- read, write, edit
-# --------------------------------------------------------------------------------
+# -- read, write, edit ----------------------------------------------------------------------------
 
 
-def _read_file(env: _Env, arguments: Mapping[str, Any], ctx: ToolContext) -> str:
-    given = _str(arguments, "path")
-    start = _int(arguments, "start_line", 1)
-    limit = _int(arguments, "max_lines", READ_MAX_LINES)
+def _read_file(env: _Env, ctx: ToolContext, given: str, start: int, limit: int) -> str:
     real = check_read(given, ctx, env.gates)
     fd, st = _open_read(real, ctx, env.gates)
     with os.fdopen(fd, "rb") as file:
         if b"\x00" in file.read(BINARY_SNIFF_BYTES):
             raise ToolError(
-                f"{_shown(real, ctx)} is a binary file ({st.st_size} bytes); it cannot be shown as text"
+                f"{_shown(real, ctx)} is a binary file ({st.st_size} bytes); "
+                "it cannot be shown as text"
             )
         file.seek(0)
         out: list[str] = []
@@ -349,9 +368,7 @@ def _write_bytes(real: Path, data: bytes, ctx: ToolContext, gates: PathGates) ->
         os.fsync(fd)
 
 
-def _write_file(env: _Env, arguments: Mapping[str, Any], ctx: ToolContext) -> str:
-    given = _str(arguments, "path")
-    content = _str(arguments, "content", empty=True)
+def _write_file(env: _Env, ctx: ToolContext, given: str, content: str) -> str:
     real = require_write(given, ctx, env.gates, approved=env.approved)
     existed = real.exists()
     data = content.encode("utf-8", errors="surrogatepass")
@@ -361,10 +378,7 @@ def _write_file(env: _Env, arguments: Mapping[str, Any], ctx: ToolContext) -> st
     return f"{verb} {_shown(real, ctx)}: {len(data)} bytes, {lines} lines"
 
 
-def _edit_file(env: _Env, arguments: Mapping[str, Any], ctx: ToolContext) -> str:
-    given = _str(arguments, "path")
-    old = _str(arguments, "old_text")
-    new = _str(arguments, "new_text", empty=True)
+def _edit_file(env: _Env, ctx: ToolContext, given: str, old: str, new: str) -> str:
     real = require_write(given, ctx, env.gates, approved=env.approved)
     fd, _ = _open_read(real, ctx, env.gates)
     with os.fdopen(fd, "rb") as file:
@@ -381,21 +395,24 @@ def _edit_file(env: _Env, arguments: Mapping[str, Any], ctx: ToolContext) -> str
         )
     if count > 1:
         raise ToolError(
-            f"old_text matches {count} times in {shown}; include surrounding lines so it matches once"
+            f"old_text matches {count} times in {shown}; "
+            "include surrounding lines so it matches once"
         )
     index = text.index(old)
     updated = text[:index] + new + text[index + len(old) :]
     _write_bytes(real, updated.encode("utf-8"), ctx, env.gates)
     line = text.count("\n", 0, index) + 1
-    return f"edited {shown} at line {line}: {old.count(chr(10)) + 1} line(s) replaced by {new.count(chr(10)) + 1}"
+    return (
+        f"edited {shown} at line {line}: "
+        f"{old.count(chr(10)) + 1} line(s) replaced by {new.count(chr(10)) + 1}"
+    )
 
 
-# -- list, glob, grep
-# ---------------------------------------------------------------------------------
+# -- list, glob, grep -----------------------------------------------------------------------------
 
 
-def _list_dir(env: _Env, arguments: Mapping[str, Any], ctx: ToolContext) -> str:
-    real = check_read(_str(arguments, "path", "."), ctx, env.gates)
+def _list_dir(env: _Env, ctx: ToolContext, given: str) -> str:
+    real = check_read(given, ctx, env.gates)
     if not real.is_dir():
         raise ToolError(
             f"{_shown(real, ctx)} is not a folder" if real.exists() else f"no such folder: {real}"
@@ -422,14 +439,17 @@ def _list_dir(env: _Env, arguments: Mapping[str, Any], ctx: ToolContext) -> str:
 
 
 def glob_regex(pattern: str) -> re.Pattern[str]:
-    """A regex for a relative glob: ``*`` and ``?`` stay within a folder, ``**`` spans folders, ``[…]`` sets.
+    """A regex for a relative glob.
+
+    ``*`` and ``?`` stay within a folder, ``**`` spans folders, ``[…]`` are sets.
 
     Raises:
         ToolError: The pattern is absolute or climbs out with ``..``.
     """
     if not pattern or pattern.startswith(("/", "~")) or ".." in pattern.split("/"):
         raise ToolError(
-            f"glob pattern {pattern!r} must be relative and must not use ..; pass the folder as `path`"
+            f"glob pattern {pattern!r} must be relative and must not use ..; "
+            "pass the folder as `path`"
         )
     out: list[str] = []
     parts = pattern.split("/")
@@ -463,7 +483,10 @@ def glob_regex(pattern: str) -> re.Pattern[str]:
 def _walk(
     root: Path, *, skip: frozenset[str] = frozenset()
 ) -> Iterator[tuple[str, os.DirEntry[str]]]:
-    """(path relative to root, entry) of everything below root; symlinked folders are not entered."""
+    """(path relative to root, entry) of everything below root.
+
+    Symlinked folders are not entered.
+    """
     stack = [(root, "")]
     seen = 0
     while stack:
@@ -490,7 +513,10 @@ class _ScanLimit(Exception):
 
 
 def _readable(entry: os.DirEntry[str], secrets: SecretMatcher, roots: tuple[Path, ...]) -> bool:
-    """Whether a found entry may be shown: not secret (nor a hard link to one), its target inside the roots."""
+    """Whether a found entry may be shown.
+
+    It must not be secret (nor a hard link to one), and its target must be inside the roots.
+    """
     if secrets.reason(Path(entry.path)) is not None:
         return False
     try:
@@ -508,10 +534,9 @@ def _roots(ctx: ToolContext, env: _Env) -> tuple[Path, ...]:
     return (*workspaces(ctx), *(Path(os.path.realpath(r)) for r in env.gates.readable_roots))
 
 
-def _glob(env: _Env, arguments: Mapping[str, Any], ctx: ToolContext) -> str:
-    pattern = _str(arguments, "pattern")
+def _glob(env: _Env, ctx: ToolContext, pattern: str, given: str) -> str:
     regex = glob_regex(pattern)
-    base = check_read(_str(arguments, "path", "."), ctx, env.gates)
+    base = check_read(given, ctx, env.gates)
     if not base.is_dir():
         raise ToolError(f"{_shown(base, ctx)} is not a folder")
     secrets, roots = SecretMatcher(env.gates), _roots(ctx, env)
@@ -535,17 +560,17 @@ def _glob(env: _Env, arguments: Mapping[str, Any], ctx: ToolContext) -> str:
     return cap_output("\n".join(lines), env.max_output_bytes)
 
 
-def _grep(env: _Env, arguments: Mapping[str, Any], ctx: ToolContext) -> str:
-    source = _str(arguments, "pattern")
-    flags = re.IGNORECASE if arguments.get("ignore_case") else 0
+def _grep(
+    env: _Env, ctx: ToolContext, source: str, given: str, glob: str, ignore_case: bool
+) -> str:
+    flags = re.IGNORECASE if ignore_case else 0
     try:
         regex = re.compile(source, flags)
     except re.error as exc:
         raise ToolError(f"invalid regular expression {source!r}: {exc}") from None
-    name_filter = glob_regex(arguments["glob"]) if isinstance(arguments.get("glob"), str) else None
-    base = check_read(
-        _str(arguments, "path", "."), ctx, env.gates
-    )  # a single file is fully checked here
+    name_filter = glob_regex(glob) if glob else None
+    # a single file is fully checked here
+    base = check_read(given, ctx, env.gates)
     secrets, roots = SecretMatcher(env.gates), _roots(ctx, env)
     if base.is_file():
         files: Iterator[tuple[str, str]] = iter([(_shown(base, ctx), os.fspath(base))])
@@ -582,7 +607,10 @@ def _grep(env: _Env, arguments: Mapping[str, Any], ctx: ToolContext) -> str:
 
 
 def _matching_lines(path: str, regex: re.Pattern[str]) -> Iterator[tuple[int, str]]:
-    """(line number, text) of the lines of a text file that match; binary and huge files are skipped."""
+    """(line number, text) of the lines of a text file that match.
+
+    Binary and huge files are skipped.
+    """
     try:
         # O_NOFOLLOW: a file swapped for a symlink after the walk looked at it is not read.
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)

@@ -24,7 +24,10 @@ def _decode(data: bytes) -> str:
 
 
 def _render(head: bytes, tail: bytes, cut_bytes: int, max_bytes: int) -> str:
-    """Join the head and the tail (``cut_bytes`` apart in the output) around the marker, within ``max_bytes``."""
+    """Join the head and the tail around the marker, within ``max_bytes``.
+
+    The head and the tail are ``cut_bytes`` apart in the output.
+    """
     if cut_bytes == 0 and len(head) + len(tail) <= max_bytes:
         return _decode(head + tail)
     if max_bytes < _MIN_SPLIT_BYTES:

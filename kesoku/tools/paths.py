@@ -223,7 +223,9 @@ def _expand(path: str | os.PathLike[str], home: Path | None) -> str:
 
 
 def absolute(path: str | os.PathLike[str], base: Path, home: Path | None = None) -> Path:
-    """``path`` with ``~`` expanded, made absolute against ``base`` and normalised (``..`` removed), unresolved.
+    """``path`` with ``~`` expanded, made absolute against ``base`` and normalised.
+
+    ``..`` is removed; the path is not resolved.
 
     Args:
         path: The path as given.
@@ -277,7 +279,10 @@ def _within(path: str, root: str) -> bool:
 
 
 def _forms(path: Path) -> set[str]:
-    """A path as written and as resolved, case-folded (a case-insensitive file system is one case)."""
+    """A path as written and as resolved, case-folded.
+
+    A case-insensitive file system is one case.
+    """
     return {os.path.normpath(path).casefold(), os.path.realpath(path).casefold()}
 
 
@@ -321,7 +326,10 @@ class SecretMatcher:
         self._inodes: set[tuple[int, int]] | None = None
 
     def hard_link(self, st: os.stat_result) -> bool:
-        """Whether a file with this stat is a hard link to a secret file (the secret inodes are read once)."""
+        """Whether a file with this stat is a hard link to a secret file.
+
+        The secret inodes are read once.
+        """
         if not stat.S_ISREG(st.st_mode) or st.st_nlink < 2:
             return False
         if self._inodes is None:
@@ -426,7 +434,10 @@ def _check_hardlink(st: os.stat_result, shown: Path, gates: PathGates) -> None:
 
 
 def workspaces(ctx: ToolContext) -> tuple[Path, ...]:
-    """The resolved folders a tool may read and write freely: its working directory and the session workspace."""
+    """The resolved folders a tool may read and write freely.
+
+    They are its working directory and the session workspace.
+    """
     out: list[Path] = []
     for folder in (ctx.cwd, Path(ctx.session.workspace)):
         real = Path(os.path.realpath(folder))
@@ -461,15 +472,15 @@ def check_read(path: str | os.PathLike[str], ctx: ToolContext, gates: PathGates)
     real, st = _resolved(path, ctx.cwd, gates.home)
     if not _inside_any(real, (*workspaces(ctx), *gates.trusted_roots, *gates.readable_roots)):
         raise ToolError(
-            f"reading {real} is denied: it is outside the workspace ({ctx.cwd}) and the readable roots; "
+            f"reading {real} is denied: "
+            f"it is outside the workspace ({ctx.cwd}) and the readable roots; "
             "copy what you need into the workspace or ask the user to add a readable root"
         )
     if st is not None:
         _check_hardlink(st, real, gates)
     if not _inside_any(real, (*workspaces(ctx), *gates.trusted_roots)):
-        ctx.guard.add_taint(
-            "file", os.fspath(real)
-        )  # a readable root: outside the workspace's trust
+        # a readable root: outside the workspace's trust
+        ctx.guard.add_taint("file", os.fspath(real))
     return real
 
 
@@ -520,7 +531,9 @@ def require_write(
     *,
     approved: Path | None = None,
 ) -> Path:
-    """Like :func:`check_write`, refusing what needs approval unless the user approved that very path.
+    """Like :func:`check_write`, refusing what needs approval unless the user approved it.
+
+    The approval holds only for that very path.
 
     Args:
         path: The path the model gave.
@@ -540,7 +553,8 @@ def require_write(
         if approved is not None and decision.path == approved:
             return decision.path
         raise ToolError(
-            f"writing {decision.path} needs the user's approval ({decision.reason}); the file was not written"
+            f"writing {decision.path} needs the user's approval ({decision.reason}); "
+            "the file was not written"
         )
     return decision
 

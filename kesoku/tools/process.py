@@ -47,10 +47,8 @@ def kill_group(pid: int) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)
     except OSError as exc:
-        if exc.errno not in (
-            errno.ESRCH,
-            errno.EPERM,
-        ):  # already gone (EPERM: a zombie leader on macOS)
+        # already gone (EPERM: a zombie leader on macOS)
+        if exc.errno not in (errno.ESRCH, errno.EPERM):
             raise
 
 
@@ -174,8 +172,8 @@ async def run_command(
 def _bare_cancelled() -> Iterator[None]:
     """Let a cancellation leave as one ``trio.Cancelled``, not as the group a nursery makes of them.
 
-    The runtime tells a killed tool by catching ``trio.Cancelled`` around ``run`` (kesoku.agent.turn), and
-    a nursery with strict exception groups wraps even a lone cancellation.
+    The runtime tells a killed tool by catching ``trio.Cancelled`` around ``run``
+    (kesoku.agent.turn), and a nursery with strict exception groups wraps even a lone cancellation.
     """
     try:
         yield

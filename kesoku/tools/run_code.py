@@ -18,16 +18,16 @@ from __future__ import annotations
 import shutil
 import sys
 import tempfile
-from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated
 
 import trio
 
 from kesoku.tools.base import Tool, ToolContext
 from kesoku.tools.paths import workspaces
 from kesoku.tools.process import run_command
+from kesoku.tools.schema import Check, tool_from_function
 from kesoku.tools.shell import TIMEOUT_GRACE_S
 from kesoku.vocab.errors import ToolError
 
@@ -39,11 +39,20 @@ MAX_CODE_BYTES = 200_000
 """Longest snippet accepted; a longer program belongs in a file run with the shell."""
 SHOWN_LINES = 12
 """Lines of the snippet shown in the question to the user."""
+_Code = Annotated[
+    str, Check("`code` must be a non-empty string: the Python program to run", str.strip)
+]
 
-DESCRIPTION = """Run a Python 3 snippet in a fresh, empty temporary folder and return its output and exit code.
-Use it for calculations, data processing and quick checks; print what you need to see. The folder is deleted
-afterwards: write files you want to keep with absolute paths into the workspace. Runs without a terminal or
-standard input; standard output and error come interleaved; a long output keeps its head and tail."""
+DESCRIPTION = (
+    "Run a Python 3 snippet in a fresh, empty temporary folder "
+    "and return its output and exit code.\n"
+    "Use it for calculations, data processing and quick checks; print what you need to see. "
+    "The folder is deleted\n"
+    "afterwards: write files you want to keep with absolute paths into the workspace. "
+    "Runs without a terminal or\n"
+    "standard input; standard output and error come interleaved; "
+    "a long output keeps its head and tail."
+)
 
 
 def run_code_tool(config: RunCodeConfig, sandbox: Sandbox, *, ask_always: bool) -> Tool:
@@ -60,14 +69,18 @@ def run_code_tool(config: RunCodeConfig, sandbox: Sandbox, *, ask_always: bool) 
         own timeout fires first and reports the output so far.
     """
 
-    async def run(arguments: Mapping[str, Any], ctx: ToolContext) -> str:
-        code = arguments.get("code")
-        if not isinstance(code, str) or not code.strip():
-            raise ToolError("`code` must be a non-empty string: the Python program to run")
+    async def run_code(ctx: ToolContext, code: _Code) -> str:
+        """Run a Python snippet in a fresh folder, in the sandbox.
+
+        Args:
+            ctx: The call.
+            code: The Python 3 program to run.
+        """
         size = len(code.encode("utf-8", errors="surrogatepass"))
         if size > MAX_CODE_BYTES:
             raise ToolError(
-                f"the snippet is {size} bytes (at most {MAX_CODE_BYTES}); write it to a file instead"
+                f"the snippet is {size} bytes (at most {MAX_CODE_BYTES}); "
+                "write it to a file instead"
             )
         if ask_always or ctx.guard.tainted:
             await _confirm(code, ctx, ask_always=ask_always)
@@ -93,13 +106,8 @@ def run_code_tool(config: RunCodeConfig, sandbox: Sandbox, *, ask_always: bool) 
             with trio.CancelScope(shield=True), trio.move_on_after(TIMEOUT_GRACE_S):
                 await trio.to_thread.run_sync(shutil.rmtree, folder, True)
 
-    parameters = {
-        "type": "object",
-        "properties": {"code": {"type": "string", "description": "The Python 3 program to run."}},
-        "required": ["code"],
-    }
-    return Tool(
-        "run_code", DESCRIPTION, run, parameters, timeout_s=config.timeout_s + TIMEOUT_GRACE_S
+    return tool_from_function(
+        run_code, description=DESCRIPTION, timeout_s=config.timeout_s + TIMEOUT_GRACE_S
     )
 
 
@@ -118,5 +126,6 @@ async def _confirm(code: str, ctx: ToolContext, *, ask_always: bool) -> None:
     )
     if not approval.allowed:
         raise ToolError(
-            f"not run: run_code needs the user's approval here ({why}), and it was not allowed ({approval.note})"
+            f"not run: run_code needs the user's approval here ({why}), "
+            f"and it was not allowed ({approval.note})"
         )

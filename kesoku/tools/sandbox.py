@@ -412,11 +412,12 @@ class Sandbox:
     def _bwrap_base(self, *, network: bool, die_with_parent: bool) -> list[str]:
         assert self.bwrap is not None
         argv = [self.bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+        # as root, bwrap would otherwise keep every capability
         argv += [
             "--unshare-all",
             "--cap-drop",
             "ALL",
-        ]  # as root, bwrap would otherwise keep every capability
+        ]
         if network:
             argv.append("--share-net")
         if die_with_parent:

@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated
 
 import msgspec
 import trio
@@ -27,6 +26,7 @@ import trio
 from kesoku.tools.base import Tool, ToolContext
 from kesoku.tools.paths import workspaces
 from kesoku.tools.process import SHOWN_MAX_CHARS, run_command
+from kesoku.tools.schema import Check, tool_from_function
 from kesoku.vocab.errors import ToolError
 
 if TYPE_CHECKING:
@@ -41,12 +41,24 @@ TIMEOUT_GRACE_S = 10.0
 timeout fires first and reports the output so far."""
 
 _URL = re.compile(r"\b(?:https?|ftp)://[^\s'\"<>|;&)]+")
+_Command = Annotated[
+    str, Check("`command` must be a non-empty string: the command line to run", str.strip)
+]
+_Seconds = Annotated[
+    float,
+    Check("`timeout_s` must be a positive number of seconds, got {value!r}", lambda s: s > 0),
+]
 
-DESCRIPTION = """Run a shell command line in the working directory and return its output and exit code.
-Standard output and error come interleaved; a long output keeps its head and tail. The command is checked by
-the shell policy first; a refused command is not run and the reason says which part and which rule. Runs
-without a terminal and without standard input; interactive programs fail. Background processes are stopped
-when the command ends."""
+DESCRIPTION = (
+    "Run a shell command line in the working directory and return its output and exit code.\n"
+    "Standard output and error come interleaved; a long output keeps its head and tail. "
+    "The command is checked by\n"
+    "the shell policy first; a refused command is not run and the reason says which part "
+    "and which rule. Runs\n"
+    "without a terminal and without standard input; interactive programs fail. "
+    "Background processes are stopped\n"
+    "when the command ends."
+)
 SANDBOXED = """ It runs in an OS sandbox: only the working directory (and a private /tmp) can be
 written, files outside it are read-only, secrets are hidden, and {network}."""
 
@@ -71,58 +83,46 @@ def shell_tool(config: ShellConfig, sandbox: Sandbox) -> Tool:
         The tool; its ``timeout_s`` is ``config.timeout_s`` plus :data:`TIMEOUT_GRACE_S`.
     """
 
-    async def run(arguments: Mapping[str, Any], ctx: ToolContext) -> str:
-        line = arguments.get("command")
-        if not isinstance(line, str) or not line.strip():
-            raise ToolError("`command` must be a non-empty string: the command line to run")
-        timeout_s = _timeout(arguments.get("timeout_s"), config.timeout_s)
+    async def shell(
+        ctx: ToolContext, command: _Command, timeout_s: _Seconds = config.timeout_s
+    ) -> str:
+        """Run a command line: checked by the policy, confined by the sandbox.
+
+        Args:
+            ctx: The call.
+            command: The command line to run.
+            timeout_s: Stop the command after this many seconds (at most {limit}).
+        """
         if config.use_shell:
-            argv = [SHELL, "-c", line]
+            argv = [SHELL, "-c", command]
         else:
             try:
-                argv = shlex.split(line)
+                argv = shlex.split(command)
             except ValueError as exc:
                 raise ToolError(f"the command cannot be split into words: {exc}") from None
-        decision = await trio.to_thread.run_sync(_check, line, argv, config)
+        decision = await trio.to_thread.run_sync(_check, command, argv, config)
         if not decision.allowed:
             raise ToolError(decision.reason)
         if ctx.guard.tainted and config.mode == "blocklist":
-            await _confirm_outside_allowlist(line, argv, config, ctx)
-        for url in _URL.findall(line):
+            await _confirm_outside_allowlist(command, argv, config, ctx)
+        for url in _URL.findall(command):
             ctx.guard.add_taint("url", url)  # what the command fetches is outside the trust
-        async with sandbox.launch(argv, ctx, writable=workspaces(ctx), shown=line) as launch:
+        async with sandbox.launch(argv, ctx, writable=workspaces(ctx), shown=command) as launch:
             return await run_command(
                 launch.argv,
                 cwd=ctx.cwd,
-                timeout_s=timeout_s,
+                timeout_s=min(timeout_s, config.timeout_s),
                 max_output_bytes=ctx.output_cap(config.max_output_bytes),
                 env=launch.env,
-                shown=line,
+                shown=command,
             )
 
-    parameters = {
-        "type": "object",
-        "properties": {
-            "command": {"type": "string", "description": "The command line to run."},
-            "timeout_s": {
-                "type": "number",
-                "description": (
-                    f"Stop the command after this many seconds (at most {config.timeout_s:g})."
-                ),
-            },
-        },
-        "required": ["command"],
-    }
-    text = description(sandbox.config.mode != "off", sandbox.config.network)
-    return Tool("shell", text, run, parameters, timeout_s=config.timeout_s + TIMEOUT_GRACE_S)
-
-
-def _timeout(value: object, limit_s: float) -> float:
-    if value is None:
-        return limit_s
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise ToolError(f"`timeout_s` must be a positive number of seconds, got {value!r}")
-    return min(float(value), limit_s)
+    return tool_from_function(
+        shell,
+        description=description(sandbox.config.mode != "off", sandbox.config.network),
+        doc_values={"limit": f"{config.timeout_s:g}"},
+        timeout_s=config.timeout_s + TIMEOUT_GRACE_S,
+    )
 
 
 async def _confirm_outside_allowlist(

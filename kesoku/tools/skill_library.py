@@ -66,9 +66,15 @@ log = logging.getLogger(__name__)
 
 Source = Literal["workspace", "bundled"]
 MAX_SKILL_BYTES = 1024 * 1024
-"""A larger skill file is skipped with a warning (the Agent Skills spec advises under 500 lines)."""
+"""A larger skill file is skipped with a warning.
+
+The Agent Skills spec advises under 500 lines.
+"""
 MAX_SUMMARY_CHARS = 1024
-"""A description is cut at this length in :meth:`SkillLibrary.summaries` (the Agent Skills limit)."""
+"""A description is cut at this length in :meth:`SkillLibrary.summaries`.
+
+It is the Agent Skills limit.
+"""
 SKILL_FILE = "SKILL.md"
 PLATFORM_ALIASES = {
     "macos": "darwin",
@@ -121,17 +127,25 @@ class SkillError(ValueError):
 
 
 class NoFrontmatterError(SkillError):
-    """The file does not start with ``---``: in a folder without SKILL.md, it is simply not the skill file."""
+    """The file does not start with ``---``.
+
+    In a folder without SKILL.md, it is simply not the skill file.
+    """
 
 
 def normalize_platform(name: str) -> str:
-    """``Linux`` → ``linux``, ``macOS`` → ``darwin``, ``win32`` → ``windows``; other names lower-cased."""
+    """``Linux`` → ``linux``, ``macOS`` → ``darwin``, ``win32`` → ``windows``.
+
+    Other names are lower-cased.
+    """
     low = name.strip().lower()
     return PLATFORM_ALIASES.get(low, low)
 
 
 def bundled_skills_dir() -> Path:
-    """The skills shipped with Kesoku (``skills/`` in a checkout, ``kesoku/_skills`` when installed).
+    """The skills shipped with Kesoku.
+
+    They are ``skills/`` in a checkout, ``kesoku/_skills`` when installed.
 
     Returns:
         The folder, read through importlib.resources like the migrations in ``kesoku/_schema``.
@@ -145,8 +159,7 @@ def bundled_skills_dir() -> Path:
     return ref
 
 
-# -- one file
-# ----------------------------------------------------------------------------------------
+# -- one file -------------------------------------------------------------------------------------
 
 
 def split_frontmatter(text: str, file: Path) -> tuple[str, str, int]:
@@ -165,7 +178,8 @@ def split_frontmatter(text: str, file: Path) -> tuple[str, str, int]:
     text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
     if not text.strip():
         raise SkillError(
-            f"{file}: empty file; a skill starts with YAML frontmatter (name, description) between --- lines"
+            f"{file}: empty file; "
+            "a skill starts with YAML frontmatter (name, description) between --- lines"
         )
     lines = text.split("\n")
     if not _FENCE.fullmatch(lines[0]):
@@ -260,7 +274,8 @@ def parse_skill(text: str, file: Path, folder: Path, source: Source) -> Skill:
         raise SkillError(f"{file}:2: the frontmatter is empty; it needs name and description")
     if not isinstance(meta, dict):
         raise SkillError(
-            f"{file}:2: the frontmatter is a {type(meta).__name__}, not a mapping (name: ..., description: ...)"
+            f"{file}:2: the frontmatter is a {type(meta).__name__}, "
+            "not a mapping (name: ..., description: ...)"
         )
     name = _text(meta, "name", file, front)
     description = _text(meta, "description", file, front)
@@ -270,7 +285,8 @@ def parse_skill(text: str, file: Path, folder: Path, source: Source) -> Skill:
     if not isinstance(extra, dict):
         where = _where(file, front, "metadata")
         raise SkillError(
-            f"{where}: `metadata` must be a mapping (tags: [...], platforms: [...]), got {_short(extra)}"
+            f"{where}: `metadata` must be a mapping (tags: [...], platforms: [...]), "
+            f"got {_short(extra)}"
         )
     tags = () if extra.get("tags") is None else _names(extra["tags"], "tags", file, front)
     raw = extra.get("platforms")
@@ -303,7 +319,8 @@ def read_body(skill: Skill) -> str:
 def _load(path: Path, size: int, folder: Path, source: Source) -> Skill | SkillError:
     if size > MAX_SKILL_BYTES:
         return SkillError(
-            f"{path}: {size} bytes; a skill file may hold {MAX_SKILL_BYTES} (move details to references/)"
+            f"{path}: {size} bytes; a skill file may hold {MAX_SKILL_BYTES} "
+            "(move details to references/)"
         )
     try:
         data = path.read_bytes()
@@ -322,8 +339,7 @@ def _load(path: Path, size: int, folder: Path, source: Source) -> Skill | SkillE
         return exc
 
 
-# -- the library
-# -------------------------------------------------------------------------------------
+# -- the library ----------------------------------------------------------------------------------
 
 
 class SkillLibrary:
@@ -360,7 +376,10 @@ class SkillLibrary:
 
     @classmethod
     def from_config(cls, config: Config) -> SkillLibrary:
-        """The library of ``workspace.skills_dir`` (absolute after load_config) then the bundled skills."""
+        """The library of ``workspace.skills_dir``, then the bundled skills.
+
+        ``workspace.skills_dir`` is absolute after load_config.
+        """
         return cls([Path(config.workspace.skills_dir), bundled_skills_dir()])
 
     @property
@@ -386,7 +405,8 @@ class SkillLibrary:
                         warnings.append(result)
                     elif result.name in seen_here:
                         warnings.append(
-                            f"{result.file}: name {result.name!r} is already used by {seen_here[result.name]}; "
+                            f"{result.file}: name {result.name!r} "
+                            f"is already used by {seen_here[result.name]}; "
                             "skill skipped"
                         )
                     elif result.name in found:
@@ -419,7 +439,10 @@ class SkillLibrary:
         return [s for s in self.scan()[0] if s.runs_on(platform)]
 
     def get(self, name: str, platform: str | None = HOST_PLATFORM) -> Skill | None:
-        """The skill called ``name`` (exactly, else ignoring case) if it is offered on ``platform``."""
+        """The skill called ``name`` if it is offered on ``platform``.
+
+        The name matches exactly, else ignoring case.
+        """
         skills = self.visible(platform)
         exact = next((s for s in skills if s.name == name), None)
         return exact or next(
@@ -446,8 +469,7 @@ class SkillLibrary:
             out.append((s.name, text))
         return out
 
-    # -- internals (called with the lock held)
-    # ------------------------------------------------------
+    # -- internals (called with the lock held) ----------------------------------------------------
 
     def _scan_dir(self, root: Path, source: Source) -> list[Skill | str]:
         # Plain strings and os calls: pathlib objects cost more than the system calls here.

@@ -1,30 +1,33 @@
-"""The skill tools: ``list_skills`` and ``use_skill`` over a :class:`~kesoku.tools.skill_library.SkillLibrary`.
+"""The skill tools: ``list_skills`` and ``use_skill``.
 
-Skills are filtered by the host platform (``platform.system().lower()``), as the seed specifies; the
-system prompt lists the same skills through
-:meth:`~kesoku.tools.skill_library.SkillLibrary.summaries`. ``use_skill`` returns the skill's
-instructions under a header naming the skill folder's absolute path and telling the model to use
-absolute paths in commands (the working directory is the session's, not the skill's), followed by
-the other files of the folder. Both tools read the disk in a worker thread.
+Both work over a :class:`~kesoku.tools.skill_library.SkillLibrary`. Skills are filtered by the host
+platform (``platform.system().lower()``), as the seed specifies; the system prompt lists the same
+skills through :meth:`~kesoku.tools.skill_library.SkillLibrary.summaries`. ``use_skill`` returns the
+skill's instructions under a header naming the skill folder's absolute path and telling the model to
+use absolute paths in commands (the working directory is the session's, not the skill's), followed
+by the other files of the folder. Both tools read the disk in a worker thread.
 """
 
 from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated
 
 import trio
 
-from kesoku.tools.base import Tool, ToolContext
+from kesoku.tools.base import Tool
 from kesoku.tools.output import cap_output
+from kesoku.tools.schema import Check, tool_from_function
 from kesoku.tools.skill_library import HOST_PLATFORM, Skill, SkillError, SkillLibrary, read_body
 from kesoku.vocab.errors import ToolError
 
 DEFAULT_MAX_OUTPUT_BYTES = 32_000
-"""The most bytes use_skill returns (header included); a longer body is cut in the middle, marked."""
+"""The most bytes use_skill returns (header included).
+
+A longer body is cut in the middle, marked.
+"""
 MAX_LISTED_FILES = 40
 """Files of a skill folder named in use_skill's header."""
 MAX_WALKED_ENTRIES = 2000
@@ -32,6 +35,9 @@ MAX_WALKED_ENTRIES = 2000
 MAX_NAMES_IN_ERROR = 50
 SKILL_TOOL_TIMEOUT_S = 30.0
 _SKIPPED = frozenset({".git", "__pycache__", "node_modules", ".venv", "venv"})
+_SkillName = Annotated[
+    str, Check("`skill_name` must be a non-empty string (a name from list_skills)", str.strip)
+]
 
 
 def skill_tools(
@@ -51,38 +57,35 @@ def skill_tools(
         ``(list_skills, use_skill)``.
     """
 
-    async def list_skills(arguments: Mapping[str, Any], ctx: ToolContext) -> str:
+    async def list_skills() -> str:
+        """List the skills for this platform, and the ones that failed to load."""
         return await trio.to_thread.run_sync(_list, library, platform, abandon_on_cancel=True)
 
-    async def use_skill(arguments: Mapping[str, Any], ctx: ToolContext) -> str:
-        name = arguments.get("skill_name")
-        if not isinstance(name, str) or not name.strip():
-            raise ToolError("`skill_name` must be a non-empty string (a name from list_skills)")
+    async def use_skill(skill_name: _SkillName) -> str:
+        """Read a skill's instructions, under a header naming its folder and files.
+
+        Args:
+            skill_name: The skill's name, as listed.
+        """
         return await trio.to_thread.run_sync(
-            _use, library, name, platform, max_output_bytes, abandon_on_cancel=True
+            _use, library, skill_name, platform, max_output_bytes, abandon_on_cancel=True
         )
 
     return (
-        Tool(
-            "list_skills",
-            "List the skills here (step-by-step procedures, some with scripts): name, description, tags.\n"
-            "Read one with use_skill before a task it covers. Skills that failed to load are listed with the reason.",
+        tool_from_function(
             list_skills,
-            {"type": "object", "properties": {}},
+            description="List the skills here (step-by-step procedures, some with scripts): "
+            "name, description, tags.\n"
+            "Read one with use_skill before a task it covers. "
+            "Skills that failed to load are listed with the reason.",
             timeout_s=SKILL_TOOL_TIMEOUT_S,
         ),
-        Tool(
-            "use_skill",
-            "Read a skill's full instructions (names from list_skills or the system prompt) and follow them.\n"
-            "The result starts with the skill folder's absolute path: run its scripts by absolute path.",
+        tool_from_function(
             use_skill,
-            {
-                "type": "object",
-                "properties": {
-                    "skill_name": {"type": "string", "description": "The skill's name, as listed."}
-                },
-                "required": ["skill_name"],
-            },
+            description="Read a skill's full instructions (names from list_skills or the system "
+            "prompt) and follow them.\n"
+            "The result starts with the skill folder's absolute path: "
+            "run its scripts by absolute path.",
             timeout_s=SKILL_TOOL_TIMEOUT_S,
         ),
     )
@@ -114,7 +117,8 @@ def _list(library: SkillLibrary, platform: str | None) -> str:
         lines.append(f"Skipped ({len(warnings)}, fix the file to load it):")
         lines.extend(f"- {w}" for w in warnings[:MAX_NAMES_IN_ERROR])
     lines.append(
-        f"New skills go in {_where_new(library)}: YAML frontmatter (name, description) between --- lines, "
+        f"New skills go in {_where_new(library)}: "
+        "YAML frontmatter (name, description) between --- lines, "
         "then the instructions."
     )
     return "\n".join(lines)

@@ -187,15 +187,17 @@ class _Walker:
             if not _is_quoted(delimiter):
                 self.heredoc_body(heredoc.value)
             body, _, last = str(heredoc.value).rstrip("\n").rpartition("\n")
-            return (
-                body if last.lstrip("\t") == _unquoted(delimiter) else str(heredoc.value)
-            )  # bashlex keeps it
+            # bashlex keeps the closing delimiter as the document's last line.
+            return body if last.lstrip("\t") == _unquoted(delimiter) else str(heredoc.value)
         if hasattr(target, "kind") and target.kind == "word":
             self.word(target)
         return None
 
     def heredoc_body(self, body: str) -> None:
-        """An unquoted here-document expands ``$(…)`` and backticks: parse it as a double-quoted word."""
+        """Parse an unquoted here-document as a double-quoted word.
+
+        An unquoted here-document expands ``$(…)`` and backticks.
+        """
         if not _SUBSTITUTION_TEXT.search(body) and "${" not in body:
             return
         if self.depth >= MAX_DEPTH:
@@ -239,7 +241,10 @@ def _has_brace(text: str) -> bool:
 
 
 def _has_ansi_c(raw: str) -> bool:
-    """Whether a word's source holds ``$'…'`` or ``$"…"`` outside quotes (``'$'`` and ``"$'"`` do not)."""
+    """Whether a word's source holds ``$'…'`` or ``$"…"`` outside quotes.
+
+    ``'$'`` and ``"$'"`` do not.
+    """
     quote = ""
     i = 0
     while i < len(raw):
@@ -380,7 +385,10 @@ _patch_quoted_heredoc_delimiter()
 
 
 def find_exec(args: list[Word]) -> list[list[Word]]:
-    """The commands of ``find … -exec CMD … ;`` (also ``-execdir``, ``-ok``, ``-okdir``, ending in ``+``)."""
+    """The commands of ``find … -exec CMD … ;``.
+
+    Also ``-execdir``, ``-ok``, ``-okdir``, and commands ending in ``+``.
+    """
     commands: list[list[Word]] = []
     i = 0
     while i < len(args):
