@@ -33,11 +33,14 @@ def raw_apsw_commits(path: Path, n: int) -> float:
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = NORMAL")
     conn.execute(
-        "CREATE TABLE m (id INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT, role TEXT, kind TEXT, status TEXT,"
-        " sender TEXT, content TEXT, root_id INTEGER, parent_id INTEGER, ts REAL, root_ts REAL, metadata BLOB,"
-        " adapter TEXT, external_id TEXT)"
+        "CREATE TABLE m (id INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT, role TEXT,"
+        " kind TEXT, status TEXT, sender TEXT, content TEXT, root_id INTEGER, parent_id INTEGER,"
+        " ts REAL, root_ts REAL, metadata BLOB, adapter TEXT, external_id TEXT)"
     )
-    sql = "INSERT INTO m VALUES (NULL, ?, 'user', 'text', 'pending', 'User', ?, 0, NULL, ?, ?, '{}', 'bench', NULL)"
+    sql = (
+        "INSERT INTO m VALUES (NULL, ?, 'user', 'text', 'pending', 'User', ?, 0, NULL, ?, ?, '{}', "
+        "'bench', NULL)"
+    )
     start = time.perf_counter()
     for i in range(n):
         now = time.time()
@@ -48,7 +51,10 @@ def raw_apsw_commits(path: Path, n: int) -> float:
 
 
 async def gateway_round(path: Path, n: int) -> tuple[float, list[float], int]:
-    """Post n messages with 3 listeners consuming; returns (posts/s, post latencies in s, max buffered)."""
+    """Post n messages with 3 listeners consuming.
+
+    Returns (posts/s, post latencies in s, max buffered).
+    """
     gateway = Gateway(Store(path), path.parent / "sessions")
     session = gateway.open_session("bench", "c")
     done = trio.Event()
@@ -84,7 +90,10 @@ async def gateway_round(path: Path, n: int) -> tuple[float, list[float], int]:
 
 
 async def cross_process_latency(path: Path, n: int) -> list[float]:
-    """Another process posts n messages (1 ms apart); returns delivery delays in s (receive - ts)."""
+    """Another process posts n messages (1 ms apart).
+
+    Returns the delivery delays in s (receive - ts).
+    """
     gateway = Gateway(Store(path), path.parent / "sessions")
     delays: list[float] = []
 
@@ -130,7 +139,8 @@ def main() -> None:
             buffered.append(biggest)
         delays = trio.run(cross_process_latency, Path(tmp) / "xp" / "k.db", 300)
     print(
-        f"gateway benchmark: {args.posts:,} posts x {args.rounds} rounds, medians (Python {sys.version.split()[0]})"
+        f"gateway benchmark: {args.posts:,} posts x {args.rounds} rounds, "
+        f"medians (Python {sys.version.split()[0]})"
     )
     report("raw apsw single-row commits (WAL, synchronous=NORMAL)", median(raw), "commits/s")
     report(

@@ -78,7 +78,8 @@ def main() -> None:
             ).fetchall()
             bare.append(time.perf_counter() - t0)
         print(
-            f"history benchmark: {len(history):,} messages ({len(rows):,} raw rows), medians of {args.rounds}"
+            f"history benchmark: {len(history):,} messages ({len(rows):,} raw rows), "
+            f"medians of {args.rounds}"
         )
     report("raw apsw SELECT in (root_ts, ts, id) order", median(bare) * 1e3, "ms")
     report("store.history() -> Message structs", median(ours) * 1e3, "ms", "<= 30 ms")

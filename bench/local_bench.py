@@ -60,7 +60,10 @@ def raw_round(llama: Any, max_tokens: int) -> tuple[float, float, int]:
 
 
 async def backend_round(llm: LocalLLM) -> tuple[float, float, int, int]:
-    """One LocalLLM.stream call; returns (seconds, seconds to first delta, deltas, output tokens)."""
+    """One LocalLLM.stream call.
+
+    Returns (seconds, seconds to first delta, deltas, output tokens).
+    """
     start = time.perf_counter()
     first = 0.0
     deltas = tokens = 0
@@ -91,7 +94,10 @@ async def cancel_after_deltas(llm: LocalLLM, n: int) -> float:
 
 
 async def cancel_during_prompt(llm: LocalLLM, after_s: float) -> float:
-    """Cancel while a ~1,500-token prompt is evaluated; returns seconds from the cancel to the thread's end."""
+    """Cancel while a ~1,500-token prompt is evaluated.
+
+    Returns the seconds from the cancel to the thread's end.
+    """
     deadline = trio.current_time() + after_s
     with trio.move_on_at(deadline):
         async with aclosing(llm.stream(request(SYSTEM_PROMPT, LONG_PROMPT))) as events:
@@ -151,8 +157,8 @@ def main() -> None:
     tools_call = trio.run(timed, plain, request("", "Run the command 'date'.", TOOLS))
 
     print(
-        f"local backend benchmark: {llm.model_path.name}, max_tokens {args.max_tokens}, {args.rounds} rounds,"
-        f" medians (Python {sys.version.split()[0]})"
+        f"local backend benchmark: {llm.model_path.name}, max_tokens {args.max_tokens},"
+        f" {args.rounds} rounds, medians (Python {sys.version.split()[0]})"
     )
     report("model load (LocalLLM.load, in a worker thread)", llm.load_s or 0.0, "s")
     report("model load (raw Llama())", raw_load_s, "s")

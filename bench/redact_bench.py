@@ -1,4 +1,4 @@
-"""Redaction benchmark: what masking secrets costs per message at the gateway (kesoku.config.redact).
+"""Redaction benchmark: what masking secrets costs per gateway message (kesoku.config.redact).
 
 Run: .venv/bin/python bench/redact_bench.py [--rounds R]
 

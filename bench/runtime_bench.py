@@ -36,7 +36,10 @@ from _util import median, pct, report
 
 
 class EndlessLLM(BaseLLM):
-    """Streams a chunk every 1 ms until cancelled; records when each call starts and when it closes."""
+    """Streams a chunk every 1 ms until cancelled.
+
+    Records when each call starts and when it closes.
+    """
 
     provider = "bench"
 
@@ -95,7 +98,10 @@ async def noop(arguments: Mapping[str, Any], ctx: ToolContext) -> str:
 
 
 async def interrupt_round(folder: Path, n: int) -> tuple[list[float], list[float]]:
-    """Post n interrupting messages; returns (post → old stream closed, post → new call started) in s."""
+    """Post n interrupting messages.
+
+    Returns (post → old stream closed, post → new call started) in s.
+    """
     store = Store(folder / "kesoku.db")
     llm = EndlessLLM()
     rt = Runtime(Gateway(store, folder / "sessions"), llm)
@@ -122,7 +128,10 @@ async def interrupt_round(folder: Path, n: int) -> tuple[list[float], list[float
 async def loop_round(
     folder: Path, round_trips: int, turnlog: bool
 ) -> tuple[list[float], float, int]:
-    """One turn of round_trips tool round trips; returns (gaps between model calls in s, total s, logs)."""
+    """One turn of round_trips tool round trips.
+
+    Returns (gaps between model calls in s, total s, logs).
+    """
     store = Store(folder / "kesoku.db")
     llm = LoopLLM(round_trips)
     writer = TurnLogWriter() if turnlog else None

@@ -1,4 +1,4 @@
-"""Many sessions: `kesoku start` drains N sessions with one pending message each under `ulimit -n 1024`.
+"""Many sessions: `kesoku start` drains N sessions (1 pending message each) under `ulimit -n 1024`.
 
 Run: .venv/bin/python bench/sessions_bench.py [--sessions N] [--open-files F] [--idle S]
 
@@ -61,7 +61,8 @@ def main() -> int:
     try:
         shutil.copy(SCENARIO, folder / "scenario.yaml")
         (folder / "kesoku.toml").write_text(
-            f'[agent]\nllm = "scripted"\nworker_idle_s = {args.idle}\n[scripted]\npath = "scenario.yaml"\n'
+            f'[agent]\nllm = "scripted"\nworker_idle_s = {args.idle}\n'
+            '[scripted]\npath = "scenario.yaml"\n'
         )
         t0 = time.perf_counter()
         seed(folder, args.sessions)
@@ -107,7 +108,8 @@ def main() -> int:
             text = log.read()
         rss_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # KiB on Linux
         print(
-            f"{args.sessions:,} sessions, RLIMIT_NOFILE {limit} (soft and hard), worker_idle_s {args.idle:g}"
+            f"{args.sessions:,} sessions, RLIMIT_NOFILE {limit} (soft and hard), "
+            f"worker_idle_s {args.idle:g}"
         )
         report("seeding the database", seeded_s, "s")
         report("daemon start → last message answered", drained_s, "s")

@@ -17,7 +17,10 @@ from kesoku.tools.skill_library import SkillLibrary
 
 from _util import median, report
 
-SKILL = "---\nname: {name}\ndescription: Skill number {i} does a thing when asked.\n---\n# {name}\n\nDo the thing.\n"
+SKILL = (
+    "---\nname: {name}\ndescription: Skill number {i} does a thing when asked.\n---\n"
+    "# {name}\n\nDo the thing.\n"
+)
 
 
 def main() -> None:

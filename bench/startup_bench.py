@@ -119,14 +119,16 @@ def main() -> None:
             ("kesoku chat 'What is the capital of France?' (scripted)", chat, "400 ms"),
         ]
         print(
-            f"{args.rounds} rounds each, after a warm-up; {os.cpu_count()} CPUs; load {os.getloadavg()[0]:.2f}"
+            f"{args.rounds} rounds each, after a warm-up; {os.cpu_count()} CPUs; "
+            f"load {os.getloadavg()[0]:.2f}"
         )
         print(f"{'case':<58} {'median':>9} {'min':>9} {'cpu':>9}")
         for name, argv, target in cases:
             wall, fastest, cpu = measure(argv, folder, args.rounds, env)
             suffix = f"   (target {target})" if target else ""
             print(
-                f"{name:<58} {wall * 1e3:>6.0f} ms {fastest * 1e3:>6.0f} ms {cpu * 1e3:>6.0f} ms{suffix}"
+                f"{name:<58} {wall * 1e3:>6.0f} ms {fastest * 1e3:>6.0f} ms "
+                f"{cpu * 1e3:>6.0f} ms{suffix}"
             )
         if args.importtime:
             print("\nslowest imports of the one-shot chat (cumulative):")

@@ -1,4 +1,4 @@
-"""Valid-text benchmark: what the boundary check costs on text that is already valid (kesoku.vocab.text).
+"""Valid-text benchmark: what the boundary check costs on already valid text (kesoku.vocab.text).
 
 Run: .venv/bin/python bench/text_bench.py [--rounds R]
 
@@ -35,13 +35,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
     root_dir = Path(__file__).resolve().parent.parent / "kesoku"
-    code = "".join(p.read_text() for p in sorted(root_dir.glob("*.py")))[
-        :OUTPUT_CHARS
-    ]  # mostly ASCII
+    # mostly ASCII
+    code = "".join(p.read_text() for p in sorted(root_dir.glob("*.py")))[:OUTPUT_CHARS]
     prose = ("Zoë’s café — naïve “quotes” " * 2000)[:OUTPUT_CHARS]  # Latin-1, BMP punctuation
-    cjk = ("検索結果: ファイルが見つかりません。😀 " * 2000)[
-        :OUTPUT_CHARS
-    ]  # wide characters and emoji
+    # wide characters and emoji
+    cjk = ("検索結果: ファイルが見つかりません。😀 " * 2000)[:OUTPUT_CHARS]
     lone = code[: OUTPUT_CHARS - 1] + "\ud800"
     root = msgspec.structs.replace(user_text("s", "go"), id=1)  # as posted
     call = in_turn(

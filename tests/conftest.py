@@ -1,5 +1,6 @@
-"""Shared fixtures: real SQLite files in tmp_path, a gateway over them; every trio test runs under the
-blocking detector (kesoku.host.blocking) and fails if one task step holds the event loop too long."""
+"""Shared fixtures: real SQLite files in tmp_path, a gateway over them; every trio test runs under
+the blocking detector (kesoku.host.blocking) and fails if one task step holds the event loop too
+long."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Helpers for tests that run real processes in the OS sandbox: the mechanisms here, and process hunting.
+"""Helpers for tests running real processes in the OS sandbox: the mechanisms here, process hunting.
 
 ``MECHANISMS`` parametrizes a test over bubblewrap, Landlock and no sandbox; a mechanism that cannot
 work on this machine is skipped with the reason (.ci/run installs bubblewrap with apt-get).

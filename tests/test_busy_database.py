@@ -99,7 +99,8 @@ async def test_a_database_locked_for_too_long_fails_with_one_line_naming_it_and_
     finally:
         await trio.to_thread.run_sync(release, locker)
     assert str(caught.value) == (
-        f"{db}: the database stayed locked for 0.3 s (held by pid {locker.pid}?); the message was not stored"
+        f"{db}: the database stayed locked for 0.3 s (held by pid {locker.pid}?); the message was "
+        "not stored"
     )
     assert store.history(session.id) == []
     await close_store(store)
@@ -111,7 +112,7 @@ async def test_an_answer_that_cannot_be_stored_ends_a_one_shot_chat_with_one_lin
     capsys: pytest.CaptureFixture[str],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """The lock is taken while the model answers: the answer cannot be stored, and the chat says so."""
+    """The lock is taken while the model answers: the answer cannot be stored; the chat says so."""
     from kesoku_terminal.oneshot import run_oneshot
 
     from kesoku.agent.runtime import Runtime
@@ -155,7 +156,8 @@ async def test_an_answer_that_cannot_be_stored_ends_a_one_shot_chat_with_one_lin
 def test_a_new_chat_on_a_database_locked_past_the_busy_timeout_says_so_in_one_line(
     tmp_path: Path,
 ) -> None:
-    """Any write, not only a message's post: here the new session's row, after the 5 s busy timeout."""
+    """Any write, not only a message's post: here the new session's row,
+    after the 5 s busy timeout."""
     setup(tmp_path, "echo.yaml")
     assert chat(tmp_path, "first").returncode == 0  # the database and its schema exist
     db = tmp_path / "kesoku.db"

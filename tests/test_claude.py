@@ -68,7 +68,7 @@ def request(*turns: LLMTurn, system: str = SYSTEM, tools: tuple[ToolSpec, ...] =
 
 @asynccontextmanager
 async def claude(fake: AnthropicFake, **kwargs: Any) -> AsyncIterator[ClaudeLLM]:
-    """A served fake and a backend pointed at it (the client is created before the test's clock runs)."""
+    """A served fake and a backend pointed at it (the client made before the test's clock runs)."""
     async with fake.serve() as url:
         kwargs.setdefault("api_key", fake.api_key)
         kwargs.setdefault("thinking_level", "minimal")
@@ -266,7 +266,10 @@ async def test_images_and_documents_go_as_base64_or_text_sources(tmp_path: Path)
                 {"type": "text", "text": scan_note},
                 {
                     "type": "text",
-                    "text": "[attachment blob.bin (application/octet-stream): a file type Claude cannot read]",
+                    "text": (
+                        "[attachment blob.bin (application/octet-stream): "
+                        "a file type Claude cannot read]"
+                    ),
                 },
             ],
         }

@@ -1,4 +1,5 @@
-"""The claude backend's usage accounting and errors, through the real anthropic SDK against the wire-level fake."""
+"""The claude backend's usage accounting and errors, through the real anthropic SDK against the
+wire-level fake."""
 
 from __future__ import annotations
 

@@ -73,7 +73,7 @@ def chat(
 
 
 def start_chat(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
-    """``kesoku chat`` running in the background, its stdout and stderr piped, for a test to signal."""
+    """``kesoku chat`` run in the background, its stdout and stderr piped, for a test to signal."""
     return subprocess.Popen(
         [sys.executable, "-m", "kesoku", "chat", "-c", str(tmp_path / "kesoku.toml"), *args],
         cwd=tmp_path,
@@ -86,7 +86,7 @@ def start_chat(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
 
 
 def kesoku(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """Any ``kesoku`` command with the folder's config (``-c`` goes last, after the command's own)."""
+    """Any ``kesoku`` command with the folder's config (``-c`` last, after the command's own)."""
     return subprocess.run(
         [sys.executable, "-m", "kesoku", *args, "-c", str(tmp_path / "kesoku.toml")],
         cwd=tmp_path,
@@ -606,5 +606,6 @@ def test_a_database_folder_that_cannot_be_made_is_one_line(
     assert (result.returncode, result.stdout) == (2, "")
     folder = tmp_path / "blocker"
     assert result.stderr == (
-        f"kesoku: {folder / 'k.db'}: cannot make its folder {folder}: File exists (workspace.db_path)\n"
+        f"kesoku: {folder / 'k.db'}: cannot make its folder {folder}: File exists "
+        "(workspace.db_path)\n"
     )

@@ -31,8 +31,8 @@ def test_a_session_another_process_is_running_is_refused_and_nothing_is_lost(
         second = chat(tmp_path, "--session", session[:8], "me too")
         assert second.returncode == 2
         assert second.stderr.strip().splitlines() == [
-            f"kesoku: --session {session[:8]}: another Kesoku process (pid {first.pid}) is running this session; "
-            "try again when it is done, or start a new session"
+            f"kesoku: --session {session[:8]}: another Kesoku process (pid {first.pid}) is running "
+            "this session; try again when it is done, or start a new session"
         ]
         out, _ = first.communicate(timeout=60)
     finally:
@@ -123,11 +123,13 @@ def test_kill_9_of_a_chat_leaves_no_process_of_its_tool(tmp_path: Path, mode: st
     mark = marker()
     (tmp_path / "scenario.yaml").write_text(
         "steps:\n"
-        f"  - tool_calls: [{{name: shell, arguments: {{command: \"sh -c 'sleep {mark} & sleep {mark}'\"}}}}]\n"
+        "  - tool_calls: [{name: shell, arguments: "
+        f"{{command: \"sh -c 'sleep {mark} & sleep {mark}'\"}}}}]\n"
         "  - text: done\n"
     )
     (tmp_path / "kesoku.toml").write_text(
-        f'[agent]\nllm = "scripted"\n[scripted]\npath = "scenario.yaml"\n[sandbox]\nmode = "{mode}"\n'
+        '[agent]\nllm = "scripted"\n[scripted]\npath = "scenario.yaml"\n'
+        f'[sandbox]\nmode = "{mode}"\n'
     )
     proc = start_chat(tmp_path, "run it")
     try:

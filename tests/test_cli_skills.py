@@ -12,7 +12,8 @@ def make_workspace(tmp_path: Path) -> Path:
     skills = tmp_path / "my-skills"
     (skills / "deploy").mkdir(parents=True)
     (skills / "deploy" / "SKILL.md").write_text(
-        "---\nname: deploy\ndescription: Ship the site to staging.\nmetadata:\n  platforms: [darwin]\n---\nSteps.\n"
+        "---\nname: deploy\ndescription: Ship the site to staging.\n"
+        "metadata:\n  platforms: [darwin]\n---\nSteps.\n"
     )
     (skills / "writing-skills").mkdir()
     (skills / "writing-skills" / "SKILL.md").write_text(

@@ -1,4 +1,4 @@
-"""`kesoku start`, run as the real CLI in a subprocess: messages from other processes, signals, adapters.
+"""`kesoku start`, the real CLI in a subprocess: messages from other processes, signals, adapters.
 
 Messages are written to the daemon's database by this test process (the gateway delivers another
 process's commits within ~50 ms); adapters come from a fake distribution put on PYTHONPATH, found
@@ -316,7 +316,8 @@ def test_each_adapter_failure_is_one_line_and_the_others_keep_running(tmp_path: 
         "adapter good: started",
         "adapter missing: cannot load kesoku_fake_missing: ModuleNotFoundError: No module named "
         "'kesoku_nonexistent_sdk'",
-        "adapter noserve: enabled, but kesoku_fake_adapters:noserve has no serve() (not built yet); skipped",
+        "adapter noserve: enabled, but kesoku_fake_adapters:noserve has no serve() (not built "
+        "yet); skipped",
     ]  # off, terminal and the disabled discord and gchat adapters say nothing
 
 

@@ -41,7 +41,7 @@ def policy(window: int = WINDOW) -> CompactionPolicy:
 
 
 async def seed(h: Harness, turns: int, *, result_chars: int = 3000, user_chars: int = 40) -> None:
-    """Write ``turns`` finished turns: a question, a read_file call, its (long) result, an answer."""
+    """Write ``turns`` finished turns: question, read_file call, its (long) result, answer."""
     for i in range(turns):
         root = await h.gateway.post(
             msgspec.structs.replace(

@@ -1,4 +1,4 @@
-"""kesoku.config.settings: the Structs, loading, environment fallbacks, paths, errors, and the committed files."""
+"""kesoku.config.settings: Structs, loading, env fallbacks, paths, errors, the committed files."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`kesoku config check` and `kesoku config schema`, run as the real console entry point in a subprocess."""
+"""`kesoku config check`, `kesoku config schema`: the real console entry point in a subprocess."""
 
 from __future__ import annotations
 
@@ -73,8 +73,9 @@ def test_an_unknown_key_with_nothing_close_lists_the_known_ones() -> None:
     path = BAD / "unknown_key_nothing_close.toml"
     line = assert_operator_error(kesoku("config", "check", "-c", str(path)))
     assert line == (
-        f"kesoku: {path}:3: agent.zzzzqqq: unknown key (known: llm, persona, max_steps_per_turn, max_identical_calls,"
-        " fallback, project_dir, worker_idle_s, max_retries, retry_cap_s, shutdown_grace_s, question_timeout_s)"
+        f"kesoku: {path}:3: agent.zzzzqqq: unknown key (known: llm, persona, max_steps_per_turn, "
+        "max_identical_calls, fallback, project_dir, worker_idle_s, max_retries, retry_cap_s, "
+        "shutdown_grace_s, question_timeout_s)"
     )
 
 

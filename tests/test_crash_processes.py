@@ -1,4 +1,5 @@
-"""kill -9 of a real runtime process mid-turn, then a restart: the message is answered exactly once."""
+"""kill -9 of a real runtime process mid-turn, then a restart:
+the message is answered exactly once."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ DAEMON = Path(__file__).parent / "data" / "agent_daemon.py"
 
 
 async def wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
-    """Poll (real processes: no virtual clock) until predicate() is true; a hang guard, not a speed goal."""
+    """Poll (real processes: no virtual clock) until predicate() is true;
+    a hang guard, not a speed goal."""
     with trio.fail_after(timeout_s):
         while not predicate():  # noqa: ASYNC110 - another process writes the store: nothing to wait on here
             await trio.sleep(0.02)

@@ -37,7 +37,8 @@ from kesoku.vocab.metrics import TurnState
 from kesoku.vocab.model import Kind, Message, Outcome, Role
 
 pytestmark = pytest.mark.filterwarnings(
-    r"ignore:Async generator '(openai|httpx2|httpcore2)\.[\w.]+' was garbage collected:ResourceWarning"
+    r"ignore:Async generator '(openai|httpx2|httpcore2)\.[\w.]+' "
+    r"was garbage collected:ResourceWarning"
 )
 
 WRITE = {"path": "out.txt", "content": "hello"}
@@ -114,8 +115,7 @@ async def test_openai_finish_reasons_map_to_the_ir() -> None:
         assert (response.stop_reason, response.stop_detail) == (reason, finish)
 
 
-# -- Claude
-# -----------------------------------------------------------------------------------------
+# -- Claude ---------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("cut_at", [None, 20])  # complete JSON, and JSON cut inside the block
@@ -152,8 +152,7 @@ async def test_claude_input_that_is_not_json_without_max_tokens_is_an_error() ->
             await llm.generate(request())
 
 
-# -- Gemini
-# -----------------------------------------------------------------------------------------
+# -- Gemini ---------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -191,8 +190,7 @@ async def test_gemini_cut_or_malformed_runs_no_call(tmp_path: Path, finish: str,
     assert all("maxOutputTokens" not in str(r.body) for r in fake.generate_calls)
 
 
-# -- the turn without a wire
-# ------------------------------------------------------------------------
+# -- the turn without a wire ----------------------------------------------------------------------
 
 
 async def test_an_empty_cut_reply_is_asked_again_with_the_larger_limit(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""The Discord adapter's pure rules: answering, chunking, rendering, labels, the context prompt, /restart."""
+"""The Discord adapter's pure rules:
+answering, chunking, rendering, labels, the context prompt, /restart."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Delivery once: across the adapter's restarts (the saved cursor) and Discord's reconnects (replays)."""
+"""Delivery once: across adapter restarts (the saved cursor) and Discord's reconnects (replays)."""
 
 from __future__ import annotations
 

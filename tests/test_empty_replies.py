@@ -1,4 +1,4 @@
-"""No empty success: a reply with no content and no stop reason is a failed call, retried, then one line.
+"""No empty success: a reply without content or stop reason fails the call: retried, then one line.
 
 The llama.cpp server answers a prompt over its ``n_ctx`` with HTTP 200 and an empty body; before,
 ``kesoku chat`` printed nothing and exited 0.
@@ -25,7 +25,8 @@ from kesoku.vocab.metrics import TurnState
 from kesoku.vocab.model import Role
 
 pytestmark = pytest.mark.filterwarnings(
-    r"ignore:Async generator '(openai|httpx2|httpcore2)\.[\w.]+' was garbage collected:ResourceWarning"
+    r"ignore:Async generator '(openai|httpx2|httpcore2)\.[\w.]+' "
+    r"was garbage collected:ResourceWarning"
 )
 
 

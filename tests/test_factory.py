@@ -1,4 +1,4 @@
-"""The backend factory: the default choice, unknown names, retries from config, and model fallback."""
+"""The backend factory: the default choice, unknown names, retries from config, model fallback."""
 
 from __future__ import annotations
 

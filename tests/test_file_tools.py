@@ -1,5 +1,6 @@
-"""File tools and path gates: traversal, absolute paths, symlink and hard-link escapes, secrets, caps,
-attachment names and [file:] shareability. Everything lives in pytest's tmp_path, with a fake home."""
+"""File tools and path gates: traversal, absolute paths, symlink and hard-link escapes, secrets,
+caps, attachment names and [file:] shareability. Everything lives in pytest's tmp_path, with a fake
+home."""
 
 from __future__ import annotations
 
@@ -95,8 +96,7 @@ async def refused(tools: dict[str, Tool], name: str, ctx: ToolContext, **argumen
     return str(info.value)
 
 
-# -- read_file
-# ----------------------------------------------------------------------------------------
+# -- read_file ------------------------------------------------------------------------------------
 
 
 async def test_read_file_numbers_lines_and_reads_ranges(
@@ -211,8 +211,7 @@ async def test_readable_roots_are_readable_but_not_writable(
     assert guide.read_text() == "the guide\n"
 
 
-# -- write_file and edit_file
-# -------------------------------------------------------------------------
+# -- write_file and edit_file ---------------------------------------------------------------------
 
 
 async def test_write_file_creates_and_overwrites(
@@ -274,7 +273,8 @@ async def test_a_write_outside_asks_the_user_and_an_allowed_one_happens(
     assert result == f"created {outside / 'new.txt'}: 9 bytes, 1 lines"
     assert (outside / "new.txt").read_text() == "approved\n"
     assert guard.questions == [
-        f"write_file wants to write {outside / 'new.txt'} ({outside / 'new.txt'} is outside the workspace). Allow?"
+        f"write_file wants to write {outside / 'new.txt'} ({outside / 'new.txt'} is outside the "
+        "workspace). Allow?"
     ]
     await call(
         tools,
@@ -384,8 +384,7 @@ async def test_edit_file_replaces_exactly_one_match(
     )
 
 
-# -- list_dir, glob, grep
-# -----------------------------------------------------------------------------
+# -- list_dir, glob, grep -------------------------------------------------------------------------
 
 
 async def test_list_dir(tools: dict[str, Tool], ctx: ToolContext, ws: Path, outside: Path) -> None:
@@ -471,8 +470,7 @@ def test_glob_regex() -> None:
     assert glob_regex("a+b(c).txt").match("a+b(c).txt")
 
 
-# -- the gates as functions
-# ---------------------------------------------------------------------------
+# -- the gates as functions -----------------------------------------------------------------------
 
 
 def test_check_read_and_secret_reason(

@@ -1,4 +1,4 @@
-"""Google Chat credentials (google-auth, no network: the files are made here) and the daemon's entry checks."""
+"""Google Chat credentials (google-auth, no network: files made here), the daemon's entry checks."""
 
 from __future__ import annotations
 

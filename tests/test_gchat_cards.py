@@ -1,4 +1,4 @@
-"""Cards v2 JSON and Chat event parsing: pure functions, checked against the official client's types.
+"""Cards v2 JSON and Chat event parsing: pure functions, checked with the official client's types.
 
 Every body is decoded with ``google.apps.chat_v1.Message.from_json``, which refuses a field name the
 Chat API does not define (Cards v2 field names: Chat API REST reference, ``Card``).

@@ -1,4 +1,4 @@
-"""The Google Chat adapter against the real Pub/Sub emulator (skipped, saying why, where it is absent).
+"""The Google Chat adapter against the real Pub/Sub emulator (where absent: skipped, saying why).
 
 One emulator per test session; every test makes a fresh topic and subscription (reusing one across
 runs stalled delivery). Chat is the loopback fake; the model is scripted."""
@@ -35,7 +35,7 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def _end(process: subprocess.Popen[bytes]) -> None:
-    """Stop the emulator this session started (its own process group: gcloud starts java as a child)."""
+    """Stop the emulator this session started (own process group: gcloud starts java as a child)."""
     try:
         os.killpg(process.pid, signal.SIGTERM)
     except ProcessLookupError:
@@ -49,7 +49,7 @@ def _end(process: subprocess.Popen[bytes]) -> None:
 
 @pytest.fixture
 def topic(emulator: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, str, str]]:
-    """A fresh topic and subscription; yields the publisher, the topic path and the subscription path."""
+    """A fresh topic and subscription; yields the publisher, topic path and subscription path."""
     monkeypatch.setenv("PUBSUB_EMULATOR_HOST", emulator)
     name = uuid.uuid4().hex[:12]
     publisher = pubsub_v1.PublisherClient()

@@ -1,4 +1,4 @@
-"""The gemini backend end to end: the real google-genai SDK against a wire-level fake of the Gemini API."""
+"""The gemini backend end to end: the real google-genai SDK against a wire-level Gemini API fake."""
 
 from __future__ import annotations
 
@@ -109,7 +109,7 @@ async def served(fake: GeminiFake, **kwargs: Any) -> AsyncIterator[GeminiLLM]:
 
 
 async def collect(llm: GeminiLLM, req: LLMRequest, *, stops: bool = False) -> list[LLMEvent]:
-    """The events of a call; its stop reason only with ``stops`` (content tests compare whole lists)."""
+    """A call's events; its stop reason only with ``stops`` (content tests compare whole lists)."""
     return [event async for event in llm.stream(req) if stops or not isinstance(event, StopEvent)]
 
 

@@ -1,4 +1,4 @@
-"""The gemini backend's context caching, through the real google-genai SDK against the wire-level fake."""
+"""The gemini backend's context caching: the real google-genai SDK against the wire-level fake."""
 
 from __future__ import annotations
 

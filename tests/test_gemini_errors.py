@@ -1,4 +1,5 @@
-"""The gemini backend's errors and retries, through the real google-genai SDK against the wire-level fake."""
+"""The gemini backend's errors and retries,
+through the real google-genai SDK against the wire-level fake."""
 
 from __future__ import annotations
 

@@ -48,8 +48,9 @@ from kesoku.vocab.model import Outcome
 # What the runtime sends: persona, rules and more (kesoku/agent/prompt.py); the backend replaces it.
 KESOKU_SYSTEM = (
     "You are Kesoku, a helpful autonomous agent. Use your tools to act, check your work, "
-    "and answer briefly and truthfully.\n\nRules:\n- Act with your tools when that helps; never claim to "
-    "have done what you did not do.\n\nWorking directory: /home/user\nDate: Monday 2026-11-30 10:00 UTC"
+    "and answer briefly and truthfully.\n\n"
+    "Rules:\n- Act with your tools when that helps; never claim to have done what you did not do."
+    "\n\nWorking directory: /home/user\nDate: Monday 2026-11-30 10:00 UTC"
 )
 TOOLS = (
     ToolSpec(
@@ -345,6 +346,6 @@ async def test_a_window_past_the_trained_one_is_a_warning(
     await wide.generate(ask("Hi"))
     await wide.aclose()
     assert [r.getMessage() for r in caplog.records if "trained" in r.getMessage()] == [
-        "local.n_ctx = 16384 is more than the 8192 tokens the model was trained on: its answers degrade past "
-        "them, and the memory is spent for nothing"
+        "local.n_ctx = 16384 is more than the 8192 tokens the model was trained on: its answers "
+        "degrade past them, and the memory is spent for nothing"
     ]

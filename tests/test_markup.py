@@ -21,7 +21,10 @@ def test_a_file_on_its_own_line_splits_the_text() -> None:
 
 
 def test_a_question_with_choices() -> None:
-    text = "I found two configs.\n[question: Which one should I use? | dev.toml | prod.toml | dev.toml | ]"
+    text = (
+        "I found two configs.\n"
+        "[question: Which one should I use? | dev.toml | prod.toml | dev.toml | ]"
+    )
     assert parse_reply(text) == [
         TextPart("I found two configs."),
         QuestionPart("Which one should I use?", ("dev.toml", "prod.toml")),

@@ -1,4 +1,4 @@
-"""The MCP client against real servers built with the `mcp` SDK: stdio subprocesses and Streamable HTTP.
+"""The MCP client against real servers made with the `mcp` SDK: stdio subprocesses, Streamable HTTP.
 
 The server is tests/data/mcp/server.py (MCPServer, what mcp 1.x called FastMCP). Each connection
 starts a Python process that imports the SDK (about 1.5 s here), so the tests share a few
@@ -29,7 +29,7 @@ from kesoku.vocab.model import Kind, Outcome, Session
 
 SERVER = Path(__file__).parent / "data" / "mcp" / "server.py"
 CONNECT_S = 20.0
-"""Generous: a cold start of the server process imports the SDK (1.5 s warm, more on a busy machine)."""
+"""Generous: a server process's cold start imports the SDK (1.5 s warm, more on a busy machine)."""
 
 
 def stdio(name: str = "t", *flags: str, **kwargs: Any) -> McpStdioServer:

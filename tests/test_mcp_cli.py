@@ -1,4 +1,5 @@
-"""`kesoku mcp list` and `kesoku chat` with MCP servers in kesoku.toml, as the real CLI in a subprocess."""
+"""`kesoku mcp list` and `kesoku chat` with MCP servers in kesoku.toml,
+as the real CLI in a subprocess."""
 
 from __future__ import annotations
 
@@ -63,9 +64,8 @@ def test_mcp_list_shows_each_server_its_state_and_tools(tmp_path: Path) -> None:
     result = kesoku(tmp_path, "mcp", "list", "-c", "kesoku.toml", "--timeout", "20")
     assert result.returncode == 1, result.stderr  # one enabled server failed
     lines = result.stdout.splitlines()
-    assert (
-        lines[0]
-        == "t (stdio): connected: 12 tool(s), 1 prompt(s), resources (list_resources, read_resource)"
+    assert lines[0] == (
+        "t (stdio): connected: 12 tool(s), 1 prompt(s), resources (list_resources, read_resource)"
     )
     assert "  t__add" in [line[: len("  t__add")] for line in lines]
     assert any(
@@ -74,8 +74,8 @@ def test_mcp_list_shows_each_server_its_state_and_tools(tmp_path: Path) -> None:
     )
     assert "  prompt: /mcp t review code [language]  Ask for a review of some code." in lines
     assert (
-        "bad (stdio): failed: the server process ended (stderr: RuntimeError: the server cannot start)"
-        in lines
+        "bad (stdio): failed: the server process ended "
+        "(stderr: RuntimeError: the server cannot start)" in lines
     )
     assert lines[-1] == "off (http): disabled"
     assert result.stderr == ""

@@ -27,8 +27,8 @@ async def test_junk_on_stdout_is_reported_and_the_server_still_works(
             text, outcome, _ = await call(mgr, session, "banner__echo", {"text": "fine"})
     assert (text, outcome) == ("fine", Outcome.COMPLETED)
     assert (
-        "MCP server banner: ignored a line on stdout that is not JSON-RPC: 'Starting the test server"
-        in caplog.text
+        "MCP server banner: ignored a line on stdout that is not JSON-RPC: "
+        "'Starting the test server" in caplog.text
     )
     assert "Traceback" not in caplog.text  # the SDK's own traceback per line is filtered out
 

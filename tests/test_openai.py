@@ -1,4 +1,4 @@
-"""The OpenAI-compatible backend over the real openai SDK against a wire-level fake of Chat Completions."""
+"""The OpenAI-compatible backend: the real openai SDK against a wire-level Chat Completions fake."""
 
 from __future__ import annotations
 
@@ -45,7 +45,8 @@ from kesoku.vocab.model import Attachment, Kind, Message, Metadata, Outcome, Rol
 # openai 3.57 stops reading at `data: [DONE]` without closing its inner async generators; trio
 # closes them at garbage collection and warns, which filterwarnings=error would turn into a failure.
 pytestmark = pytest.mark.filterwarnings(
-    r"ignore:Async generator '(openai|httpx2|httpcore2)\.[\w.]+' was garbage collected:ResourceWarning"
+    r"ignore:Async generator '(openai|httpx2|httpcore2)\.[\w.]+' "
+    r"was garbage collected:ResourceWarning"
 )
 
 Clock = trio.testing.MockClock
@@ -231,12 +232,16 @@ async def test_a_request_from_stored_history_with_attachment_files(tmp_path: Pat
                 },
                 {
                     "type": "text",
-                    "text": '[attachment data.json (application/json)]\n{"a": 1}\n[end of data.json]',
+                    "text": (
+                        '[attachment data.json (application/json)]\n{"a": 1}\n[end of data.json]'
+                    ),
                 },
                 {
                     "type": "text",
-                    "text": "[attachment paper.pdf (application/pdf): not sent (this backend sends images and text "
-                    "files only)]",
+                    "text": (
+                        "[attachment paper.pdf (application/pdf): "
+                        "not sent (this backend sends images and text files only)]"
+                    ),
                 },
             ],
         },
@@ -272,8 +277,8 @@ async def test_deepseek_thinking_needs_reasoning_back_on_tool_call_messages_only
         llm.send_reasoning = True
         await events_of(llm, DEEPSEEK_LOOP)
     assert str(error) == (
-        "openai: HTTP 400 invalid_request_error: The reasoning_content in the thinking mode must be passed back to "
-        "the API."
+        "openai: HTTP 400 invalid_request_error: The reasoning_content in the thinking mode must "
+        "be passed back to the API."
     )
     assert (error.status, error.retryable, error.auth) == (400, False, False) and llm.calls == 2
     without, with_reasoning = fake.bodies

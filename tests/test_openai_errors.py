@@ -1,4 +1,4 @@
-"""The openai backend's errors and retries, through the real openai SDK against the wire-level fake."""
+"""The openai backend's errors and retries: the real openai SDK against the wire-level fake."""
 
 from __future__ import annotations
 
@@ -57,9 +57,8 @@ async def test_retries_run_out_with_a_one_line_error(autojump_clock: Clock) -> N
     fake.push(*[server_error(503)] * 3)
     async with openai(fake, max_retries=2) as llm:
         _, error = await events_until_error(llm, request())
-    assert (
-        str(error)
-        == "openai: HTTP 503 server_error: The engine is currently overloaded, please try again later."
+    assert str(error) == (
+        "openai: HTTP 503 server_error: The engine is currently overloaded, please try again later."
     )
     assert (error.status, error.retryable, error.auth) == (503, True, False) and llm.calls == 3
 
@@ -90,8 +89,8 @@ async def test_a_bad_request_is_final_and_quotes_the_server_in_one_line() -> Non
         _, error = await events_until_error(llm, orphan)
         _, missing = await events_until_error(llm, request())
     assert str(error) == (
-        "openai: HTTP 400 invalid_request_error: Invalid parameter: messages with role 'tool' must be a response "
-        "to a preceeding message with 'tool_calls'."
+        "openai: HTTP 400 invalid_request_error: Invalid parameter: messages with role 'tool' must "
+        "be a response to a preceeding message with 'tool_calls'."
     )
     assert (
         str(missing) == "openai: HTTP 404 invalid_request_error: The model `gpt-9` does not exist."

@@ -1,4 +1,4 @@
-"""What an install exposes: the right import names, the bundled data, the entry points, the wheel."""
+"""What an install exposes: the right import names, bundled data, the entry points, the wheel."""
 
 import shutil
 import subprocess

@@ -213,8 +213,7 @@ def test_checked_commands_include_the_inner_ones() -> None:
     assert decision.commands == ("timeout 5 sh -c ls | wc -l", "sh -c ls | wc -l", "ls", "wc -l")
 
 
-# -- exact refusal reasons
-# ----------------------------------------------------------------------------
+# -- exact refusal reasons ------------------------------------------------------------------------
 
 
 def test_a_refusal_names_the_simple_command_and_the_rule() -> None:
@@ -225,7 +224,8 @@ def test_a_refusal_names_the_simple_command_and_the_rule() -> None:
         "allowlist",
     )
     assert decision.reason == (
-        "refused by the shell policy (allowlist mode): `rm -rf build` matches none of shell.allowlist_patterns"
+        "refused by the shell policy (allowlist mode): `rm -rf build` matches none of "
+        "shell.allowlist_patterns"
     )
 
 
@@ -234,7 +234,8 @@ def test_a_path_program_must_be_allowed_by_name_and_by_path() -> None:
     decision = check_command("/tmp/evil/ls -l", shell)
     assert decision.reason == (
         "refused by the shell policy (allowlist mode): `/tmp/evil/ls -l` matches none of "
-        "shell.allowlist_patterns (a program given as a path must be allowed both as `ls` and as `/tmp/evil/ls`)"
+        "shell.allowlist_patterns (a program given as a path must be allowed both as `ls` and as "
+        "`/tmp/evil/ls`)"
     )
     assert check_command(
         "/bin/ls -l", ShellConfig(mode="allowlist", allowlist_patterns=(r"^(/bin/)?ls\b",))
@@ -245,8 +246,8 @@ def test_refusal_reasons_for_what_cannot_be_checked() -> None:
     cases = {
         "$CMD -rf x": (
             "dynamic-program",
-            "`$CMD -rf x` runs a program whose name `$CMD` is decided at run time (a variable, substitution, "
-            "glob, brace or $'…' quoting); write the program name literally",
+            "`$CMD -rf x` runs a program whose name `$CMD` is decided at run time (a variable, "
+            "substitution, glob, brace or $'…' quoting); write the program name literally",
         ),
         "echo ${x:-$(rm x)}": (
             "hidden-substitution",
@@ -264,13 +265,14 @@ def test_refusal_reasons_for_what_cannot_be_checked() -> None:
     decision = check_command("eval ls", eval_allowed)
     assert (decision.rule, decision.reason) == (
         "eval",
-        "refused by the shell policy (allowlist mode): `eval ls`: eval runs or defines commands the policy "
-        "cannot check",
+        "refused by the shell policy (allowlist mode): `eval ls`: eval runs or defines commands "
+        "the policy cannot check",
     )
     decision = check_command('sh -c "$X"', WIDE_ALLOW)
     assert (decision.rule, decision.reason) == (
         "wrapper",
-        'refused by the shell policy (allowlist mode): `sh -c "$X"`: the -c text is missing or decided at run time',
+        'refused by the shell policy (allowlist mode): `sh -c "$X"`: the -c text is missing or '
+        "decided at run time",
     )
     decision = check_command("echo rm x | sh", WIDE_ALLOW)
     assert (decision.rule, decision.command) == ("wrapper", "sh")
@@ -289,8 +291,7 @@ def test_unparsable_lines_are_refused_with_the_parser_error() -> None:
     assert "use plain commands, pipes, &&, ||, ;" in decision.reason
 
 
-# -- blocklist mode
-# -------------------------------------------------------------------------------------
+# -- blocklist mode -------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -374,8 +375,7 @@ def test_blocklist_mode_still_refuses_what_is_not_a_command_line(line: str, rule
     assert (decision.allowed, decision.rule) == (False, rule)
 
 
-# -- argv (use_shell = false)
-# ---------------------------------------------------------------------------
+# -- argv (use_shell = false) ---------------------------------------------------------------------
 
 
 def test_argv_is_checked_without_shell_expansion() -> None:
@@ -390,8 +390,7 @@ def test_argv_is_checked_without_shell_expansion() -> None:
     assert check_argv(["grep", "sudo", "notes"], BLOCK).allowed
 
 
-# -- limits
-# -------------------------------------------------------------------------------------------
+# -- limits ---------------------------------------------------------------------------------------
 
 
 def test_hostile_sizes_are_refused_or_bounded() -> None:

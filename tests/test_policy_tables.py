@@ -37,7 +37,10 @@ def test_the_shipped_tables_are_what_bashlex_builds() -> None:
 
 
 def test_parses_are_the_same_with_the_shipped_tables() -> None:
-    dump = f"import bashlex\nfor line in {PARSE_CORPUS!r}:\n    print([p.dump() for p in bashlex.parse(line)])\n"
+    dump = (
+        f"import bashlex\nfor line in {PARSE_CORPUS!r}:\n"
+        "    print([p.dump() for p in bashlex.parse(line)])\n"
+    )
     own = run(dump)  # bashlex builds its own tables
     shipped = run(
         "from kesoku.tools.policy.tables import import_bashlex_parser\nimport_bashlex_parser()\n"

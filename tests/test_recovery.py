@@ -1,4 +1,5 @@
-"""Crash recovery: what a dead process left in the store is finished by the next one (ARCHITECTURE.md, "Guarantees")."""
+"""Crash recovery: what a dead process left in the store is finished by the next one
+(ARCHITECTURE.md, "Guarantees")."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from kesoku.vocab.model import Kind, Message, Metadata, Outcome, Role, Status, i
 def leave_crash(
     tmp_path: Path, *, answered: bool = False, pending: str | None = None
 ) -> tuple[Message, Message]:
-    """Write what a process killed mid-tool leaves: a processing root and a tool call without result."""
+    """Write what a process killed mid-tool leaves:
+    a processing root and a tool call without result."""
     store = Store(tmp_path / "kesoku.db")
     gateway = Gateway(store, tmp_path / "sessions")
     session = gateway.open_session("terminal", "chan-1")

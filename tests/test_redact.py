@@ -1,5 +1,5 @@
-"""kesoku.config.redact: which secrets are masked and how, what ordinary text is left alone, which values a
-config and an environment contribute, and the gateway and turn-log writer that apply it."""
+"""kesoku.config.redact: which secrets are masked and how, what ordinary text is left alone, which
+values a config and an environment contribute, and the gateway and turn-log writer that apply it."""
 
 from __future__ import annotations
 

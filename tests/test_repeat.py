@@ -121,8 +121,8 @@ async def test_a_subagent_gets_the_guard(tmp_path: Path) -> None:
     assert metrics.state is TurnState.DONE
     (result,) = results(history)
     assert result.content == (
-        "[repeating] The subagent kept calling probe with the same arguments after being told it repeats "
-        "(agent.max_identical_calls), and was stopped. Its last words: probing"
+        "[repeating] The subagent kept calling probe with the same arguments after being told it "
+        "repeats (agent.max_identical_calls), and was stopped. Its last words: probing"
     )
     assert len(llm.requests) == 6
 
@@ -176,7 +176,7 @@ async def test_a_check_after_an_edit_runs_again(tmp_path: Path) -> None:
 
 
 def test_a_loop_of_calls_that_all_return_the_same_is_refused() -> None:
-    """a, b, a, b…: each returns what it did before, so nothing new happens and the loop is refused."""
+    """a, b, a, b…: each returns what it did before, so nothing new happens; the loop is refused."""
     guard = RepeatGuard(2)
     ran: list[str] = []
     for _ in range(10):

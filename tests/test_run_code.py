@@ -1,5 +1,5 @@
-"""run_code with real subprocesses in the OS sandbox: output, exit code, the temporary folder, timeout,
-questions, and what the sandbox lets a snippet touch."""
+"""run_code with real subprocesses in the OS sandbox: output, exit code, the temporary folder,
+timeout, questions, and what the sandbox lets a snippet touch."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The runtime end to end over a real SQLite file: turns, tools, interruption, stop, failures, recovery."""
+"""The runtime end to end over a real SQLite file:
+turns, tools, interruption, stop, failures, recovery."""
 
 from __future__ import annotations
 

@@ -36,7 +36,7 @@ CANARY = "CANARY-7f3a"
 RUN_ALL = ShellConfig(mode="blocklist", blocklist_patterns=(), timeout_s=10)
 
 ENV_IN_WORKSPACE = ("cat .env", "cat sub/.env.production")
-"""Landlock grants the workspace as one tree, so it cannot hide a ``.env`` file inside it (bwrap can)."""
+"""Landlock grants the workspace as one tree: it cannot hide a ``.env`` file inside (bwrap can)."""
 CHMOD = "chmod 000 {config}"
 """Landlock (up to ABI 7) does not govern a file's mode, owner or times: chmod works outside too."""
 
@@ -49,13 +49,19 @@ CORPUS = [
     "python3 -c \"print(open('{home}/.ssh/id_rsa').read())\"",
     "python3 -c \"import os; print(os.listdir('{home}/.ssh'))\"",
     "python3 -c \"import shutil; shutil.copy('{config}', 'copied.toml')\"; cat copied.toml",
-    "{py} -c \"import sqlite3; print(list(sqlite3.connect('{db}').execute('select * from messages')))\"",
+    (
+        '{py} -c "import sqlite3; '
+        "print(list(sqlite3.connect('{db}').execute('select * from messages')))\""
+    ),
     'perl -e \'open(F, ">", "{out}/perl1"); print F "x"\'',
     "python3 -c \"import os; os.symlink('{home}/.ssh/id_rsa', 'k2'); print(open('k2').read())\"",
     "python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 2).send(b'hi')\"",
     "python3 -c \"import urllib.request as u; u.urlopen('http://127.0.0.1:{port}/', timeout=2)\"",
     # programs fed to an interpreter or a shell from a here-document or a pipe
-    "python3 - <<'EOF'\nopen('{out}/heredoc1', 'w').write('x')\nprint(open('{home}/.aws/credentials').read())\nEOF",
+    (
+        "python3 - <<'EOF'\nopen('{out}/heredoc1', 'w').write('x')\n"
+        "print(open('{home}/.aws/credentials').read())\nEOF"
+    ),
     "sh <<'EOF'\ncat {home}/.ssh/id_rsa\necho x > {out}/sh1\nEOF",
     "bash -s <<EOF\nrm -rf {out}\nEOF",
     "echo 'cat {home}/.aws/credentials; echo x > {out}/pipe-sh' | sh",

@@ -1,4 +1,5 @@
-"""The scripted backend: replay order, chunks, delays, retries through the base, errors, scenario files."""
+"""The scripted backend:
+replay order, chunks, delays, retries through the base, errors, scenario files."""
 
 from __future__ import annotations
 
@@ -122,10 +123,18 @@ def test_scenario_files_and_their_errors(tmp_path: Path) -> None:
     llm = ScriptedLLM.from_yaml(good)
     assert (llm.model, llm.loop, len(llm.steps), llm.source) == ("demo", True, 2, str(good))
     cases = {
-        "steps:\n  - txt: hello\n": "bad.yaml: steps[0].txt: unknown key; did you mean 'text'? (known: text, thought,",
-        "stpes: []\n": "bad.yaml: stpes: unknown key; did you mean 'steps'? (known: model, loop, steps)",
-        "steps:\n  - tool_calls: [{nmae: x}]\n": "steps[0].tool_calls[0].nmae: unknown key; did you mean 'name'?",
-        "steps:\n  - tool_calls: [{name: 3}]\n": "bad.yaml: steps[0].tool_calls[0].name: expected str, got int",
+        "steps:\n  - txt: hello\n": (
+            "bad.yaml: steps[0].txt: unknown key; did you mean 'text'? (known: text, thought,"
+        ),
+        "stpes: []\n": (
+            "bad.yaml: stpes: unknown key; did you mean 'steps'? (known: model, loop, steps)"
+        ),
+        "steps:\n  - tool_calls: [{nmae: x}]\n": (
+            "steps[0].tool_calls[0].nmae: unknown key; did you mean 'name'?"
+        ),
+        "steps:\n  - tool_calls: [{name: 3}]\n": (
+            "bad.yaml: steps[0].tool_calls[0].name: expected str, got int"
+        ),
         "model: demo\n": "bad.yaml: object missing required field steps",
         "steps:\n  - events: [{}]\n": "an event has exactly one of",
         "steps:\n  - {text: a, events: [{text: b}]}\n": "events: an explicit order",

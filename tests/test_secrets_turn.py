@@ -1,6 +1,7 @@
 """Whole turns where a real shell tool prints a token, a password URL and a secret of the daemon's
 environment, and the model echoes them: none reaches the database file (and its WAL), a turn log,
-the trace page, an export or what the model provider is sent (kesoku.config.redact at the gateway)."""
+the trace page, an export or what the model provider is sent (kesoku.config.redact at the
+gateway)."""
 
 from __future__ import annotations
 

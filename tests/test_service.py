@@ -21,7 +21,7 @@ from kesoku.host.service_sandbox import state_paths, user_namespaces_work
 
 REPO = Path(__file__).resolve().parent.parent
 NAMESPACES = user_namespaces_work()
-"""Whether this machine gives user namespaces (the unit's sandbox needs one; bubblewrap does too)."""
+"""Whether this machine gives user namespaces (the unit's sandbox needs one; so does bubblewrap)."""
 CLEARED = (
     "KESOKU_CONFIG",
     "XDG_CONFIG_HOME",
@@ -95,7 +95,8 @@ def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
 
 
 def analyze(unit: Path, *args: str, user: bool) -> subprocess.CompletedProcess[str]:
-    """``systemd-analyze [--user] ARGS UNIT``; --user needs a runtime folder, an empty one does offline."""
+    """``systemd-analyze [--user] ARGS UNIT``;
+    --user needs a runtime folder, an empty one does offline."""
     runtime = unit.parent / "runtime"
     runtime.mkdir(mode=0o700, exist_ok=True)
     return subprocess.run(
@@ -123,7 +124,8 @@ def settings(unit: str) -> list[str]:
 def sandbox(
     *, writable: list[str], read_only: list[str], user: bool, namespaces: bool = True
 ) -> list[str]:
-    """The sandbox settings a unit must hold, in order (``namespaces``: the machine gives user namespaces)."""
+    """The sandbox settings a unit must hold, in order
+    (``namespaces``: the machine gives user namespaces)."""
     mounts = [
         *(["PrivateUsers=yes"] if namespaces else []),
         "ProtectSystem=strict",
@@ -203,7 +205,8 @@ def test_dry_run_prints_the_exact_unit_and_keeps_secrets_out(
     log = tmp_path / "calls.log"
     result = kesoku(
         "install", "-c", str(config), "-e", "EXTRA=x-secret-1", "--dry-run",
-        home=home, path=path, FAKE_LOG=str(log), GOOGLE_API_KEY="g-secret-2", DISCORD_TOKEN="d-secret-3",
+        home=home, path=path, FAKE_LOG=str(log),
+        GOOGLE_API_KEY="g-secret-2", DISCORD_TOKEN="d-secret-3",
         GOOGLE_CLOUD_PROJECT="proj-1", HTTPS_PROXY="http://bob:p-secret-4@proxy:3128",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -219,8 +222,8 @@ def test_dry_run_prints_the_exact_unit_and_keeps_secrets_out(
     assert "# - MemoryDenyWriteExecute=: every tool inherits it" in result.stdout
     assert "secret" not in result.stdout + result.stderr  # names only, never values
     assert result.stderr == (
-        f"# would write {home}/.config/kesoku/kesoku.env (mode 0600) with: DISCORD_TOKEN, EXTRA, GOOGLE_API_KEY, "
-        "HTTPS_PROXY\n"
+        f"# would write {home}/.config/kesoku/kesoku.env (mode 0600) with: DISCORD_TOKEN, EXTRA, "
+        "GOOGLE_API_KEY, HTTPS_PROXY\n"
     )
     assert not (home / ".config").exists()  # a dry run writes nothing and calls no systemctl
     assert not log.exists()
@@ -237,8 +240,10 @@ def test_dry_run_without_secrets_has_no_environment_file(config: Path, home: Pat
 
 
 def test_system_unit_runs_as_the_invoking_user_after_the_network(config: Path, home: Path) -> None:
-    result = kesoku("install", "-c", str(config), "--system", "--dry-run", home=home, path="/usr/bin:/bin",
-                    SUDO_USER="alice", DISCORD_TOKEN="tok")  # fmt: skip
+    result = kesoku(
+        "install", "-c", str(config), "--system", "--dry-run",
+        home=home, path="/usr/bin:/bin", SUDO_USER="alice", DISCORD_TOKEN="tok",
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
     unit = result.stdout.splitlines()
     assert unit[3:5] == ["After=network-online.target", "Wants=network-online.target"]
@@ -332,8 +337,10 @@ def test_the_rendered_unit_passes_systemd_analyze_verify_and_security(
 ) -> None:
     # Public values with the characters unit files treat specially: %, quotes, backslash, $.
     path = '/usr/bin:/bin:/opt/we ird/%h/"q"/\\/$HOME'
-    result = kesoku("install", "-c", str(config), scope, "--dry-run", "-e", "K=%h $HOME \"q\" \\",
-                    home=home, path=path, GOOGLE_CLOUD_LOCATION="us $east %i", SUDO_USER="alice")  # fmt: skip
+    result = kesoku(
+        "install", "-c", str(config), scope, "--dry-run", "-e", "K=%h $HOME \"q\" \\",
+        home=home, path=path, GOOGLE_CLOUD_LOCATION="us $east %i", SUDO_USER="alice",
+    )  # fmt: skip
     assert 'Environment="PATH=/usr/bin:/bin:/opt/we ird/%%h/\\"q\\"/\\\\/$HOME"' in result.stdout
     assert result.returncode == 0, result.stderr
     unit = tmp_path / "kesoku.service"
@@ -353,7 +360,8 @@ def test_the_rendered_unit_passes_systemd_analyze_verify_and_security(
 
 NO_NAMESPACES = ("unshare", "--user", "--map-root-user", "sh", "-c",
                  'echo 0 > /proc/sys/user/max_user_namespaces && exec "$@"', "sh")  # fmt: skip
-"""Runs a command where no user namespace can be made: the limit holds in a user namespace's children."""
+"""Runs a command where no user namespace can be made:
+the limit holds in a user namespace's children."""
 
 
 @pytest.mark.skipif(
@@ -366,8 +374,10 @@ def test_where_user_namespaces_are_refused_the_unit_keeps_what_works_without_and
     mounts = {"writable": [f'"-{folder}"'], "read_only": [f'"-{folder}/skills"']}
     note = "# this machine refuses user namespaces: {} (the unit says more)"
     for scope, user in (("--user", True), ("--system", False)):
-        result = kesoku("install", "-c", str(config), scope, "--dry-run", home=home, path="/usr/bin:/bin",
-                        prefix=NO_NAMESPACES, SUDO_USER="alice")  # fmt: skip
+        result = kesoku(
+            "install", "-c", str(config), scope, "--dry-run",
+            home=home, path="/usr/bin:/bin", prefix=NO_NAMESPACES, SUDO_USER="alice",
+        )  # fmt: skip
         assert result.returncode == 0, result.stderr
         assert (
             result.stderr
@@ -492,11 +502,15 @@ def test_without_systemd_every_command_says_so_in_one_line(
 def test_an_unreachable_user_manager_is_one_line(
     config: Path, home: Path, fake_bin: Path, tmp_path: Path
 ) -> None:
-    result = kesoku("install", "-c", str(config), home=home, path=f"{fake_bin}:/usr/bin:/bin",
-                    FAKE_LOG=str(tmp_path / "log"), FAKE_FAIL="Failed to connect to bus: No medium found")  # fmt: skip
+    result = kesoku(
+        "install", "-c", str(config),
+        home=home, path=f"{fake_bin}:/usr/bin:/bin",
+        FAKE_LOG=str(tmp_path / "log"), FAKE_FAIL="Failed to connect to bus: No medium found",
+    )  # fmt: skip
     line = one_line_error(result)
     assert line.startswith(
-        "kesoku: the systemd user manager is not reachable: Failed to connect to bus: No medium found"
+        "kesoku: the systemd user manager is not reachable: "
+        "Failed to connect to bus: No medium found"
     )
     assert not (home / ".config").exists()
 

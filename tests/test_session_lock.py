@@ -30,7 +30,10 @@ def test_a_lock_is_exclusive_counted_and_dropped_with_its_process(tmp_path: Path
     assert theirs.acquire("s1")
     theirs.close()
     # A process that dies (kill -9 included) drops its locks: the kernel closes its descriptors.
-    code = f"from kesoku.store.locks import SessionLocks; assert SessionLocks({str(tmp_path)!r}).acquire('s3')"
+    code = (
+        "from kesoku.store.locks import SessionLocks; "
+        f"assert SessionLocks({str(tmp_path)!r}).acquire('s3')"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
     assert mine.acquire("s3")
     mine.close()

@@ -1,5 +1,5 @@
-"""`kesoku sessions list | show | clear | fork | export`, run as the real CLI on sessions made by `kesoku chat`;
-and the store methods behind them (prefix lookup, fork) on a real SQLite file."""
+"""`kesoku sessions list | show | clear | fork | export`, run as the real CLI on sessions made by
+`kesoku chat`; and the store methods behind them (prefix lookup, fork) on a real SQLite file."""
 
 from __future__ import annotations
 
@@ -188,7 +188,8 @@ def test_a_fork_does_not_inherit_a_pending_turn_or_external_ids(tmp_path: Path) 
 
 
 def test_a_reader_that_leaves_early_ends_any_command_quietly(tmp_path: Path) -> None:
-    """`kesoku sessions show ID | tail -6`, `kesoku config schema | head -c 600`: no BrokenPipeError traceback."""
+    """`kesoku sessions show ID | tail -6`, `kesoku config schema | head -c 600`:
+    no BrokenPipeError traceback."""
     first, _ = two_sessions(tmp_path)
     for args in (
         ["config", "schema"],

@@ -30,7 +30,8 @@ PY = shlex.quote(sys.executable)
 
 
 def grandchild(mark: str) -> str:
-    """A shell whose grandchild sleeps while the shell waits on it: the process group has two members."""
+    """A shell whose grandchild sleeps while the shell waits on it:
+    the process group has two members."""
     return f"sh -c 'sleep {mark} & wait'"
 
 
@@ -233,7 +234,8 @@ async def test_a_refused_command_is_a_tool_error_and_does_not_run(
     with pytest.raises(ToolError) as refused:
         await tool.run({"command": "echo ok && touch marker.txt"}, ctx)
     assert str(refused.value) == (
-        "refused by the shell policy (allowlist mode): `touch marker.txt` matches none of shell.allowlist_patterns"
+        "refused by the shell policy (allowlist mode): `touch marker.txt` matches none of "
+        "shell.allowlist_patterns"
     )
     argv_tool = shell_tool(
         ShellConfig(mode="allowlist", use_shell=False, allowlist_patterns=(r"^echo\b",)), sandbox
@@ -255,8 +257,8 @@ async def test_a_refusal_reaches_the_model_as_a_failed_result(
         result = next(m for m in h.history() if m.kind is Kind.TOOL_RESULT)
         assert result.metadata.outcome is Outcome.FAILED
         assert result.content == (
-            "[failed] refused by the shell policy (allowlist mode): `touch marker.txt` matches none of "
-            "shell.allowlist_patterns"
+            "[failed] refused by the shell policy (allowlist mode): `touch marker.txt` matches "
+            "none of shell.allowlist_patterns"
         )
     assert not (tmp_path / "marker.txt").exists()
 

@@ -1,5 +1,6 @@
-"""Skills: discovery, frontmatter (good, tolerated and broken), the platform filter, precedence, caching,
-the list_skills/use_skill tools and the bundled skills with their script. Every file lives in tmp_path."""
+"""Skills: discovery, frontmatter (good, tolerated and broken), the platform filter, precedence,
+caching, the list_skills/use_skill tools and the bundled skills with their script. Every file lives
+in tmp_path."""
 
 from __future__ import annotations
 
@@ -40,15 +41,15 @@ def root(tmp_path: Path) -> Path:
     return path
 
 
-# -- loading
-# ----------------------------------------------------------------------------------------
+# -- loading --------------------------------------------------------------------------------------
 
 
 def test_a_skill_loads_with_its_fields(root: Path) -> None:
     write(
         root / "ai-image",
         "---\nname: ai-image\ndescription: AI image generation and editing.\nlicense: MIT\n"
-        "allowed-tools: Bash Read\nmetadata:\n  tags: [aigc, gcp]\n  platforms: [linux, darwin]\n---\nBody\n",
+        "allowed-tools: Bash Read\nmetadata:\n  tags: [aigc, gcp]\n  platforms: [linux, darwin]\n"
+        "---\nBody\n",
     )
     (root / "README.md").write_text("not a skill: files in the root are ignored\n")
     skills, warnings = SkillLibrary([root]).scan()
@@ -70,7 +71,8 @@ def test_a_skill_loads_with_its_fields(root: Path) -> None:
 def test_agent_skills_metadata_strings_are_split(root: Path) -> None:
     write(
         root / "s",
-        "---\nname: s\ndescription: d\nmetadata:\n  tags: 'git, review'\n  platforms: Linux macOS\n---\n",
+        "---\nname: s\ndescription: d\nmetadata:\n  tags: 'git, review'\n  platforms: Linux macOS\n"
+        "---\n",
     )
     [skill] = SkillLibrary([root]).scan()[0]
     assert skill.tags == ("git", "review")
@@ -221,7 +223,8 @@ def test_other_md_files_and_folders_without_a_skill(root: Path) -> None:
     ]
     real = root.resolve()
     assert warnings == [
-        f"{real / 'docs-only'}: no SKILL.md and no .md file starting with --- frontmatter; skill skipped",
+        f"{real / 'docs-only'}: no SKILL.md and no .md file starting with --- frontmatter; "
+        "skill skipped",
         f"{real / 'no-md'}: no SKILL.md; skill skipped",
     ]
 
@@ -260,8 +263,7 @@ def test_missing_and_wrong_skills_dirs(tmp_path: Path) -> None:
     ]
 
 
-# -- platforms and precedence
-# -----------------------------------------------------------------------
+# -- platforms and precedence ---------------------------------------------------------------------
 
 
 def test_platform_filter_as_the_seed_says(root: Path) -> None:
@@ -331,8 +333,7 @@ def test_the_bundled_skills_load_without_warnings() -> None:
         assert len(s.description) <= 1024
 
 
-# -- caching
-# ----------------------------------------------------------------------------------------
+# -- caching --------------------------------------------------------------------------------------
 
 
 def test_unchanged_files_are_not_parsed_again(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -365,8 +366,7 @@ def test_long_descriptions_are_cut_in_summaries(root: Path) -> None:
     assert text.endswith("…")
 
 
-# -- the tools
-# --------------------------------------------------------------------------------------
+# -- the tools ------------------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -393,9 +393,10 @@ async def test_list_skills_shows_names_tags_and_skipped(root: Path, ctx: ToolCon
         "1 skill (read one with use_skill):\n"
         "- deploy: Ship it. [tags: ops]\n"
         "Skipped (1, fix the file to load it):\n"
-        f"- {real / 'broken' / 'SKILL.md'}:1: the frontmatter opened on line 1 has no closing --- line; skill skipped\n"
-        f"New skills go in {real}/<name>/SKILL.md: YAML frontmatter (name, description) between --- lines, "
-        "then the instructions."
+        f"- {real / 'broken' / 'SKILL.md'}:1: the frontmatter opened on line 1 has no closing --- "
+        "line; skill skipped\n"
+        f"New skills go in {real}/<name>/SKILL.md: YAML frontmatter (name, description) between "
+        "--- lines, then the instructions."
     )
 
 
@@ -408,7 +409,8 @@ async def test_list_skills_when_there_are_none(tmp_path: Path, ctx: ToolContext)
 async def test_use_skill_puts_the_absolute_folder_first(root: Path, ctx: ToolContext) -> None:
     write(
         root / "gen",
-        "\ufeff---\r\nname: gen\r\ndescription: Generate.\r\n---\r\n# Gen\r\n\r\nRun `uv run scripts/gen.py`.\r\n",
+        "\ufeff---\r\nname: gen\r\ndescription: Generate.\r\n---\r\n"
+        "# Gen\r\n\r\nRun `uv run scripts/gen.py`.\r\n",
     )
     (root / "gen" / "scripts").mkdir()
     (root / "gen" / "scripts" / "gen.py").write_text("print('x')\n")
@@ -469,8 +471,7 @@ async def test_use_skill_on_a_file_broken_since_the_scan(root: Path, ctx: ToolCo
         await use.run({"skill_name": "fickle"}, ctx)
 
 
-# -- the bundled script
-# -----------------------------------------------------------------------------
+# -- the bundled script ---------------------------------------------------------------------------
 
 CHECK_DIFF = bundled_skills_dir() / "reviewing-changes" / "scripts" / "check_diff.py"
 

@@ -1,4 +1,4 @@
-"""The subagent tool through the runtime: a child loop whose only trace in the log is its conclusion.
+"""The subagent tool via the runtime: a child loop whose only trace in the log is its conclusion.
 
 One ScriptedLLM serves parent and child alike: each model call takes the next step, so the steps
 below alternate between them in the order the calls happen.

@@ -64,7 +64,8 @@ from kesoku.vocab.model import Kind, Message, Metadata, Outcome, Role, Session, 
 from kesoku.vocab.text import REPLACEMENT, decode_json, valid_data, valid_text
 
 pytestmark = pytest.mark.filterwarnings(
-    r"ignore:Async generator '(openai|httpx2|httpcore2)\.[\w.]+' was garbage collected:ResourceWarning"
+    r"ignore:Async generator '(openai|httpx2|httpcore2)\.[\w.]+' "
+    r"was garbage collected:ResourceWarning"
 )
 
 LONE = "\ud800"  # a high surrogate without its low half
@@ -82,8 +83,7 @@ def encodable(value: object) -> bool:
     return True
 
 
-# -- kesoku.vocab.text
-# --------------------------------------------------------------------------------
+# -- kesoku.vocab.text ----------------------------------------------------------------------------
 
 
 def test_valid_text_replaces_lone_surrogates_and_joins_pairs() -> None:

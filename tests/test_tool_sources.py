@@ -1,4 +1,4 @@
-"""Tool sources (MCP servers' tools): served by the runtime, asked at every step, withheld when gone."""
+"""Tool sources (MCP servers' tools): served by the runtime, asked each step, withheld when gone."""
 
 from __future__ import annotations
 

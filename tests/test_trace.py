@@ -1,5 +1,6 @@
-"""The trajectory page's content: `kesoku trace` on real sessions, turns and steps from the store and the
-turn logs, interrupted and stopped marks, compaction markers, escaping, and the size of a long session."""
+"""The trajectory page's content: `kesoku trace` on real sessions, turns and steps from the store
+and the turn logs, interrupted and stopped marks, compaction markers, escaping, and the size of a
+long session."""
 
 from __future__ import annotations
 
@@ -226,8 +227,8 @@ def test_stopped_turns_steps_from_logs_and_compaction_markers(tmp_path: Path) ->
         assert turns_in(page) == ["1", "2"]
         one, two = page.split('id="turn-2"')
         assert (
-            "step 1 · scripted/m · model 0.40 s · tools 3.50 s · in 700 (cached 0) · out 9 (thinking 0) tokens"
-            in one
+            "step 1 · scripted/m · model 0.40 s · tools 3.50 s · "
+            "in 700 (cached 0) · out 9 (thinking 0) tokens" in one
         )
         assert (
             '<details class="result killed" open><summary>📥 shell · killed · 3.50 s · 1 lines'

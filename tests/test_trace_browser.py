@@ -1,4 +1,4 @@
-"""The trajectory page in a real browser: Debian's chromium, headless, driven over the DevTools protocol.
+"""The trajectory page in a real browser (Debian's chromium, headless) over the DevTools protocol.
 
 Why DevTools: ``--dump-dom`` prints the page once loaded and cannot click. Chromium is started with
 ``--remote-debugging-port=0``, which picks a free port and writes it to ``DevToolsActivePort`` in
@@ -132,7 +132,8 @@ class DevTools:
         self.wait_event("Page.loadEventFired")
 
     def js(self, expression: str) -> Any:
-        """Evaluate in the page (DevTools evaluation is not subject to the page's CSP) and return the value."""
+        """Evaluate in the page and return the value
+        (DevTools evaluation is not subject to the page's CSP)."""
         result = self.call(
             "Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True
         )
@@ -174,7 +175,8 @@ def chromium() -> str:
     path = shutil.which("chromium")
     if path is None:
         pytest.skip(
-            "chromium is not installed and could not be: .ci/run installs it (apt-get install -y chromium)"
+            "chromium is not installed and could not be: "
+            ".ci/run installs it (apt-get install -y chromium)"
         )
     return path
 

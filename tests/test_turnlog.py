@@ -1,4 +1,4 @@
-"""Turn logs: indexes across restarts and writers, the YAML content, the render cache, the writer process."""
+"""Turn logs: indexes across restarts and writers, YAML content, render cache, writer process."""
 
 from __future__ import annotations
 

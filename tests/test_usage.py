@@ -1,4 +1,5 @@
-"""Token totals, prices and the context estimate (kesoku.observe.usage), and /usage and /context in a real chat."""
+"""Token totals, prices and the context estimate (kesoku.observe.usage), and /usage and /context in
+a real chat."""
 
 from __future__ import annotations
 

@@ -39,7 +39,8 @@ MODEL = "qwen3-8b-q4"
 
 # As in test_openai: the SDK leaves its inner stream generators to the garbage collector.
 pytestmark = pytest.mark.filterwarnings(
-    r"ignore:Async generator '(openai|httpx2|httpcore2)\.[\w.]+' was garbage collected:ResourceWarning"
+    r"ignore:Async generator '(openai|httpx2|httpcore2)\.[\w.]+' "
+    r"was garbage collected:ResourceWarning"
 )
 
 

@@ -44,7 +44,10 @@ class SessionGuard(TaintSources):
         self._unsaved: list[TaintSource] = []
 
     def add_taint(self, kind: str, label: str) -> None:
-        """Record a taint source unless it is known; thread-safe, written to the store by :meth:`flush`."""
+        """Record a taint source unless it is known.
+
+        Thread-safe; written to the store by :meth:`flush`.
+        """
         super().add_taint(
             kind, label if len(label) <= LABEL_MAX_CHARS else label[: LABEL_MAX_CHARS - 1] + "…"
         )
@@ -60,7 +63,9 @@ class SessionGuard(TaintSources):
             self.store.add_taint(self.session_id, unsaved)
 
     async def confirm(self, question: str) -> Approval:
-        """Ask the session's user to Allow or Deny (see :meth:`kesoku.agent.questions.Questions.ask`).
+        """Ask the session's user to Allow or Deny.
+
+        See :meth:`kesoku.agent.questions.Questions.ask`.
 
         Returns:
             The answer; denied at once when no turn is running (nobody to post the question to).

@@ -119,10 +119,11 @@ class StepLoop(abc.ABC, Generic[C]):
                 return await self._repeating(self.repeats.stuck)
 
     async def _call(self, request: LLMRequest) -> tuple[LLMResponse, BackendError | None, bool]:
-        """One model call, its events handed to :meth:`_on_event`; (response so far, error, cut short).
+        """One model call, its events handed to :meth:`_on_event`.
 
-        The call runs in a cancel scope handed to :meth:`_streaming`, so a subclass can cut it (an
-        interruption); what streamed before the cut is the response.
+        The result is (response so far, error, cut short). The call runs in a cancel scope handed to
+        :meth:`_streaming`, so a subclass can cut it (an interruption); what streamed before the cut
+        is the response.
         """
         builder = ResponseBuilder()
         error: BackendError | None = None
@@ -170,7 +171,7 @@ class StepLoop(abc.ABC, Generic[C]):
         await self._refuse(calls, notes)
 
     def _grow_output_limit(self, request: LLMRequest, response: LLMResponse) -> int | None:
-        """The larger output limit of the loop's later calls, set by its first reply cut at its limit.
+        """The loop's larger output limit for later calls, set by its first reply cut at its limit.
 
         Once per loop, where the backend can raise it; returns the new limit when this reply set it.
         """
@@ -193,7 +194,10 @@ class StepLoop(abc.ABC, Generic[C]):
         """A call succeeded (the turn calibrates its size estimate)."""
 
     async def _cut_short(self, response: LLMResponse) -> TurnState:
-        """The call's scope was cancelled (an interruption, a stop): keep what streamed; how it ends."""
+        """The call's scope was cancelled (an interruption, a stop).
+
+        Keep what streamed; returns how it ends.
+        """
         raise AssertionError("this loop never cancels its stream scope")
 
     @abc.abstractmethod
@@ -206,7 +210,10 @@ class StepLoop(abc.ABC, Generic[C]):
 
     @abc.abstractmethod
     async def _refuse(self, calls: Sequence[C], notes: Sequence[str]) -> None:
-        """Keep a ``truncated`` result for each call of a cut reply, none run: its note, in order."""
+        """Keep a ``truncated`` result for each call of a cut reply, none run.
+
+        Each result is its call's note, in order.
+        """
 
     @abc.abstractmethod
     async def _run_batch(self, calls: Sequence[C]) -> None:
@@ -218,7 +225,10 @@ class StepLoop(abc.ABC, Generic[C]):
 
     @abc.abstractmethod
     async def _end(self, state: TurnState, notice: str, usage: Usage | None = None) -> TurnState:
-        """End the loop as ``state`` with a one-line ``notice`` (carrying a failed call's ``usage``)."""
+        """End the loop as ``state`` with a one-line ``notice``.
+
+        The notice carries a failed call's ``usage``.
+        """
 
     def _streaming(self, scope: trio.CancelScope | None) -> None:
         """The scope of the call in progress (None: the call ended); a turn cuts it to interrupt."""

@@ -18,22 +18,31 @@ NOTES_FILES = ("AGENTS.md", "CLAUDE.md")
 MAX_NOTES_BYTES = 32 * 1024
 """The most of one notes file that goes into the prompt."""
 
-RULES = """\
-Rules:
-- Act with your tools when that helps; never claim to have done what you did not do.
-- A tool result carries its outcome: completed, failed, timed_out, skipped (never started), killed
-  (by the user or a shutdown; the result says why) or lost (Kesoku restarted while it ran; its
-  effect is unknown, check before repeating anything with side effects).
-- A message ending in [interrupted] was cut off: the user sent something new or stopped you. Read the
-  newest message and answer that.
-- To send a file from the workspace, write [file: /absolute/path] on its own line.
-- To ask the user to choose, write [question: Your question? | choice 1 | choice 2] on its own line.
-- [redacted:…] stands for a secret (a key, token or password) hidden from you. It is not the value:
-  never write it into a file or a command; edit around it, or ask the user to set the value."""
+RULES = (
+    "Rules:\n"
+    "- Act with your tools when that helps; never claim to have done what you did not do.\n"
+    "- A tool result carries its outcome: "
+    "completed, failed, timed_out, skipped (never started), killed\n"
+    "  (by the user or a shutdown; the result says why) or lost "
+    "(Kesoku restarted while it ran; its\n"
+    "  effect is unknown, check before repeating anything with side effects).\n"
+    "- A message ending in [interrupted] was cut off: "
+    "the user sent something new or stopped you. Read the\n"
+    "  newest message and answer that.\n"
+    "- To send a file from the workspace, write [file: /absolute/path] on its own line.\n"
+    "- To ask the user to choose, "
+    "write [question: Your question? | choice 1 | choice 2] on its own line.\n"
+    "- [redacted:…] stands for a secret (a key, token or password) hidden from you. "
+    "It is not the value:\n"
+    "  never write it into a file or a command; edit around it, or ask the user to set the value."
+)
 
 
 def read_notes(cwd: Path) -> list[tuple[str, str]]:
-    """Return ``(file name, text)`` of each project notes file in ``cwd`` (capped, UTF-8, lenient)."""
+    """Return ``(file name, text)`` of each project notes file in ``cwd``.
+
+    Each text is capped, UTF-8, lenient.
+    """
     notes: list[tuple[str, str]] = []
     for name in NOTES_FILES:
         path = cwd / name

@@ -1,4 +1,4 @@
-"""The repeat guard: one turn's identical tool calls that keep returning the same thing are not run again.
+"""The repeat guard: a turn's identical tool calls that keep returning the same are not run again.
 
 Small models loop: asked a simple question, a 135M model made 28 identical ``list_skills()`` calls
 until its context overflowed, and 50 identical failing ``grep`` calls until the step cap. A call is
@@ -25,7 +25,8 @@ from kesoku.tools.output import MARKER, MARKER_PATTERN
 from kesoku.vocab.model import Outcome
 
 MAX_IDENTICAL_CALLS = 2
-"""``agent.max_identical_calls``: runs of one identical call, returning the same each time, in a turn."""
+"""``agent.max_identical_calls``: runs of one identical call, returning the same each time, in a
+turn."""
 EXCERPT_CHARS = 200
 """How much of the earlier result a refusal quotes."""
 
@@ -60,7 +61,9 @@ class RepeatGuard:
         self._seen: dict[bytes, _Seen] = {}
 
     def refusals(self, calls: Sequence[tuple[str, Mapping[str, object]]]) -> list[str | None]:
-        """For one step's calls (name, arguments): the result text of each call that must not run, else None.
+        """The refusals of one step's calls (name, arguments).
+
+        For each call, the result text if it must not run, else None.
 
         A refusal is remembered: the same call made again in a later step sets :attr:`stuck` (two
         identical calls in one step are both refused, but the model had not been told yet).
@@ -81,9 +84,10 @@ class RepeatGuard:
         seen.refused = True
         failed = "failed" if seen.outcome is not Outcome.COMPLETED else "returned"
         return (
-            f"[repeated] Not run: this call ({name} with the same arguments) already ran {_times(seen.runs)} "
-            f"in this turn and {failed} the same each time: {seen.excerpt} — running it again would give the "
-            "same result. Use what it returned, try something different, or answer."
+            f"[repeated] Not run: this call ({name} with the same arguments) already ran "
+            f"{_times(seen.runs)} in this turn and {failed} the same each time: {seen.excerpt} — "
+            "running it again would give the same result. "
+            "Use what it returned, try something different, or answer."
         )
 
     def record(

@@ -44,15 +44,24 @@ SUBAGENT_TIMEOUT_S = 1800.0
 MAX_STEPS = 20
 """``subagent.max_steps``: model calls a subagent may make."""
 
-PERSONA = """You are a subagent of Kesoku. The main agent gave you one task; carry it out with your tools,
-checking your work, without asking anyone anything (nobody reads your intermediate messages). End with your
-conclusion: what you found or did, with the facts the main agent needs (paths, names, numbers, commands and
-their results), briefly. If you could not finish, say what is missing and why."""
+PERSONA = (
+    "You are a subagent of Kesoku. The main agent gave you one task; "
+    "carry it out with your tools,\n"
+    "checking your work, without asking anyone anything "
+    "(nobody reads your intermediate messages). End with your\n"
+    "conclusion: what you found or did, with the facts the main agent needs "
+    "(paths, names, numbers, commands and\n"
+    "their results), briefly. If you could not finish, say what is missing and why."
+)
 
-DESCRIPTION = """Hand a self-contained task to a subagent: a helper with your tools (except subagent) and a
-fresh context, which works on its own and returns only its conclusion. Use it for research or chores whose
-details would clutter this conversation (searching a codebase, trying several commands). Give it everything
-it needs in `task`: it cannot see this conversation."""
+DESCRIPTION = (
+    "Hand a self-contained task to a subagent: a helper with your tools (except subagent) and a\n"
+    "fresh context, which works on its own and returns only its conclusion. "
+    "Use it for research or chores whose\n"
+    "details would clutter this conversation (searching a codebase, trying several commands). "
+    "Give it everything\n"
+    "it needs in `task`: it cannot see this conversation."
+)
 
 
 def subagent_tool(
@@ -148,15 +157,14 @@ class Subagent(StepLoop[ToolCallBlock]):
         await self.run_steps()
         return self.conclusion
 
-    # -- the step loop's hooks (kesoku.agent.loop)
-    # -----------------------------------------------------
+    # -- the step loop's hooks (kesoku.agent.loop) ------------------------------------------------
 
     async def _prepare(self) -> LLMRequest | TurnState:
         if self.model_calls >= self.max_steps:
             return await self._end(
                 TurnState.STEP_LIMIT,
-                f"[step limit] The subagent used its {self.max_steps} model calls (subagent.max_steps) "
-                "without concluding.",
+                f"[step limit] The subagent used its {self.max_steps} model calls "
+                "(subagent.max_steps) without concluding.",
             )
         return await self.llm.request_from_turns(self.turns, system=self._system, tools=self._specs)
 
@@ -196,8 +204,8 @@ class Subagent(StepLoop[ToolCallBlock]):
     async def _repeating(self, name: str) -> TurnState:
         return await self._end(
             TurnState.REPEATING,
-            f"[repeating] The subagent kept calling {name} with the same arguments after being told it "
-            "repeats (agent.max_identical_calls), and was stopped.",
+            f"[repeating] The subagent kept calling {name} with the same arguments "
+            "after being told it repeats (agent.max_identical_calls), and was stopped.",
         )
 
     async def _end(self, state: TurnState, notice: str, usage: Usage | None = None) -> TurnState:

@@ -88,7 +88,8 @@ def overview() -> str:
     commands = "\n".join(f"  {name:<{width}}  {text}" for name, _, text in COMMANDS)
     return (
         f"Usage: kesoku COMMAND\n\n{SUMMARY}\n\nCommands:\n{commands}\n\n"
-        "Options:\n  --help, -h  Display this message and exit.\n  --version   Display application version.\n\n"
+        "Options:\n  --help, -h  Display this message and exit.\n"
+        "  --version   Display application version.\n\n"
         "`kesoku COMMAND --help` describes a command and its options.\n"
     )
 

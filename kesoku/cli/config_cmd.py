@@ -1,4 +1,4 @@
-"""``kesoku config check`` and ``kesoku config schema``: validate kesoku.toml before the daemon does."""
+"""``kesoku config check`` and ``schema``: validate kesoku.toml before the daemon does."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def check(*, config: Annotated[Path | None, Parameter(name=["--config", "-c"])] 
 
 
 def schema() -> None:
-    """Print the JSON Schema of kesoku.toml (for editors: ``#:schema`` in the first line of the file).
+    """Print the JSON Schema of kesoku.toml, for editors (``#:schema`` in the file's first line).
 
     The committed copy lives in schema/kesoku.schema.json; regenerate it after changing
     kesoku/config/settings.py:

@@ -42,7 +42,8 @@ def list_servers(
     cfg = load_config(path)
     if not cfg.mcp.servers:
         print(
-            "no MCP servers configured: add a [[mcp.servers]] table to kesoku.toml (name, transport, command or url)"
+            "no MCP servers configured: add a [[mcp.servers]] table to kesoku.toml "
+            "(name, transport, command or url)"
         )
         return
     # Failures are in the table below; the log lines would say the same thing a second time.

@@ -25,7 +25,9 @@ UserFlag = Annotated[
     Parameter(
         name="--user",
         negative="--system",
-        help="A user unit (~/.config/systemd/user, the default), or --system (/etc/systemd/system).",
+        help=(
+            "A user unit (~/.config/systemd/user, the default), or --system (/etc/systemd/system)."
+        ),
     ),
 ]
 
@@ -63,12 +65,12 @@ def install_cmd(
     if not config.exists():
         # A daemon needs a file of its own (credentials, adapters): say how to get one.
         raise OperatorError(
-            f"service install: {config} does not exist; give the daemon's config with -c PATH, or start from "
-            "the commented reference kesoku.toml of the Kesoku repository (`kesoku config schema` lists every key)"
+            f"service install: {config} does not exist; give the daemon's config with -c PATH, "
+            "or start from the commented reference kesoku.toml of the Kesoku repository "
+            "(`kesoku config schema` lists every key)"
         )
-    cfg = load_config(
-        config
-    )  # a service that crash-loops on a config typo helps nobody: check it now
+    # A service that crash-loops on a config typo helps nobody: check it now.
+    cfg = load_config(config)
     unit = svc.plan_unit(config, env, user=user, cfg=cfg)
     if not unit.namespaces:
         note = "its file system sandbox is off" if user else "no PrivateUsers="
@@ -106,7 +108,8 @@ def _control(action: str, user: bool) -> None:
     code = svc.control(Scope(user), action)
     if code == 0:
         print(
-            f"{action} {UNIT_NAME}: done; `kesoku service status{'' if user else ' --system'}` shows it"
+            f"{action} {UNIT_NAME}: done; "
+            f"`kesoku service status{'' if user else ' --system'}` shows it"
         )
     raise SystemExit(code)
 

@@ -1,9 +1,10 @@
-"""``kesoku sessions list | show | clear | fork | export``: the sessions in the database, from outside the chat.
+"""``kesoku sessions``: the sessions in the database, from outside the chat.
 
-Every command that takes an ID accepts a unique prefix of it (at least 4 characters), as ``kesoku
-chat --session`` does (:meth:`kesoku.store.Store.resolve_session`). These commands open the database
-directly; they are safe beside a running daemon (SQLite WAL), except ``clear`` of a session whose
-turn is running, which is refused.
+The commands are ``kesoku sessions list | show | clear | fork | export``. Every command that takes
+an ID accepts a unique prefix of it (at least 4 characters), as ``kesoku chat --session`` does
+(:meth:`kesoku.store.Store.resolve_session`). These commands open the database directly; they are
+safe beside a running daemon (SQLite WAL), except ``clear`` of a session whose turn is running,
+which is refused.
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ def output_gates(cfg: Config, config: Path | None) -> PathGates:
 
 
 def write_output(path: Path, data: bytes, gates: PathGates) -> None:
-    """Write ``--output``; a folder that does not exist is the user's typo to fix, so it is not made.
+    """Write ``--output``; a missing folder is the user's typo to fix, so it is not made.
 
     Args:
         path: The file to write.
@@ -117,7 +118,9 @@ def list_sessions(
     adapter: Annotated[str | None, Parameter(name="--adapter")] = None,
     config: ConfigOption = None,
 ) -> None:
-    """List the sessions, oldest first: id, creation time, adapter, turns, title (a fork names its parent).
+    """List the sessions, oldest first: id, creation time, adapter, turns, title.
+
+    The title of a fork names its parent.
 
     Args:
         adapter: Only this adapter's sessions (terminal, discord, gchat).
@@ -135,7 +138,8 @@ def list_sessions(
         widths = [max(len(r[i]) for r in rows) for i in range(4)]
         for r in rows:
             print(
-                f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]:>{widths[3]}}  {r[4]}"
+                f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  "
+                f"{r[3]:>{widths[3]}}  {r[4]}"
             )
 
 
@@ -146,7 +150,7 @@ def show(
     limit: Annotated[int, Parameter(name="--limit")] = 50,
     config: ConfigOption = None,
 ) -> None:
-    """Show a session: its fields, token totals, and its last messages with their ids (for fork --at).
+    """Show a session: its fields, token totals, and its last messages with ids (for fork --at).
 
     Args:
         session_id: The session (id or unique prefix).
@@ -170,7 +174,8 @@ def show(
             ("turns", f"{store.count_turns(s.id)} · {len(history)} messages"),
             (
                 "tokens",
-                f"input {tokens.input_tokens:,} ({tokens.cached_tokens:,} cached) · output {tokens.output_tokens:,}"
+                f"input {tokens.input_tokens:,} ({tokens.cached_tokens:,} cached)"
+                f" · output {tokens.output_tokens:,}"
                 f" ({tokens.thinking_tokens:,} thinking) over {tokens.calls} model calls",
             ),
         ):
@@ -214,10 +219,10 @@ def fork(
     at: Annotated[int | None, Parameter(name="--at")] = None,
     config: ConfigOption = None,
 ) -> None:
-    """Fork a session: a new terminal session holding its history (up to --at), continued with kesoku chat.
+    """Fork a session: a new terminal session holding its history (up to --at).
 
-    The new session names the original as its parent; the original is not changed. The workspace
-    files are not copied.
+    The new session is continued with kesoku chat. It names the original as its parent; the
+    original is not changed. The workspace files are not copied.
 
     Args:
         session_id: The session (id or unique prefix).
@@ -245,7 +250,8 @@ def fork(
         Path(new.workspace).mkdir(parents=True, exist_ok=True)
         count = len(store.history(new.id))
         print(
-            f"forked {s.id} into {new.id} ({count} messages); continue it: kesoku chat --session {new.id}"
+            f"forked {s.id} into {new.id} ({count} messages); "
+            f"continue it: kesoku chat --session {new.id}"
         )
 
 
@@ -292,4 +298,7 @@ def _message_line(m: Message) -> str:
     if len(text) > CONTENT_WIDTH:
         text = text[: CONTENT_WIDTH - 1] + "…"
     status = "" if m.status.value == "done" else f" [{m.status.value}]"
-    return f"{m.id:>7}  {dt.datetime.fromtimestamp(m.ts):%H:%M:%S}  {m.role.value}/{m.kind.value}{status}  {text}"
+    return (
+        f"{m.id:>7}  {dt.datetime.fromtimestamp(m.ts):%H:%M:%S}  "
+        f"{m.role.value}/{m.kind.value}{status}  {text}"
+    )

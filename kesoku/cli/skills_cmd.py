@@ -1,4 +1,4 @@
-"""``kesoku skills list``: the skills the agent sees, where they come from, and the ones that fail to load."""
+"""``kesoku skills list``: the agent's skills, their sources, and the ones that fail to load."""
 
 from __future__ import annotations
 
@@ -67,7 +67,9 @@ def list_skills(
         widths = [max(len(row[i]) for row in rows) for i in range(3)]
         for row in rows:
             print(
-                f"{row[0]:<{widths[0]}}  {row[1]:<{widths[1]}}  {row[2]:<{widths[2]}}  {row[3]}".rstrip()
+                (
+                    f"{row[0]:<{widths[0]}}  {row[1]:<{widths[1]}}  {row[2]:<{widths[2]}}  {row[3]}"
+                ).rstrip()
             )
     else:
         where = f" for {wanted}" if wanted else ""

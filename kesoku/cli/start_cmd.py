@@ -9,7 +9,7 @@ from cyclopts import Parameter
 
 
 def start(*, config: Annotated[Path | None, Parameter(name=["--config", "-c"])] = None) -> None:
-    """Run Kesoku in the foreground: the agent runtime and every enabled adapter (Discord, Google Chat).
+    """Run Kesoku in the foreground: the agent runtime and enabled adapters (Discord, Google Chat).
 
     Logs one line per event on stderr (journald-friendly under systemd). SIGTERM or Ctrl-C stops
     gracefully: model calls are cut, running tools may finish within agent.shutdown_grace_s (a

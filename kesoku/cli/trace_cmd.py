@@ -1,4 +1,4 @@
-"""``kesoku trace SESSION``: write a session's (or one turn's) trajectory as a self-contained HTML page."""
+"""``kesoku trace SESSION``: a session's or one turn's trajectory as a self-contained HTML page."""
 
 from __future__ import annotations
 

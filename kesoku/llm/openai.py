@@ -68,9 +68,12 @@ if TYPE_CHECKING:
     from kesoku.config.settings import Config
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
-"""The endpoint when none is configured; passed explicitly so the SDK never reads ``OPENAI_BASE_URL``."""
+"""The endpoint when none is set; passed explicitly so the SDK never reads ``OPENAI_BASE_URL``."""
 NO_KEY = "not-needed"
-"""The key sent to a server that needs none (Ollama, vLLM, llama.cpp, LM Studio): the SDK requires one."""
+"""The key sent to a server that needs none (Ollama, vLLM, llama.cpp, LM Studio).
+
+The SDK requires one.
+"""
 IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 """Image types the API reads (Images and vision, "Image input requirements")."""
 TEXT_APPLICATION_TYPES = frozenset(
@@ -125,7 +128,8 @@ class OpenAILLM(BaseLLM):
         )
         if not api_key and not base_url:
             raise ConfigError(
-                "openai.api_key: not set (nor OPENAI_API_KEY); set it, or set openai.base_url to a server "
+                "openai.api_key: not set (nor OPENAI_API_KEY); set it, "
+                "or set openai.base_url to a server "
                 "that needs no key (Ollama, vLLM, llama.cpp, LM Studio)"
             )
         self.api_key = api_key or NO_KEY
@@ -180,7 +184,7 @@ class OpenAILLM(BaseLLM):
         return client
 
     async def aclose(self) -> None:
-        """Close the SDK's HTTP connections (its own cleanup at garbage collection needs asyncio)."""
+        """Close the SDK's HTTP connections (its cleanup at garbage collection needs asyncio)."""
         client, self._client = self._client, None
         if client is not None:
             await client.close()
@@ -202,11 +206,12 @@ class OpenAILLM(BaseLLM):
         return native
 
     async def _call(self, native: dict[str, Any]) -> AsyncIterator[tuple[LLMEvent, ...]]:
-        """Stream the response: one tuple of IR events per chunk (an empty one keeps the stall timer alive).
+        """Stream the response: one tuple of IR events per chunk.
 
-        The assembler lives here, so each stream has its own tool-call state. The SDK's stream stops
-        reading at ``data: [DONE]`` without closing its inner async generators; trio closes them at
-        garbage collection with a ResourceWarning (harmless; ignored by Python's default filters).
+        An empty tuple keeps the stall timer alive. The assembler lives here, so each stream has its
+        own tool-call state. The SDK's stream stops reading at ``data: [DONE]`` without closing its
+        inner async generators; trio closes them at garbage collection with a ResourceWarning
+        (harmless; ignored by Python's default filters).
         """
         client = await self.client()
         assembler = _Assembler()
@@ -226,9 +231,10 @@ class OpenAILLM(BaseLLM):
         return raw
 
     async def _discover_window(self) -> int | None:
-        """Ask a self-hosted server (llama.cpp, Ollama, vLLM) for the window (:mod:`kesoku.llm.windows`).
+        """Ask a self-hosted server (llama.cpp, Ollama, vLLM) for the window.
 
-        OpenAI's own API reports no window; its models are in the built-in table.
+        See :mod:`kesoku.llm.windows`. OpenAI's own API reports no window; its models are in the
+        built-in table.
         """
         if self.base_url.rstrip("/") == DEFAULT_BASE_URL:
             await trio.lowlevel.checkpoint()
@@ -291,8 +297,7 @@ def is_deepseek(base_url: str) -> bool:
     return host == "deepseek.com" or host.endswith(".deepseek.com")
 
 
-# -- requests
-# ---------------------------------------------------------------------------------------
+# -- requests -------------------------------------------------------------------------------------
 
 
 def build_messages(
@@ -416,8 +421,7 @@ def _tool(spec: ToolSpec) -> dict[str, Any]:
     }
 
 
-# -- responses
-# --------------------------------------------------------------------------------------
+# -- responses ------------------------------------------------------------------------------------
 
 
 class _PendingCall:
@@ -518,9 +522,9 @@ def stop_reason_of(finish_reason: str) -> StopReason:
     """The IR's stop reason for a ``finish_reason``.
 
     Chat Completions: ``stop``, ``length`` (the output limit: ``max_tokens``, or the context),
-    ``tool_calls``, ``content_filter``, ``function_call`` (https://platform.openai.com/docs/api-reference/
-    chat/object); Ollama and the llama.cpp server send ``length`` when ``num_predict`` / ``n_predict`` or
-    the context ends the reply.
+    ``tool_calls``, ``content_filter``, ``function_call``
+    (https://platform.openai.com/docs/api-reference/chat/object); Ollama and the llama.cpp server
+    send ``length`` when ``num_predict`` / ``n_predict`` or the context ends the reply.
     """
     if finish_reason == "length":
         return StopReason.MAX_TOKENS
@@ -530,9 +534,10 @@ def stop_reason_of(finish_reason: str) -> StopReason:
 
 
 def decode_arguments(text: str) -> dict[str, Any]:
-    """A call's arguments from its JSON: ``{}`` when empty, ``{"_raw": text}`` when not a JSON object.
+    """A call's arguments from its JSON.
 
-    A JSON string that holds the object (some servers encode twice) is decoded once more.
+    ``{}`` when empty, ``{"_raw": text}`` when not a JSON object. A JSON string that holds the
+    object (some servers encode twice) is decoded once more.
     """
     text = text.strip()
     if not text:
@@ -566,11 +571,11 @@ def _field(obj: Any, name: str) -> Any:
     return getattr(obj, name, None)
 
 
-# -- errors
-# -----------------------------------------------------------------------------------------
+# -- errors ---------------------------------------------------------------------------------------
 
 _RETRYABLE_STREAM_ERROR = re.compile(
-    r"server.?error|internal.?(?:server.?)?error|overload|rate.?limit|too many requests|unavailable|capacity",
+    r"server.?error|internal.?(?:server.?)?error|overload|rate.?limit|too many requests"
+    r"|unavailable|capacity",
     re.I,
 )
 MAX_ERROR_CHARS = 300
@@ -580,7 +585,8 @@ MAX_ERROR_CHARS = 300
 def stream_error_is_retryable(kind: str | None, message: str) -> bool:
     """Whether an error event inside a stream names a server error, an overload or a rate limit.
 
-    A numeric type or code (some servers put the HTTP status there) counts when it is 408, 429 or 5xx.
+    A numeric type or code (some servers put the HTTP status there) counts when it is 408, 429 or
+    5xx.
     """
     if kind is not None and re.fullmatch(r"408|429|5\d\d", kind.strip()):
         return True
@@ -588,7 +594,10 @@ def stream_error_is_retryable(kind: str | None, message: str) -> bool:
 
 
 def _error_field(body: object, name: str) -> str | None:
-    """A field of an error body: the SDK passes ``body["error"]``, a stream error passes its ``error``."""
+    """A field of an error body.
+
+    The SDK passes ``body["error"]``, a stream error passes its ``error``.
+    """
     if isinstance(body, dict):
         inner = body.get("error")
         source = inner if isinstance(inner, dict) else body

@@ -395,7 +395,7 @@ def _convert(data: Any, kind: type[Any], name: str, prefix: str = "") -> Any:
 
 
 def _known_keys(path: str) -> list[str]:
-    """The keys allowed where ``path`` (``steps[2].tool_calls[0]``) points, from its last named part."""
+    """The keys allowed at ``path`` (``steps[2].tool_calls[0]``), from its last named part."""
     parent = re.sub(r"\[\d+\]", "", path).rpartition(".")[2]
     kinds: dict[str, Any] = {
         "": Script,
@@ -410,7 +410,10 @@ def _known_keys(path: str) -> list[str]:
 
 
 def _explain(message: str, prefix: str) -> str:
-    """Turn msgspec's ``Expected `str`, got `int` - at `$.steps[2].name``` into ``steps[2].name: ...``."""
+    """Rewrite a msgspec error message as a key path and the problem.
+
+    ``Expected `str`, got `int` - at `$.steps[2].name``` becomes ``steps[2].name: ...``.
+    """
     m = re.match(r"(?s)(.*?)(?: - at `\$(.*)`)?$", message)
     text, path = (m.group(1), m.group(2) or "") if m else (message, "")
     path = path.lstrip(".")

@@ -72,7 +72,7 @@ async def ask_window(client: openai_sdk.AsyncOpenAI, base_url: str, model: str) 
 
 
 def server_root(base_url: str) -> str:
-    """The server's root URL: the base URL without a trailing ``/v1`` (where /props and /api live)."""
+    """The server's root URL, where /props and /api live: the base URL minus a trailing ``/v1``."""
     parts = urlsplit(base_url.rstrip("/"))
     path = parts.path[: -len("/v1")] if parts.path.endswith("/v1") else parts.path
     return urlunsplit((parts.scheme, parts.netloc, path, "", "")).rstrip("/")
@@ -128,8 +128,7 @@ async def _fetch(
         if body is None:
             return await client.get(url, cast_to=object, options=options)
         return await client.post(url, cast_to=object, body=body, options=options)
-    except (
-        Exception
-    ) as exc:  # any failure (HTTP, transport, a body that is not JSON) is "no answer"
+    # any failure (HTTP, transport, a body that is not JSON) is "no answer"
+    except Exception as exc:
         log.debug("no context window from %s: %s", url, exc)
         return None

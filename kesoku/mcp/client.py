@@ -64,9 +64,12 @@ SDK_MODULES = (
 STDERR_LINES = 20
 """Last lines of a stdio server's stderr kept for failure reports."""
 STDERR_LINE_BYTES = 2000
-"""A longer stderr line is cut (a server printing megabytes without newlines stays in bounded memory)."""
+"""A longer stderr line is cut.
+
+Memory then stays bounded even for a server printing megabytes without newlines.
+"""
 STDERR_GRACE_S = 0.5
-"""After a stdio server's stdout ends, how long to wait for the rest of its stderr (the crash message)."""
+"""After a stdio server's stdout ends, the wait for the rest of its stderr (the crash message)."""
 JUNK_LOGGED = 3
 """Lines on stdout that are not JSON-RPC logged per connection; more are only counted."""
 MAX_PAGES = 100
@@ -74,13 +77,16 @@ MAX_PAGES = 100
 HTTP_CONNECT_TIMEOUT_S = 30.0
 """Connect, write and pool timeout of the HTTP client (the SDK's default)."""
 HTTP_READ_TIMEOUT_S = 300.0
-"""Read timeout of the HTTP client: a server may hold an SSE stream open this long between events."""
+"""The HTTP client's read timeout: a server may hold an SSE stream open this long between events."""
 
 _sdk_loaded = False
 
 
 async def load_sdk() -> None:
-    """Import the ``mcp`` SDK in a worker thread, once (about 1.2 s of CPU; the loop runs meanwhile)."""
+    """Import the ``mcp`` SDK in a worker thread, once.
+
+    It takes about 1.2 s of CPU; the loop runs meanwhile.
+    """
     global _sdk_loaded
     if not _sdk_loaded:
         await trio.to_thread.run_sync(_import_sdk)
@@ -110,7 +116,7 @@ def describe(exc: BaseException) -> str:
 
 
 def _junk_text(exc: Exception) -> str:
-    """The offending line of a parse error (pydantic keeps it as the error's input), else the error."""
+    """A parse error's offending line (pydantic keeps it as the error's input), else the error."""
     errors = getattr(exc, "errors", None)
     if callable(errors):
         try:
@@ -140,9 +146,8 @@ def _salvaged(exc: Exception) -> Any:
         return SessionMessage(
             jsonrpc_message_adapter.validate_python(decode_json(line), by_name=False)
         )
-    except (
-        ValueError
-    ):  # not JSON (msgspec.DecodeError), or not JSON-RPC (pydantic's ValidationError)
+    # not JSON (msgspec.DecodeError), or not JSON-RPC (pydantic's ValidationError)
+    except ValueError:
         return None
 
 
@@ -191,7 +196,10 @@ class Connection:
                 self.on_close()
 
     def explain(self, problem: str) -> str:
-        """``problem`` with what the server printed: the last stderr line, the first junk line on stdout."""
+        """``problem`` with what the server printed.
+
+        That is the last stderr line and the first junk line on stdout.
+        """
         hints = []
         if self.stderr:
             hints.append(f"stderr: {self.stderr[-1]}")
@@ -296,9 +304,8 @@ class Connection:
                 if isinstance(item, Exception):
                     salvaged = _salvaged(item)
                     if salvaged is None:
-                        self._junk(
-                            item
-                        )  # the session would only log it: the request waits for its answer
+                        # the session would only log it: the request waits for its answer
+                        self._junk(item)
                         continue
                     item = salvaged
                 await send.send(item)
@@ -342,9 +349,8 @@ class Connection:
 
             read_fd, write_fd = os.pipe()
             self._errlog = os.fdopen(write_fd, "w")
-            stack.callback(
-                self._errlog.close
-            )  # closed once spawned (below); this covers a failed spawn
+            # closed once spawned (below); this covers a failed spawn
+            stack.callback(self._errlog.close)
             nursery.start_soon(self._read_stderr, read_fd)
             command, args = cfg.command, list(cfg.args)
             if cfg.sandbox:
@@ -373,9 +379,8 @@ class Connection:
     @asynccontextmanager
     async def _watched(self, transport: Transport) -> AsyncIterator[TransportStreams]:
         """The transport with the relay in front of its read stream."""
-        from mcp.shared import (
-            message,
-        )  # the SDK is loaded by now; the channel's type is needed at run time
+        # the SDK is loaded by now; the channel's type is needed at run time
+        from mcp.shared import message
 
         async with transport as (read, write):
             if self._errlog is not None:
@@ -406,8 +411,9 @@ async def open_connection(conn: Connection) -> AsyncIterator[Connection]:
         OSError: A stdio server's program cannot be started (``FileNotFoundError``: no such
             program).
         mcp.MCPError: The server refused the handshake, or closed the connection during it.
-        Exception: An HTTP server cannot be reached (``httpx2`` errors, possibly in an ExceptionGroup);
-            a Streamable HTTP transport that loses the server ends the block with such an error.
+        Exception: An HTTP server cannot be reached (``httpx2`` errors, possibly in an
+            ExceptionGroup); a Streamable HTTP transport that loses the server ends the block with
+            such an error.
 
     Cancellation:
         The SDK stops a stdio server on the way out (close stdin, wait 2 s, SIGTERM the process

@@ -61,7 +61,7 @@ def _fit(name: str, limit: int, *original: str) -> str:
 
 
 def sanitize(text: str) -> str:
-    """``text`` with every character outside ``[a-zA-Z0-9_-]`` replaced by ``_`` (``_`` when empty)."""
+    """``text`` with each character outside ``[a-zA-Z0-9_-]`` replaced by ``_`` (``_`` if empty)."""
     return _BAD_CHARS.sub("_", text) or "_"
 
 
@@ -117,8 +117,7 @@ def tool_names(prefix: str, originals: Iterable[str]) -> dict[str, str]:
     return out
 
 
-# -- results
-# ----------------------------------------------------------------------------------------
+# -- results --------------------------------------------------------------------------------------
 
 
 def decoded_size(data: str) -> int:
@@ -163,8 +162,8 @@ def block_text(block: ContentBlock) -> str:
 def call_result_text(result: CallToolResult, max_bytes: int) -> str:
     """The text of a ``tools/call`` result, capped at ``max_bytes`` (head and tail kept).
 
-    Blocks are joined by newlines; a result with no blocks but ``structuredContent`` shows it as JSON;
-    an empty result reads ``(no content)``. ``isError`` is the caller's to act on.
+    Blocks are joined by newlines; a result with no blocks but ``structuredContent`` shows it as
+    JSON; an empty result reads ``(no content)``. ``isError`` is the caller's to act on.
     """
     parts = [block_text(block) for block in result.content]
     if not parts and result.structured_content is not None:

@@ -3,8 +3,8 @@
 Task tree (inside ``Runtime.serve``)::
 
     McpManager.serve ─┬─ stop watcher (outside the shield: sees the runtime's cancellation)
-                      └─ links scope (shielded) ── one task per enabled server: connect, serve,
-                      reconnect
+                      └─ links scope (shielded) ── one task per enabled server:
+                                                   connect, serve, reconnect
 
 Lifecycle of a server: connect (spawn or reach it, MCP handshake, list tools and prompts within
 ``connect_timeout_s``), then offer its tools until the connection ends, then withhold them and try
@@ -66,7 +66,7 @@ JITTER = 0.2
 CLOSED_WAIT_S = 1.0
 """After a call failed because the connection closed, how long to wait for the reason (stderr)."""
 DRAIN_EXTRA_S = 5.0
-"""At shutdown, calls in flight get the longest ``timeout_s`` plus this before the servers are stopped."""
+"""At shutdown, calls in flight get the longest ``timeout_s`` plus this before servers stop."""
 State = Literal["disabled", "connecting", "connected", "failed"]
 _T = TypeVar("_T")
 
@@ -159,7 +159,10 @@ class McpManager:
     # -- what the runtime and the adapters ask --------------------------------------------------
 
     def tools(self) -> Sequence[Tool]:
-        """The tools of the servers connected now, then list_resources/read_resource if any offers resources."""
+        """The tools of the servers connected now.
+
+        Then list_resources and read_resource, if any of them offers resources.
+        """
         return self._tools
 
     def statuses(self) -> list[ServerStatus]:
@@ -192,7 +195,7 @@ class McpManager:
         return out
 
     async def get_prompt(self, server_name: str, prompt: str, arguments: Mapping[str, str]) -> str:
-        """Render a server's prompt as one user message (see :func:`kesoku.mcp.convert.prompt_text`).
+        """Render a server's prompt as one user message (:func:`kesoku.mcp.convert.prompt_text`).
 
         Raises:
             LookupError: No such server, it is not connected, or the server refused (the message
@@ -337,7 +340,10 @@ class McpManager:
         return reason, up_s
 
     async def _follow(self, server: _Server, conn: Connection) -> None:
-        """Until the connection ends: list again whenever the server says its tools or prompts changed."""
+        """List again whenever the server says its tools or prompts changed.
+
+        Runs until the connection ends.
+        """
         while not conn.closed.is_set():
             async with trio.open_nursery() as nursery:
 
@@ -355,7 +361,10 @@ class McpManager:
                 self._attach(server, conn)
 
     async def _load(self, server: _Server, conn: Connection) -> None:
-        """List the server's tools and prompts; build the tools offered under provider-safe names."""
+        """List the server's tools and prompts.
+
+        The tools offered are built under provider-safe names.
+        """
         from mcp import MCPError
 
         cfg = server.config
@@ -512,9 +521,9 @@ class McpManager:
                     )
                 for t in templates:
                     lines.append(
-                        f"  {t.uri_template} — {t.name} (template): {first_line(t.description)}".rstrip(
-                            ": "
-                        )
+                        (
+                            f"  {t.uri_template} — {t.name} (template): {first_line(t.description)}"
+                        ).rstrip(": ")
                     )
                 if len(lines) == 1:
                     lines.append("  (no resources)")
@@ -533,7 +542,8 @@ class McpManager:
         return (
             Tool(
                 "list_resources",
-                "List the resources (files, records, documents) the MCP servers offer: URI, name, type.\n"
+                "List the resources (files, records, documents) the MCP servers offer: "
+                "URI, name, type.\n"
                 "A URI template such as notes://{name} can be read with its parameters filled in.",
                 list_resources,
                 {"type": "object", "properties": {"server": server_param}},
@@ -541,7 +551,10 @@ class McpManager:
             ),
             Tool(
                 "read_resource",
-                "Read one resource of an MCP server by URI (see list_resources); binary content is only described.",
+                (
+                    "Read one resource of an MCP server by URI (see list_resources); "
+                    "binary content is only described."
+                ),
                 read_resource,
                 {
                     "type": "object",

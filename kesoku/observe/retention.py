@@ -23,7 +23,10 @@ LOG_NAME = re.compile(r"llm-turn-([0-9]+)\.log\.yaml")
 """The name of a turn log file; group 1 is its index."""
 
 _FOLDERS = 1024
-"""Folders whose logs are tracked (least recently written dropped first; rescanned if seen again)."""
+"""Folders whose logs are tracked.
+
+The least recently written is dropped first, and rescanned if seen again.
+"""
 
 
 class _Folder:
@@ -35,7 +38,9 @@ class _Folder:
 
 
 class Retention:
-    """Keeps each folder's turn logs under ``max_bytes``. Not thread-safe: one writing thread uses it.
+    """Keeps each folder's turn logs under ``max_bytes``.
+
+    Not thread-safe: one writing thread uses it.
 
     Args:
         max_bytes: Bytes of turn logs kept per session folder; 0 keeps everything.

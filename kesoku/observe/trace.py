@@ -43,9 +43,9 @@ PREVIEW_LINES = 12
 PREVIEW_CHARS = 1500
 """Characters of a tool result shown before its expand control (for output with very long lines)."""
 _LOG_HEAD_BYTES = 4096
-"""A turn log's ``metadata`` section is its first few hundred bytes; this much is read to find it."""
+"""A turn log's ``metadata`` section is in its first few hundred bytes; this much is read for it."""
 _LOG_TAIL_BYTES = 65536
-"""Bytes read from a turn log's end to find its ``response`` section before reading the whole file."""
+"""Bytes read from a turn log's end to find its ``response`` section before reading it all."""
 
 try:  # libyaml's parser, as for writing
     from yaml import CSafeLoader as _Loader
@@ -78,8 +78,8 @@ class CallLog(msgspec.Struct, kw_only=True):
 def read_call_logs(folder: str | os.PathLike[str]) -> list[CallLog]:
     """Read the ``metadata`` of every turn log in a session folder, oldest call first (blocking).
 
-    Only each file's head is read; :func:`load_usage` reads the response of the calls shown. Files that
-    are not turn logs, or cannot be parsed, are skipped: a trace shows what it can.
+    Only each file's head is read; :func:`load_usage` reads the response of the calls shown. Files
+    that are not turn logs, or cannot be parsed, are skipped: a trace shows what it can.
     """
     calls: list[CallLog] = []
     try:
@@ -111,16 +111,15 @@ def read_call_logs(folder: str | os.PathLike[str]) -> list[CallLog]:
 
 
 def load_usage(call: CallLog) -> None:
-    """Fill in ``call.usage`` from the log's ``response`` section, which ends the file (blocking)."""
+    """Set ``call.usage`` from the log's ``response`` section, which ends the file (blocking)."""
     try:
         with call.path.open("rb") as f:
             size = f.seek(0, os.SEEK_END)
             f.seek(max(0, size - _LOG_TAIL_BYTES))
             text = f.read().decode("utf-8", "replace")
             start = text.rfind("\nresponse:")
-            if (
-                start < 0 and size > _LOG_TAIL_BYTES
-            ):  # a long answer: the section starts further back
+            # a long answer: the section starts further back
+            if start < 0 and size > _LOG_TAIL_BYTES:
                 f.seek(0)
                 text = f.read().decode("utf-8", "replace")
                 start = text.rfind("\nresponse:")
@@ -133,8 +132,7 @@ def load_usage(call: CallLog) -> None:
         return
 
 
-# -- the trajectory
-# ----------------------------------------------------------------------------------
+# -- the trajectory -------------------------------------------------------------------------------
 
 
 class Step(msgspec.Struct, kw_only=True):
@@ -243,8 +241,7 @@ def _state(turn: TurnTrace, following: TurnTrace | None) -> str:
     return "done"
 
 
-# -- the page
-# -----------------------------------------------------------------------------------------
+# -- the page -------------------------------------------------------------------------------------
 
 
 def render_trace(store: Store, session_id: str, *, turn: int | None = None) -> str:
@@ -297,7 +294,8 @@ def render_trace(store: Store, session_id: str, *, turn: int | None = None) -> s
     first_log = min((c.idx for c in calls), default=1)
     if first_log > 1:  # indexes start at 1: the lower ones were deleted, by the cap or by hand
         facts.append(
-            f"turn logs 1–{first_log - 1} deleted ([turn_logs] max_mb_per_session): their calls are not shown"
+            f"turn logs 1–{first_log - 1} deleted ([turn_logs] max_mb_per_session): "
+            "their calls are not shown"
         )
     body: list[str] = []
     marks = sorted(views, key=lambda v: v.created_at)
@@ -331,8 +329,10 @@ def _turn_html(turn: TurnTrace) -> str:
     usage = _tokens([s.call.usage for s in turn.steps if s.call and s.call.usage])
     tools = sum(1 for s in turn.steps for m in s.messages if m.kind is Kind.TOOL_CALL)
     head = (
-        f'<h2><a href="#turn-{turn.number}">Turn {turn.number}</a> <span class="badge {turn.state}">{_e(label)}</span>'
-        f' <span class="dim">{_e(_when(turn.start))} · {seconds:.1f} s · {len(turn.steps)} model calls'
+        f'<h2><a href="#turn-{turn.number}">Turn {turn.number}</a>'
+        f' <span class="badge {turn.state}">{_e(label)}</span>'
+        f' <span class="dim">{_e(_when(turn.start))} · {seconds:.1f} s'
+        f" · {len(turn.steps)} model calls"
         f" · {tools} tool calls{' · ' + _e(usage) if usage else ''}</span></h2>"
     )
     parts = [
@@ -376,7 +376,10 @@ def _step_html(n: int, step: Step) -> str:
         inner.append(_message_html(m, calls))
         if m.id in answered:
             inner.append(_result_html(answered[m.id], m))
-    return f'<div class="step"><div class="step-head">{_e(" · ".join(facts))}</div>{error}{"".join(inner)}</div>'
+    return (
+        f'<div class="step"><div class="step-head">{_e(" · ".join(facts))}</div>'
+        f"{error}{''.join(inner)}</div>"
+    )
 
 
 def _message_html(m: Message, calls: dict[int, Message]) -> str:
@@ -392,13 +395,17 @@ def _message_html(m: Message, calls: dict[int, Message]) -> str:
             for a in m.metadata.attachments
         )
         who = f"👤 {_e(m.sender)}"
-        return f'<div class="msg user"><div class="who">{who} {time}{cut}</div><pre>{_e(m.content)}</pre>{files}</div>'
+        return (
+            f'<div class="msg user"><div class="who">{who} {time}{cut}</div>'
+            f"<pre>{_e(m.content)}</pre>{files}</div>"
+        )
     if m.role is Role.SYSTEM:
         return _box("system", f"⚙ System {time}", f"<pre>{_e(m.content)}</pre>")
     if m.kind is Kind.THOUGHT:
         first = " ".join(m.content.split())[:100]
         return (
-            f'<details class="thought"><summary>💭 thought{cut} <span class="dim">{_e(first)}</span></summary>'
+            f'<details class="thought"><summary>💭 thought{cut}'
+            f' <span class="dim">{_e(first)}</span></summary>'
             f"<pre>{_e(m.content)}</pre></details>"
         )
     if m.kind is Kind.TOOL_CALL:
@@ -428,10 +435,8 @@ def _result_html(m: Message, call: Message | None) -> str:
             cut = len(content)
             break
     cut = min(cut, PREVIEW_CHARS)
-    head, rest = (
-        content[:cut],
-        content[cut:].removeprefix("\n"),
-    )  # the break between them shows as the control
+    # the break between them shows as the control
+    head, rest = content[:cut], content[cut:].removeprefix("\n")
     more = ""
     if rest.strip():
         more = (
@@ -450,10 +455,8 @@ def _view_marker(record: ViewStateRecord) -> str:
     facts = [f"view state {record.id}", _when(record.created_at)]
     try:
         view = msgspec.json.decode(record.data, type=ViewState)
-    except (
-        msgspec.DecodeError,
-        msgspec.ValidationError,
-    ):  # a newer Kesoku's view: say only that it exists
+    # a newer Kesoku's view: say only that it exists
+    except (msgspec.DecodeError, msgspec.ValidationError):
         view = None
     if view is not None:
         facts.append(view.reason or "compacted")
@@ -502,9 +505,11 @@ _CSP = (
 
 _CSS = """
 :root { color-scheme: dark; --bg: #0d1117; --panel: #161b22; --line: #30363d; --text: #e6edf3;
-  --dim: #8b949e; --user: #1f6feb; --ok: #3fb950; --warn: #d29922; --bad: #f85149; --think: #a371f7; }
+  --dim: #8b949e; --user: #1f6feb; --ok: #3fb950; --warn: #d29922; --bad: #f85149;
+  --think: #a371f7; }
 * { box-sizing: border-box; }
-body { margin: 0; background: var(--bg); color: var(--text); font: 14px/1.45 system-ui, sans-serif; }
+body { margin: 0; background: var(--bg); color: var(--text);
+  font: 14px/1.45 system-ui, sans-serif; }
 header { position: sticky; top: 0; background: var(--panel); border-bottom: 1px solid var(--line);
   padding: 10px 20px; z-index: 1; }
 header h1 { margin: 0 0 4px; font-size: 18px; }
@@ -519,7 +524,8 @@ h2 { font-size: 15px; margin: 4px 0 10px; } h2 a { color: var(--text); text-deco
 .badge { border-radius: 10px; padding: 0 8px; font-size: 12px; border: 1px solid var(--line); }
 .badge.done { color: var(--ok); } .badge.interrupted, .badge.stopped { color: var(--warn); }
 .badge.failed { color: var(--bad); }
-pre { white-space: pre-wrap; overflow-wrap: anywhere; margin: 4px 0; font: 13px/1.4 ui-monospace, monospace; }
+pre { white-space: pre-wrap; overflow-wrap: anywhere; margin: 4px 0;
+  font: 13px/1.4 ui-monospace, monospace; }
 .msg, .call, details, .step-head, .marker, .error { margin: 6px 0; }
 .msg { padding: 6px 10px; border-radius: 6px; background: #0d1117; }
 .msg.user { border-left: 3px solid var(--user); } .msg.system { border-left: 3px solid var(--dim); }
@@ -536,7 +542,8 @@ summary { cursor: pointer; }
 .result.failed summary, .result.killed summary, .result.lost summary { color: var(--bad); }
 .result.timed_out summary, .result.skipped summary { color: var(--warn); }
 details.more { border: 1px dashed var(--line); } details.more summary { color: var(--dim); }
-.marker { color: var(--warn); border: 1px dashed var(--warn); border-radius: 6px; padding: 4px 10px; }
+.marker { color: var(--warn); border: 1px dashed var(--warn); border-radius: 6px;
+  padding: 4px 10px; }
 .error { color: var(--bad); }
 """
 

@@ -24,7 +24,10 @@ from kesoku.vocab.view import ViewState, archive_start
 from kesoku.vocab.view import key as view_key
 
 CHARS_PER_TOKEN = 4
-"""The rough ratio behind every token *estimate* here (English text and JSON; real tokenizers vary)."""
+"""The rough ratio behind every token *estimate* here.
+
+It fits English text and JSON; real tokenizers vary.
+"""
 
 
 class TokenTotals(msgspec.Struct, frozen=True, kw_only=True):
@@ -103,7 +106,7 @@ def cost_usd(tokens: TokenTotals, price: ModelPrice) -> float:
 def usage_lines(
     history: Sequence[Message], *, turns: int, model: str, pricing: PricingConfig
 ) -> list[str]:
-    """What /usage prints: the session's tokens by kind, then the cost estimate or why there is none.
+    """What /usage prints: a session's tokens by kind, then the cost estimate or why there is none.
 
     Args:
         history: The session's messages.
@@ -126,8 +129,7 @@ def usage_lines(
     return lines
 
 
-# -- the next request
-# ---------------------------------------------------------------------------------
+# -- the next request -----------------------------------------------------------------------------
 
 
 class ContextPart(msgspec.Struct, frozen=True):
@@ -181,7 +183,10 @@ def context_parts(
         detail += f", {evicted} tool results evicted"
     archives = "none (nothing compacted)"
     if view is not None and view.archives:
-        archives = f"{len(view.archives)} archives of turns {view.archives[0].first_turn}–{view.archives[-1].last_turn}"
+        archives = (
+            f"{len(view.archives)} archives of turns "
+            f"{view.archives[0].first_turn}–{view.archives[-1].last_turn}"
+        )
     elif head:
         archives = "files and dropped turns of the compacted part"
     return [
@@ -193,7 +198,7 @@ def context_parts(
 
 
 def context_lines(parts: Sequence[ContextPart], *, last_input_tokens: int) -> list[str]:
-    """What /context prints about the next request: each part, the total, and the last measured size."""
+    """What /context prints of the next request: each part, the total and the last measured size."""
     width = max(len(p.name) for p in parts)
     lines = [f"{p.name:<{width}}  ~{p.tokens_estimate:>9,} tokens  {p.detail}" for p in parts]
     total = sum(p.tokens_estimate for p in parts)

@@ -26,7 +26,8 @@ import threading
 import apsw
 
 WAL_LIMIT_PAGES = 10_000
-"""The safety net: a commit that leaves this many pages in the WAL checkpoints on the writer's thread."""
+"""The safety net: a commit that leaves this many pages in the WAL checkpoints on the writer's
+thread."""
 CHECKPOINT_DELAY_S = 0.05
 """How long after a write the thread checkpoints: the commits of a burst share one checkpoint."""
 

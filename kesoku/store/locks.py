@@ -91,10 +91,11 @@ class SessionLocks:
             try:
                 self._lock(offset, fcntl.F_WRLCK)
             except OSError as exc:
+                # another open file description holds it
                 if exc.errno in (
                     errno.EAGAIN,
                     errno.EACCES,
-                ):  # another open file description holds it
+                ):
                     return False
                 raise
             self._write_pid(session_id)
@@ -103,7 +104,10 @@ class SessionLocks:
         return True
 
     def release(self, session_id: str) -> None:
-        """Let go of one hold; the lock is dropped with the last. Releasing what is not held does nothing."""
+        """Let go of one hold; the lock is dropped with the last.
+
+        Releasing what is not held does nothing.
+        """
         count = self._held.pop(session_id, None)
         if count is None:
             return

@@ -51,7 +51,10 @@ _encode = msgspec.json.Encoder().encode
 _decode_metadata = msgspec.json.Decoder(Metadata).decode
 _decode_dict = msgspec.json.Decoder(dict[str, Any]).decode
 
-_MESSAGE_COLUMNS = "id, session_id, role, kind, status, sender, content, root_id, parent_id, ts, root_ts, metadata, external_id"
+_MESSAGE_COLUMNS = (
+    "id, session_id, role, kind, status, sender, content, root_id, parent_id, ts, root_ts,"
+    " metadata, external_id"
+)
 _SESSION_COLUMNS = "id, adapter, channel_id, created_at, workspace, title, llm, parent_id, metadata"
 
 # A root_id of 0 asks for the message's own id (it opens its turn). AUTOINCREMENT gives the new row
@@ -63,7 +66,8 @@ _INSERT_MESSAGE = (
     "INSERT INTO messages (session_id, role, kind, status, sender, content, root_id, parent_id, ts,"
     " root_ts, metadata, adapter, external_id)"
     " VALUES (?1, ?2, ?3, ?4, ?5, ?6,"
-    " CASE ?7 WHEN 0 THEN coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'messages'), 0) + 1 ELSE ?7 END,"
+    " CASE ?7 WHEN 0 THEN coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'messages'), 0)"
+    " + 1 ELSE ?7 END,"
     " ?8, ?9, ?10, ?11, (SELECT adapter FROM sessions WHERE id = ?1), ?12)"
     " ON CONFLICT (adapter, external_id) WHERE external_id IS NOT NULL DO NOTHING"
     " RETURNING id, root_id, adapter"
@@ -351,7 +355,10 @@ class Store:
         return inserted
 
     def _holder(self) -> str:
-        """Who holds the write lock: ``pid N?`` when /proc/locks names it (:func:`write_lock_holder`)."""
+        """Who holds the write lock: ``pid N?`` when /proc/locks names it.
+
+        See :func:`write_lock_holder`.
+        """
         pid = None if self.path == ":memory:" else write_lock_holder(self.path)
         return f"pid {pid}?" if pid is not None else "another connection"
 
@@ -430,7 +437,8 @@ class Store:
         """
         clause, bindings = flt.where()
         rows = self._conn.execute(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id > ? AND {clause} ORDER BY id LIMIT ?",
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id > ? AND {clause}"
+            " ORDER BY id LIMIT ?",
             (after_id, *bindings, limit),
         )
         return [_row_to_message(r) for r in rows]
@@ -442,7 +450,8 @@ class Store:
         between (ARCHITECTURE.md, "Messages and sessions").
         """
         rows = self._conn.execute(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? ORDER BY root_ts, ts, id",
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ?"
+            " ORDER BY root_ts, ts, id",
             (session_id,),
         )
         return [_row_to_message(r) for r in rows]
@@ -461,7 +470,7 @@ class Store:
         return [_row_to_message(r) for r in rows]
 
     def count_turns(self, session_id: str) -> int:
-        """Return how many user messages of a session were processed (done, interrupted or failed)."""
+        """Count a session's user messages that were processed (done, interrupted or failed)."""
         row = self._conn.execute(
             "SELECT count(*) FROM messages WHERE session_id = ? AND role = 'user'"
             " AND status IN ('done', 'interrupted', 'failed')",
@@ -514,7 +523,8 @@ class Store:
         """Save a listener's cursor (last message id handled)."""
         self._conn.execute(
             "INSERT INTO cursors (name, message_id, updated_at) VALUES (?, ?, ?)"
-            " ON CONFLICT (name) DO UPDATE SET message_id = excluded.message_id, updated_at = excluded.updated_at",
+            " ON CONFLICT (name) DO UPDATE SET message_id = excluded.message_id,"
+            " updated_at = excluded.updated_at",
             (name, message_id, time.time()),
         )
 
@@ -526,7 +536,8 @@ class Store:
         now = time.time()
         with self._conn:
             self._conn.executemany(
-                "INSERT OR IGNORE INTO taint (session_id, kind, label, created_at) VALUES (?, ?, ?, ?)",
+                "INSERT OR IGNORE INTO taint (session_id, kind, label, created_at)"
+                " VALUES (?, ?, ?, ?)",
                 [(session_id, s.kind, valid_text(s.label), now) for s in sources],
             )
 
@@ -565,8 +576,7 @@ class Store:
         ).fetchone()
         return bytes(row[0]) if row else None
 
-    # -- inspection and forks (kesoku sessions, kesoku trace)
-    # ----------------------------------------
+    # -- inspection and forks (kesoku sessions, kesoku trace) -------------------------------------
 
     def resolve_session(self, id_or_prefix: str, *, min_prefix_chars: int = 4) -> Session:
         """Return the session with this id, or the only one whose id starts with it.
@@ -592,7 +602,8 @@ class Store:
                 f"no such session; give at least {min_prefix_chars} characters of the id"
             )
         rows = self._conn.execute(
-            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE substr(id, 1, ?) = ? ORDER BY created_at, id",
+            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE substr(id, 1, ?) = ?"
+            " ORDER BY created_at, id",
             (len(id_or_prefix), id_or_prefix),
         ).fetchall()
         if len(rows) == 1:
@@ -660,14 +671,13 @@ class Store:
                     if msg.status in (Status.PENDING, Status.PROCESSING)
                     else msg.status
                 )
+                # 0: it opens its turn (the store fills in its id)
                 copy = msgspec.structs.replace(
                     msg,
                     id=0,
                     session_id=fork.id,
                     status=status,
-                    root_id=new_ids.get(
-                        msg.root_id, 0
-                    ),  # 0: it opens its turn (the store fills in its id)
+                    root_id=new_ids.get(msg.root_id, 0),
                     parent_id=None if msg.parent_id is None else new_ids.get(msg.parent_id),
                     external_id=None,
                 )
@@ -675,7 +685,10 @@ class Store:
         return fork
 
     def view_states(self, session_id: str) -> list[ViewStateRecord]:
-        """Return every compaction view of a session, oldest first (the trace shows each as a marker)."""
+        """Return every compaction view of a session, oldest first.
+
+        The trace shows each as a marker.
+        """
         rows = self._conn.execute(
             "SELECT id, created_at, data FROM view_states WHERE session_id = ? ORDER BY id",
             (session_id,),

@@ -57,7 +57,8 @@ class ToolError(KesokuError):
 
 
 _CONTEXT_OVERFLOW = re.compile(
-    r"prompt is too long|context[_ ]length|maximum context|exceeds the maximum number of tokens|context size"
+    r"prompt is too long|context[_ ]length|maximum context"
+    r"|exceeds the maximum number of tokens|context size"
     r"|context window|too many tokens",
     re.IGNORECASE,
 )
@@ -96,12 +97,12 @@ class BackendError(KesokuError):
 
     @property
     def context_overflow(self) -> bool:
-        """True when the provider refused the request for being longer than the model's context window.
+        """True when the provider refused the request for exceeding the model's context window.
 
         The providers say so in their messages, not in a status of their own (all send a 400):
         Anthropic "prompt is too long", Gemini "input token count ... exceeds the maximum number of
-        tokens", OpenAI ``context_length_exceeded`` / "maximum context length", llama.cpp "exceeds the
-        available context size".
+        tokens", OpenAI ``context_length_exceeded`` / "maximum context length", llama.cpp "exceeds
+        the available context size".
         """
         return not self.retryable and _CONTEXT_OVERFLOW.search(str(self)) is not None
 

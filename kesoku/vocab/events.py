@@ -20,7 +20,8 @@ from kesoku.vocab.model import Message
 from kesoku.vocab.view import ViewState
 
 SUBSCRIBER_BUFFER = 512
-"""Events one subscriber may hold before newer ones are dropped (a few seconds of fast streaming)."""
+"""Events one subscriber may hold before newer ones are dropped (a few seconds of fast
+streaming)."""
 
 
 class TurnStarted(msgspec.Struct, frozen=True, tag="turn_started"):
@@ -75,7 +76,10 @@ _STAGES = {
 
 
 class Compacted(msgspec.Struct, frozen=True, tag="compacted"):
-    """A compaction ended: ``view`` is the stored view, or None when nothing was old enough to compact."""
+    """A compaction ended.
+
+    ``view`` is the stored view, or None when nothing was old enough to compact.
+    """
 
     session_id: str
     view: ViewState | None
@@ -88,7 +92,8 @@ class Compacted(msgspec.Struct, frozen=True, tag="compacted"):
             # The current turn is never compacted: a long one (a big paste, many tool rounds) can
             # fill the window on its own, which "the history is short" would misreport.
             return (
-                f"🗜 nothing to compact ({self.reason}): nothing before the current turn is left to shorten"
+                f"🗜 nothing to compact ({self.reason}): "
+                "nothing before the current turn is left to shorten"
                 " (earlier turns are few, or compacted already)"
             )
         stages = ", ".join(_STAGES[s] for s in view.stages)

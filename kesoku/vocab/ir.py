@@ -25,7 +25,9 @@ class TextBlock(msgspec.Struct, frozen=True, tag="text"):
 
 
 class ThoughtBlock(msgspec.Struct, frozen=True, tag="thought"):
-    """The model's visible reasoning; ``signature`` is the provider's opaque token, sent back as received.
+    """The model's visible reasoning.
+
+    ``signature`` is the provider's opaque token, sent back as received.
 
     ``signed_by`` is the provider that made the signature: only that provider can verify it, so
     another backend (a fallback, a session's model switch) gets the thought without it (see
@@ -38,7 +40,10 @@ class ThoughtBlock(msgspec.Struct, frozen=True, tag="thought"):
 
 
 class ImageBlock(msgspec.Struct, frozen=True, tag="image"):
-    """An image attachment. ``data`` is loaded (off the event loop) just before the request is built."""
+    """An image attachment.
+
+    ``data`` is loaded (off the event loop) just before the request is built.
+    """
 
     path: str
     mime_type: str
@@ -128,8 +133,7 @@ class LLMRequest(msgspec.Struct, frozen=True):
     max_output_tokens: int | None = None
 
 
-# -- streaming events
-# -------------------------------------------------------------------------------
+# -- streaming events -----------------------------------------------------------------------------
 
 
 class TextDelta(msgspec.Struct, frozen=True, tag="text_delta"):
@@ -166,8 +170,8 @@ class StopReason(StrEnum):
     ``end_turn``/``tool_use``/``stop_sequence``, Gemini ``STOP``)."""
     MAX_TOKENS = "max_tokens"
     """Cut at the output limit: OpenAI, Ollama and llama.cpp ``finish_reason: "length"``, Claude
-    ``max_tokens`` (and ``model_context_window_exceeded``), Gemini ``MAX_TOKENS``. Its tool calls may
-    be incomplete and are not run."""
+    ``max_tokens`` (and ``model_context_window_exceeded``), Gemini ``MAX_TOKENS``. Its tool calls
+    may be incomplete and are not run."""
     MALFORMED = "malformed"
     """The provider flagged the reply's function call as malformed (Gemini
     ``MALFORMED_FUNCTION_CALL``); its tool calls are not run."""
@@ -217,11 +221,16 @@ class LLMResponse(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def cut(self) -> bool:
-        """True when the reply ended at its output limit or was flagged malformed (its calls are not run)."""
+        """True when the reply ended at its output limit or was flagged malformed.
+
+        Its calls are not run.
+        """
         return self.stop_reason in CUT_REPLIES
 
     def cut_description(self, limit: int | None) -> str:
-        """What cut the reply, for the model and the user: ``cut at 4096 output tokens (its output limit)``.
+        """What cut the reply, for the model and the user.
+
+        For example: ``cut at 4096 output tokens (its output limit)``.
 
         Args:
             limit: The output limit the request had, when the usage gives no output tokens.
@@ -275,9 +284,8 @@ class ResponseBuilder:
     def build(self) -> LLMResponse:
         """Return the response assembled so far."""
         blocks = list(self._blocks)
-        if "".join(
-            self._block_text
-        ):  # an unsigned tail (a cut stream, or a provider without signatures)
+        # an unsigned tail (a cut stream, or a provider without signatures)
+        if "".join(self._block_text):
             blocks.append(ThoughtBlock("".join(self._block_text)))
         return LLMResponse(
             text="".join(self._text),
@@ -292,7 +300,10 @@ class ResponseBuilder:
 
 
 def signed(event: LLMEvent, provider: str) -> LLMEvent:
-    """The event with ``signed_by`` set on its signature (a backend's events, as its stream yields them)."""
+    """The event with ``signed_by`` set on its signature.
+
+    For a backend's events, as its stream yields them.
+    """
     if isinstance(event, ThoughtDelta) and event.signature is not None:
         return msgspec.structs.replace(event, signed_by=provider)
     if isinstance(event, ToolCallEvent) and event.call.signature is not None:
@@ -325,10 +336,10 @@ def valid_event(event: LLMEvent) -> LLMEvent:
 def without_foreign_signatures(request: LLMRequest, provider: str) -> LLMRequest:
     """The request with every signature another provider made removed.
 
-    A signature only its maker can verify: Gemini rejects a foreign ``thought_signature`` and Claude a
-    foreign thinking ``signature`` (both with 400), so a thought or call made by one backend and sent to
-    another goes without it. A signature of unknown origin (``signed_by`` None: written before Kesoku
-    recorded it) is kept. Returns ``request`` itself when nothing changes.
+    A signature only its maker can verify: Gemini rejects a foreign ``thought_signature`` and Claude
+    a foreign thinking ``signature`` (both with 400), so a thought or call made by one backend and
+    sent to another goes without it. A signature of unknown origin (``signed_by`` None: written
+    before Kesoku recorded it) is kept. Returns ``request`` itself when nothing changes.
     """
     turns = tuple(own_signatures(turn, provider) for turn in request.turns)
     changed = any(map(operator.is_not, turns, request.turns))
@@ -360,8 +371,8 @@ def estimate_tokens(text: str) -> int:
 def turn_tokens(turn: LLMTurn, *, image_tokens: int, document_tokens: int) -> int:
     """Estimate a turn's tokens: its text at four characters a token, attachments at a fixed cost.
 
-    Text documents count by their size; images and other documents by what the provider bills for one
-    (``image_tokens``, ``document_tokens``).
+    Text documents count by their size; images and other documents by what the provider bills for
+    one (``image_tokens``, ``document_tokens``).
     """
     total = 0
     for block in turn.blocks:

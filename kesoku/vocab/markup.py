@@ -1,7 +1,7 @@
-"""The two markers an answer may hold for a chat surface: ``[file: /abs/path]`` and ``[question: … | …]``.
+"""The two markers an answer may hold for a chat surface.
 
-One parser for every adapter (Discord, Google Chat, the terminal), so the rules are the same
-everywhere:
+The markers are ``[file: /abs/path]`` and ``[question: … | …]``. One parser for every adapter
+(Discord, Google Chat, the terminal), so the rules are the same everywhere:
 
 - ``[file: /absolute/path]`` asks the adapter to send that file (only if
   :func:`kesoku.tools.paths.check_share` allows it; otherwise the adapter says why in one line).

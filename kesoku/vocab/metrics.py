@@ -76,8 +76,8 @@ class TurnMetrics(msgspec.Struct, frozen=True, kw_only=True):
         """One line, e.g. ``⚡ turn 3 · context 12K · 2 tool calls · 15K tokens · 4.2 s``."""
         calls = "1 tool call" if self.tool_calls == 1 else f"{self.tool_calls} tool calls"
         return (
-            f"{self.badge} turn {self.session_turns} · context {_k(self.context_tokens)} · {calls} · "
-            f"{_k(self.turn_tokens)} tokens · {self.turn_s:.1f} s{_SUFFIXES[self.state]}"
+            f"{self.badge} turn {self.session_turns} · context {_k(self.context_tokens)} · "
+            f"{calls} · {_k(self.turn_tokens)} tokens · {self.turn_s:.1f} s{_SUFFIXES[self.state]}"
         )
 
 

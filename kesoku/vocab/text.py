@@ -116,10 +116,11 @@ def decode_json(data: str | bytes) -> Any:
         error = exc
     try:
         value = json.loads(data)
+    # JSONDecodeError; UnicodeDecodeError for invalid UTF-8 bytes
     except (
         ValueError,
         RecursionError,
-    ):  # JSONDecodeError; UnicodeDecodeError for invalid UTF-8 bytes
+    ):
         raise msgspec.DecodeError(str(error)) from None
     return valid_data(value)
 

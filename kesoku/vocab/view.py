@@ -1,7 +1,7 @@
-"""The compacted view of a session: what the model sees instead of the whole log (table ``view_states``).
+"""The compacted view of a session: what the model sees instead of the whole log.
 
-The message log is never rewritten. A compaction appends a :class:`ViewState` to the store (the
-newest one wins) saying, in history order ``(root_ts, ts, id)``:
+The message log is never rewritten. A compaction appends a :class:`ViewState` to the store (table
+``view_states``; the newest one wins) saying, in history order ``(root_ts, ts, id)``:
 
 - ``archive_before``: messages before this key are not sent; the archives (structured turn lines, or
   a model-written summary) stand in for them, at the head of the first user turn;
@@ -37,7 +37,8 @@ SHORTENED = (
 )
 
 HEAD_INTRO = (
-    "[Compacted context: earlier turns of this session, condensed. Their messages are no longer shown; "
+    "[Compacted context: earlier turns of this session, condensed. "
+    "Their messages are no longer shown; "
     "treat this as your memory of them.]"
 )
 
@@ -119,7 +120,8 @@ class ViewState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         parts = [HEAD_INTRO]
         if self.dropped_turns:
             parts.append(
-                f"[{self.dropped_turns} earlier turn(s) were left out entirely to fit the context window.]"
+                f"[{self.dropped_turns} earlier turn(s) were left out entirely "
+                "to fit the context window.]"
             )
         for archive in self.archives:
             if archive.kind == "summary":
@@ -135,7 +137,10 @@ class ViewState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         return "\n\n".join(parts)
 
     def shown(self, msg: Message) -> Message:
-        """The message as the model sees it: an evicted result as its stub or excerpt, a shortened one as its ends."""
+        """The message as the model sees it.
+
+        An evicted result as its stub or excerpt, a shortened one as its ends.
+        """
         if msg.kind is not Kind.TOOL_RESULT:
             return msg
         if self.evict_before is None or key(msg) >= self.evict_before:
@@ -166,8 +171,8 @@ def with_head(turns: list[LLMTurn], head: str | None) -> list[LLMTurn]:
 def view_turns(messages: Sequence[Message], view: ViewState | None) -> list[LLMTurn]:
     """The request turns of ``messages`` (history order) under a view, built from scratch.
 
-    :class:`kesoku.agent.history.SessionHistory` does the same incrementally; this is for measuring a
-    candidate view during compaction.
+    :class:`kesoku.agent.history.SessionHistory` does the same incrementally; this is for measuring
+    a candidate view during compaction.
     """
     keys = [key(m) for m in messages]
     start = archive_start(messages, keys, view)

@@ -1,4 +1,4 @@
-"""Post N user messages into a Kesoku database from a separate process, printing each id once stored.
+"""Post N user messages to a Kesoku database from a separate process, printing each id once stored.
 
 Usage: python poster.py DB_PATH SESSIONS_DIR CHANNEL COUNT [PAUSE_EVERY]
 """

@@ -1,4 +1,4 @@
-"""A wire-level fake of Anthropic's Messages API (direct and on Vertex AI), for the real ``anthropic`` SDK.
+"""Wire-level fake of Anthropic's Messages API (direct, Vertex AI) for the real ``anthropic`` SDK.
 
 Routes: ``POST /v1/messages`` (direct) and ``POST
 /v1/projects/{project}/locations/{location}/publishers/ anthropic/models/{model}:rawPredict`` /
@@ -11,8 +11,8 @@ usage), ``message_stop``.
 
 Each request is recorded, then checked against the documented request rules; a broken rule is
 answered like the real API: HTTP 400 ``{"type": "error", "error": {"type": "invalid_request_error",
-"message": ...}}`` (https://docs.claude.com/en/api/errors). Responses are scripted per test: a queue of
-:class:`Reply` / :class:`ErrorReply`, or a ``handler(body) -> reply``.
+"message": ...}}`` (https://docs.claude.com/en/api/errors). Responses are scripted per test: a queue
+of :class:`Reply` / :class:`ErrorReply`, or a ``handler(body) -> reply``.
 """
 
 from __future__ import annotations
@@ -256,8 +256,7 @@ def _google_error(
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-# -- responses
-# --------------------------------------------------------------------------------------
+# -- responses ------------------------------------------------------------------------------------
 
 
 def _stop_reason(reply: Reply) -> str:
@@ -386,8 +385,8 @@ def _events(reply: Reply, model: str) -> list[tuple[str, dict[str, Any]]]:
 
 
 class _SSE:
-    """The body of a streamed reply; a class, not an async generator, so a client that goes away early
-    leaves nothing suspended for trio to report at garbage collection."""
+    """The body of a streamed reply; a class, not an async generator, so a client that goes away
+    early leaves nothing suspended for trio to report at garbage collection."""
 
     def __init__(self, reply: Reply, model: str) -> None:
         self.reply = reply
@@ -417,8 +416,7 @@ class _SSE:
         return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
 
 
-# -- request rules
-# ----------------------------------------------------------------------------------
+# -- request rules --------------------------------------------------------------------------------
 
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
 _IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
@@ -429,13 +427,14 @@ def validate(body: Any, *, vertex: bool) -> str | None:
     """Return the API's 400 message for the first broken rule, or None.
 
     Rules (Messages API reference; Extended thinking; Prompt caching): ``model`` (direct) and
-    ``max_tokens`` present; ``system`` text blocks non-empty; ``messages`` non-empty, starting with the
-    user and alternating; no empty content or empty text; every ``tool_use`` answered by a
-    ``tool_result`` with its id at the start of the next user message, and no ``tool_result`` without its
-    ``tool_use`` in the previous message; ``tool_use`` only from the assistant, ``tool_result`` only from
-    the user; thinking blocks signed; base64 images of a supported type; tool names valid and unique;
-    at most 4 ``cache_control`` breakpoints; thinking: ``budget_tokens`` ≥ 1024 and < ``max_tokens``, and
-    the assistant message that opens the current tool loop starts with a thinking block.
+    ``max_tokens`` present; ``system`` text blocks non-empty; ``messages`` non-empty, starting with
+    the user and alternating; no empty content or empty text; every ``tool_use`` answered by a
+    ``tool_result`` with its id at the start of the next user message, and no ``tool_result``
+    without its ``tool_use`` in the previous message; ``tool_use`` only from the assistant,
+    ``tool_result`` only from the user; thinking blocks signed; base64 images of a supported type;
+    tool names valid and unique; at most 4 ``cache_control`` breakpoints; thinking:
+    ``budget_tokens`` ≥ 1024 and < ``max_tokens``, and the assistant message that opens the current
+    tool loop starts with a thinking block.
     """
     if not isinstance(body, dict):
         return "request body must be a JSON object"
@@ -487,12 +486,15 @@ def validate(body: Any, *, vertex: bool) -> str | None:
                 if role != "user":
                     return f"{where}: tool_result blocks are only allowed in user messages"
                 if results != [b.get("tool_use_id") for b in content[:j]]:
-                    return f"{where}: tool_result blocks must come before any other content in the user message"
+                    return (
+                        f"{where}: tool_result blocks must come before any other content in the "
+                        "user message"
+                    )
                 if block.get("tool_use_id") not in previous_tool_ids:
                     return (
                         f"{where}: unexpected `tool_use_id` found in `tool_result` blocks: "
-                        f"{block.get('tool_use_id')}. Each `tool_result` block must have a corresponding "
-                        "`tool_use` block in the previous message."
+                        f"{block.get('tool_use_id')}. Each `tool_result` block must have a "
+                        "corresponding `tool_use` block in the previous message."
                     )
                 results.append(block["tool_use_id"])
                 if (
@@ -525,7 +527,10 @@ def validate(body: Any, *, vertex: bool) -> str | None:
                         source.get("media_type") != "text/plain"
                         or not str(source.get("data", "")).strip()
                     ):
-                        return f"{where}.source: a text document needs media_type text/plain and non-empty data"
+                        return (
+                            f"{where}.source: a text document needs media_type text/plain and "
+                            "non-empty data"
+                        )
                 else:
                     problem = _check_base64(source, ("application/pdf",))
                     if problem:
@@ -535,17 +540,17 @@ def validate(body: Any, *, vertex: bool) -> str | None:
         if role == "user" and sorted(results) != sorted(previous_tool_ids):
             missing = [t for t in previous_tool_ids if t not in results]
             return (
-                f"messages.{i - 1}: `tool_use` ids were found without `tool_result` blocks immediately after: "
-                f"{', '.join(missing)}. Each `tool_use` block must have a corresponding `tool_result` block "
-                "in the next message."
+                f"messages.{i - 1}: `tool_use` ids were found without `tool_result` blocks "
+                f"immediately after: {', '.join(missing)}. Each `tool_use` block must have a "
+                "corresponding `tool_result` block in the next message."
             )
         previous_tool_ids = (
             [b["id"] for b in content if b.get("type") == "tool_use"] if role == "assistant" else []
         )
     if previous_tool_ids:
         return (
-            f"messages.{len(messages) - 1}: `tool_use` ids were found without `tool_result` blocks immediately "
-            f"after: {', '.join(previous_tool_ids)}."
+            f"messages.{len(messages) - 1}: `tool_use` ids were found without `tool_result` blocks "
+            f"immediately after: {', '.join(previous_tool_ids)}."
         )
     tools = body.get("tools") or []
     names = [t.get("name", "") for t in tools]
@@ -575,7 +580,10 @@ def _check_thinking(
         if budget >= max_tokens:
             return "`max_tokens` must be greater than `thinking.budget_tokens`."
     elif thinking.get("type") != "adaptive":
-        return f"thinking.type: Input tag {thinking.get('type')!r} does not match any of the expected tags"
+        return (
+            f"thinking.type: Input tag {thinking.get('type')!r} does not match any of the expected "
+            "tags"
+        )
     # The current tool loop: what follows the last user message that holds no tool_result.
     start = 0
     for i, msg in enumerate(messages):
@@ -588,11 +596,11 @@ def _check_thinking(
             first = msg["content"][0].get("type") if isinstance(msg["content"], list) else "text"
             if first not in _THINKING_TYPES:
                 return (
-                    f"messages.{i}.content.0.type: Expected `thinking` or `redacted_thinking`, but found "
-                    f"`{first}`. When `thinking` is enabled, a final `assistant` message must start with a "
-                    "thinking block (preceeding the lastmost set of `tool_use` and `tool_result` blocks). We "
-                    "recommend you include thinking blocks from previous turns. To avoid this requirement, "
-                    "disable `thinking`."
+                    f"messages.{i}.content.0.type: Expected `thinking` or `redacted_thinking`, but "
+                    f"found `{first}`. When `thinking` is enabled, a final `assistant` message "
+                    "must start with a thinking block (preceeding the lastmost set of `tool_use` "
+                    "and `tool_result` blocks). We recommend you include thinking blocks from "
+                    "previous turns. To avoid this requirement, disable `thinking`."
                 )
             break
     return None

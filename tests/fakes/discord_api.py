@@ -1,13 +1,14 @@
-"""A wire-level fake of Discord (REST API v10 and the Gateway websocket) for the real discord.py client.
+"""A wire-level fake of Discord (REST API v10, Gateway websocket) for the real discord.py client.
 
 Served on loopback by hypercorn (see :mod:`fakes.server`); point discord.py at it with
-``discord.http.Route.BASE = f"{url}/api/v10"`` and ``DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(ws_url)``.
+``discord.http.Route.BASE = f"{url}/api/v10"`` and ``DiscordWebSocket.DEFAULT_GATEWAY =
+yarl.URL(ws_url)``.
 
-Gateway (https://discord.com/developers/docs/events/gateway): text frames of JSON ``{"op", "d", "s", "t"}``.
-The fake sends HELLO (op 10), answers IDENTIFY (op 2) with READY and one GUILD_CREATE per guild,
-RESUME (op 6) with the missed dispatches and RESUMED, HEARTBEAT (op 1) with HEARTBEAT_ACK (op 11),
-and can ask the client to RECONNECT (op 7). Dispatches (op 0): READY, GUILD_CREATE, MESSAGE_CREATE,
-THREAD_CREATE, INTERACTION_CREATE, RESUMED.
+Gateway (https://discord.com/developers/docs/events/gateway): text frames of JSON ``{"op", "d", "s",
+"t"}``. The fake sends HELLO (op 10), answers IDENTIFY (op 2) with READY and one GUILD_CREATE per
+guild, RESUME (op 6) with the missed dispatches and RESUMED, HEARTBEAT (op 1) with HEARTBEAT_ACK (op
+11), and can ask the client to RECONNECT (op 7). Dispatches (op 0): READY, GUILD_CREATE,
+MESSAGE_CREATE, THREAD_CREATE, INTERACTION_CREATE, RESUMED.
 
 REST (https://discord.com/developers/docs/resources/...): ``GET /users/@me``,
 ``GET /oauth2/applications/@me``, ``PUT /applications/{app}/commands``, ``GET /channels/{id}``,
@@ -134,7 +135,8 @@ class FakeDiscord:
         self._changed = trio.Event()
 
     async def wait_for(self, check: Callable[[], Any], *, timeout_s: float = 10.0) -> Any:
-        """Wait until ``check()`` returns something truthy (looked at on every change of the fake's state)."""
+        """Wait until ``check()`` returns something truthy
+        (looked at on every change of the fake's state)."""
         with trio.fail_after(timeout_s):
             while not (found := check()):
                 with trio.move_on_after(
@@ -192,7 +194,7 @@ class FakeDiscord:
     def start_thread(
         self, parent: int, name: str, *, owner: int, from_message: int | None = None
     ) -> int:
-        """A user (or a peer bot) starts a thread; a thread from a message takes the message's id."""
+        """A user (or peer bot) starts a thread; a thread from a message takes the message's id."""
         thread_id = from_message or self.new_id()
         self._thread(parent, thread_id, name, owner)
         return thread_id
@@ -255,7 +257,7 @@ class FakeDiscord:
         mentions: tuple[FakeUser, ...] = (),
         attachments: tuple[tuple[str, bytes, str], ...] = (),
     ) -> dict[str, Any]:
-        """A user posts a message (MESSAGE_CREATE); attachments are (filename, data, content type)."""
+        """A user posts a message (MESSAGE_CREATE); attachments: (filename, data, content type)."""
         files = []
         for name, data, mime in attachments:
             key = str(self.new_id())
@@ -358,7 +360,8 @@ class FakeDiscord:
         return str(iid)
 
     def click(self, message_id: int, custom_id: str, user: FakeUser) -> str:
-        """A user clicks a button (INTERACTION_CREATE type 3, MESSAGE_COMPONENT, component_type 2)."""
+        """A user clicks a button
+        (INTERACTION_CREATE type 3, MESSAGE_COMPONENT, component_type 2)."""
         message = self.messages[message_id]
         return self._interaction(
             3,
@@ -396,7 +399,7 @@ class FakeDiscord:
                 session.conn.send.send_nowait({"op": 7, "d": None})
 
     def replay(self, message: dict[str, Any]) -> None:
-        """Send an already delivered MESSAGE_CREATE again (what Discord may do around a reconnect)."""
+        """Resend an already delivered MESSAGE_CREATE (what Discord may do around a reconnect)."""
         self.dispatch("MESSAGE_CREATE", message)
 
     async def _gateway(self, ws: WebSocket) -> None:
@@ -650,7 +653,8 @@ async def _body(request: Request) -> dict[str, Any]:
 
 
 async def _form(request: Request) -> tuple[dict[str, Any], list[tuple[str, bytes]]]:
-    """A JSON body, or a multipart one: ``payload_json`` and ``files[n]`` (Discord API, "Uploading Files")."""
+    """A JSON body, or a multipart one: ``payload_json`` and ``files[n]``
+    (Discord API, "Uploading Files")."""
     if request.headers.get("content-type", "").startswith("multipart/form-data"):
         files: list[tuple[str, bytes]] = []
         async with request.form() as form:  # closes the uploads' spooled temporary files

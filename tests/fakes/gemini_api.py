@@ -75,10 +75,10 @@ _DATA_FIELDS = (
 )
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,63}")
 MISSING_SIGNATURE = (
-    "Function call is missing a thought_signature in functionCall parts. This is required for tools to work "
-    "correctly, and missing thought_signature may lead to degraded model performance. Additional data, function "
-    "call `{name}` , position {position}. Please refer to https://ai.google.dev/gemini-api/docs/thought-signatures "
-    "for more details."
+    "Function call is missing a thought_signature in functionCall parts. This is required for "
+    "tools to work correctly, and missing thought_signature may lead to degraded model "
+    "performance. Additional data, function call `{name}` , position {position}. Please refer to "
+    "https://ai.google.dev/gemini-api/docs/thought-signatures for more details."
 )
 
 
@@ -241,9 +241,9 @@ class GeminiFake:
             for key in ("systemInstruction", "tools", "toolConfig"):
                 if _get(body, key) is not None:
                     raise _Invalid(
-                        "CachedContent can not be used with GenerateContent request setting system_instruction, "
-                        "tools or tool_config.\n\nProposed fix: move those values to CachedContent from "
-                        "GenerateContent request."
+                        "CachedContent can not be used with GenerateContent request setting "
+                        "system_instruction, tools or tool_config.\n\nProposed fix: move those "
+                        "values to CachedContent from GenerateContent request."
                     )
             cache = self._live_cache(cache_name)
             if cache.model != model:
@@ -301,13 +301,14 @@ class GeminiFake:
         parts = _get(system, "parts") or []
         if not parts:
             raise _Invalid(
-                "* GenerateContentRequest.system_instruction.parts: contents.parts must not be empty."
+                "* GenerateContentRequest.system_instruction.parts: contents.parts must not be "
+                "empty."
             )
         for j, part in enumerate(parts):
             if not part.get("text"):
                 raise _Invalid(
-                    f"* GenerateContentRequest.system_instruction.parts[{j}].data: required oneof field 'data' "
-                    "must have one initialized field"
+                    f"* GenerateContentRequest.system_instruction.parts[{j}].data: required oneof "
+                    "field 'data' must have one initialized field"
                 )
 
     def _check_tools(self, tools: Any) -> None:
@@ -318,8 +319,9 @@ class GeminiFake:
                 name = decl.get("name", "")
                 if not _NAME.fullmatch(name):
                     raise _Invalid(
-                        f"{where}.name: Invalid function name. Must start with a letter or an underscore. Must be "
-                        "a-z, A-Z, 0-9, or contain underscores, dots, colons and dashes, with a maximum length of 64."
+                        f"{where}.name: Invalid function name. Must start with a letter or an "
+                        "underscore. Must be a-z, A-Z, 0-9, or contain underscores, dots, colons "
+                        "and dashes, with a maximum length of 64."
                     )
                 if name in names:
                     raise _Invalid(f"{where}.name: Duplicate function declaration found: {name}")
@@ -348,13 +350,15 @@ class GeminiFake:
                 present = [k for k in _DATA_FIELDS if _get(part, k) not in (None, "", {})]
                 if len(present) != 1:
                     raise _Invalid(
-                        f"* {where}[{i}].parts[{j}].data: required oneof field 'data' must have one initialized field"
+                        f"* {where}[{i}].parts[{j}].data: required oneof field 'data' must have "
+                        "one initialized field"
                     )
                 if present[0] == "inlineData":
                     blob = _get(part, "inlineData")
                     if not _get(blob, "mimeType") or not blob.get("data"):
                         raise _Invalid(
-                            f"* {where}[{i}].parts[{j}].inline_data: mime_type and data are required"
+                            f"* {where}[{i}].parts[{j}].inline_data: mime_type and data are "
+                            "required"
                         )
                     _bytes(blob["data"], f"contents[{i}].parts[{j}].inline_data.data")
                 if present[0] == "functionCall":
@@ -363,7 +367,8 @@ class GeminiFake:
                     response = _get(part, "functionResponse")
                     if not isinstance(response.get("response"), dict):
                         raise _Invalid(
-                            f"* {where}[{i}].parts[{j}].function_response.response: must be an object"
+                            f"* {where}[{i}].parts[{j}].function_response.response: must be an "
+                            "object"
                         )
                     responses.append(response)
             if calls and role != "model":
@@ -372,32 +377,34 @@ class GeminiFake:
                 raise _Invalid("Please ensure that function response turns come from the user.")
             if responses and not expected:
                 raise _Invalid(
-                    "Please ensure that function response turn comes immediately after a function call turn."
+                    "Please ensure that function response turn comes immediately after a function "
+                    "call turn."
                 )
             if expected:
                 if role != "user" or len(responses) != len(expected):
                     raise _Invalid(
-                        "Please ensure that the number of function response parts is equal to the number of "
-                        "function call parts of the function call turn."
+                        "Please ensure that the number of function response parts is equal to the "
+                        "number of function call parts of the function call turn."
                     )
                 for fc, fr in zip(expected, responses, strict=True):
                     if fc.get("name") != fr.get("name") or (
                         fc.get("id") and fc.get("id") != fr.get("id")
                     ):
                         raise _Invalid(
-                            f"Function response {fr.get('name')!r} (id {fr.get('id')!r}) does not match function call "
-                            f"{fc.get('name')!r} (id {fc.get('id')!r}) at the same position."
+                            f"Function response {fr.get('name')!r} (id {fr.get('id')!r}) does not "
+                            f"match function call {fc.get('name')!r} (id {fc.get('id')!r}) at the "
+                            "same position."
                         )
             if calls and i and contents[i - 1].get("role") != "user":
                 raise _Invalid(
-                    "Please ensure that function call turn comes immediately after a user turn or after a function "
-                    "response turn."
+                    "Please ensure that function call turn comes immediately after a user turn or "
+                    "after a function response turn."
                 )
             expected = calls
         if expected and complete:
             raise _Invalid(
-                "Please ensure that the number of function response parts is equal to the number of function call "
-                "parts of the function call turn."
+                "Please ensure that the number of function response parts is equal to the number "
+                "of function call parts of the function call turn."
             )
 
     def _check_signatures(self, contents: list[Any], model: str, thinking: bool) -> None:
@@ -464,7 +471,8 @@ class GeminiFake:
         match = re.fullmatch(r"(\d+(?:\.\d+)?)s", str(ttl))
         if match is None:
             raise _Invalid(
-                f"Invalid value at 'cached_content.ttl' ({ttl!r}): expected a duration such as '300s'"
+                f"Invalid value at 'cached_content.ttl' ({ttl!r}): expected a duration such as "
+                "'300s'"
             )
         contents = _get(body, "contents") or []
         if contents:  # a prefix may end with function calls: their responses come with the request
@@ -542,7 +550,8 @@ def _call_key(fc: dict[str, Any]) -> str:
 
 
 def _merge(chunks: list[dict[str, Any]]) -> dict[str, Any]:
-    """The non-streaming response: the chunks' parts in one candidate, the last finish reason and usage."""
+    """The non-streaming response: the chunks' parts in one candidate,
+    the last finish reason and usage."""
     parts: list[dict[str, Any]] = []
     merged: dict[str, Any] = {
         "candidates": [{"index": 0, "content": {"role": "model", "parts": parts}}]

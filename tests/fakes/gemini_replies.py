@@ -1,5 +1,6 @@
-"""Scripted answers for the Gemini API fake (:mod:`fakes.gemini_api`): the replies and the JSON pieces
-they are built from (``GenerateContentResponse`` chunks, usage metadata, Google API error bodies)."""
+"""Scripted answers for the Gemini API fake (:mod:`fakes.gemini_api`): the replies and the JSON
+pieces they are built from (``GenerateContentResponse`` chunks, usage metadata, Google API error
+bodies)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def b64(data: bytes) -> str:
 
 
 def unb64(value: str) -> bytes:
-    """Decode proto JSON bytes: standard or URL-safe base64 (google-genai sends the URL-safe form)."""
+    """Decode proto JSON bytes: standard or URL-safe base64 (google-genai sends URL-safe)."""
     return base64.b64decode(value.replace("-", "+").replace("_", "/"), validate=True)
 
 
@@ -147,7 +148,8 @@ def error(
     retry_delay: str | None = None,
     reason: str | None = None,
 ) -> Reply:
-    """An HTTP error reply; ``retry_delay`` (``"7s"``) adds a ``google.rpc.RetryInfo``, ``reason`` an ErrorInfo."""
+    """An HTTP error reply; ``retry_delay`` (``"7s"``) adds a ``google.rpc.RetryInfo``,
+    ``reason`` an ErrorInfo."""
     details: list[dict[str, Any]] = []
     if retry_delay is not None:
         details.append(

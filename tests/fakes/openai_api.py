@@ -39,7 +39,7 @@ from .server import RequestLog, serve_app
 
 @dataclass
 class Call:
-    """A tool call; its arguments (a dict is sent as compact JSON, a str as is) stream in ``pieces``."""
+    """A tool call; its arguments (a dict as compact JSON, a str as is) stream in ``pieces``."""
 
     id: str | None
     name: str
@@ -97,7 +97,7 @@ class Reply:
 
 @dataclass
 class EmptyReply:
-    """HTTP 200 with an empty body: what the llama.cpp server answers to a prompt over its ``n_ctx``."""
+    """HTTP 200, empty body: what the llama.cpp server answers to a prompt over its ``n_ctx``."""
 
     content_type: str = "text/event-stream"
 
@@ -174,7 +174,8 @@ class OpenAIFake:
         self.deepseek_thinking = deepseek_thinking
         self.server = server
         self.window = window
-        """The window the server runs with (llama.cpp ``n_ctx``, Ollama ``num_ctx``, vLLM ``max_model_len``)."""
+        """The window the server runs with
+        (llama.cpp ``n_ctx``, Ollama ``num_ctx``, vLLM ``max_model_len``)."""
         self.model_window = model_window
         """Ollama: the model's trained ``context_length`` in ``model_info``."""
         self.model_id = model_id
@@ -277,7 +278,9 @@ class OpenAIFake:
                 {
                     "error": {
                         "code": 400,
-                        "message": "the request exceeds the available context size, try increasing it",
+                        "message": (
+                            "the request exceeds the available context size, try increasing it"
+                        ),
                         "type": "exceed_context_size_error",
                         "n_prompt_tokens": prompt_tokens,
                         "n_ctx": self.window,
@@ -335,8 +338,7 @@ def _error(
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-# -- responses
-# --------------------------------------------------------------------------------------
+# -- responses ------------------------------------------------------------------------------------
 
 
 def _finish_reason(reply: Reply) -> str | None:
@@ -470,8 +472,8 @@ def _chunks(reply: Reply, model: str, include_usage: bool) -> list[dict[str, Any
 
 
 class _SSE:
-    """The body of a streamed reply; a class, not an async generator, so a client that goes away early
-    leaves nothing suspended for trio to report at garbage collection."""
+    """The body of a streamed reply; a class, not an async generator, so a client that goes away
+    early leaves nothing suspended for trio to report at garbage collection."""
 
     def __init__(self, reply: Reply, model: str, include_usage: bool) -> None:
         self.reply = reply
@@ -515,8 +517,7 @@ def wire_json(value: Any) -> str:
     return text
 
 
-# -- request rules
-# ----------------------------------------------------------------------------------
+# -- request rules --------------------------------------------------------------------------------
 
 KNOWN_PARAMETERS = frozenset(
     {
@@ -560,13 +561,13 @@ def validate(body: Any, *, deepseek_thinking: bool = False) -> Problem | None:
     """Return the API's 400 for the first broken rule, or None.
 
     Rules (Chat Completions reference, and OpenAI's error messages): ``model`` given; no unknown
-    top-level parameter; ``messages`` non-empty, every role valid; user, system and tool messages have
-    content; content parts are ``text`` or (user only) ``image_url`` with an http(s) or base64 image
-    data URL; an assistant message has content or tool calls, whose arguments are strings; every tool
-    message answers a call of the assistant message just before it, and every call is answered before
-    the next user or assistant message; ``tools`` non-empty with valid names; ``stream_options`` only
-    with ``stream``. With ``deepseek_thinking``: assistant messages with tool calls carry
-    ``reasoning_content`` (DeepSeek, "Thinking Mode").
+    top-level parameter; ``messages`` non-empty, every role valid; user, system and tool messages
+    have content; content parts are ``text`` or (user only) ``image_url`` with an http(s) or base64
+    image data URL; an assistant message has content or tool calls, whose arguments are strings;
+    every tool message answers a call of the assistant message just before it, and every call is
+    answered before the next user or assistant message; ``tools`` non-empty with valid names;
+    ``stream_options`` only with ``stream``. With ``deepseek_thinking``: assistant messages with
+    tool calls carry ``reasoning_content`` (DeepSeek, "Thinking Mode").
     """
     if not isinstance(body, dict):
         return Problem("We could not parse the JSON body of your request.")
@@ -582,7 +583,8 @@ def validate(body: Any, *, deepseek_thinking: bool = False) -> Problem | None:
         )
     if not messages:
         return Problem(
-            "Invalid 'messages': empty array. Expected an array with minimum length 1, but got an empty array instead.",
+            "Invalid 'messages': empty array. Expected an array with minimum length 1, but got an "
+            "empty array instead.",
             "messages",
             "empty_array",
         )
@@ -613,13 +615,14 @@ def validate(body: Any, *, deepseek_thinking: bool = False) -> Problem | None:
             call_id = msg.get("tool_call_id")
             if not answerable:
                 return Problem(
-                    "Invalid parameter: messages with role 'tool' must be a response to a preceeding message "
-                    "with 'tool_calls'.",
+                    "Invalid parameter: messages with role 'tool' must be a response to a "
+                    "preceeding message with 'tool_calls'.",
                     f"messages.[{i}].role",
                 )
             if call_id not in answerable:
                 return Problem(
-                    f"Invalid parameter: 'tool_call_id' of '{call_id}' not found in 'tool_calls' of previous message.",
+                    f"Invalid parameter: 'tool_call_id' of '{call_id}' not found in 'tool_calls' "
+                    "of previous message.",
                     f"messages.[{i}].tool_call_id",
                 )
             if call_id in pending:
@@ -639,8 +642,9 @@ def validate(body: Any, *, deepseek_thinking: bool = False) -> Problem | None:
 
 def _unanswered(pending: list[str], index: int) -> Problem:
     return Problem(
-        "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
-        f"'tool_call_id'. The following tool_call_ids did not have response messages: {', '.join(pending)}",
+        "An assistant message with 'tool_calls' must be followed by tool messages responding to "
+        "each 'tool_call_id'. The following tool_call_ids did not have response messages: "
+        f"{', '.join(pending)}",
         f"messages.[{index}].role",
     )
 
@@ -664,8 +668,9 @@ def _check_content(content: Any, i: int, *, images: bool) -> Problem | None:
                 url.startswith(("http://", "https://")) or _DATA_URL.match(url)
             ):
                 return Problem(
-                    f"Invalid '{where}.image_url.url'. Expected a valid URL or a base64-encoded data URL with an "
-                    "image MIME type (e.g. 'data:image/png;base64,aW1nIGJ5dGVzIGhlcmU=').",
+                    f"Invalid '{where}.image_url.url'. Expected a valid URL or a base64-encoded "
+                    "data URL with an image MIME type (e.g. "
+                    "'data:image/png;base64,aW1nIGJ5dGVzIGhlcmU=').",
                     f"{where}.image_url.url",
                     "invalid_value",
                 )
@@ -687,7 +692,8 @@ def _check_assistant(msg: dict[str, Any], i: int, deepseek_thinking: bool) -> Pr
     calls = msg.get("tool_calls")
     if msg.get("content") is None and not calls:
         return Problem(
-            f"Invalid value for 'content': expected a string, got null. 'messages[{i}]' needs content or tool_calls.",
+            f"Invalid value for 'content': expected a string, got null. 'messages[{i}]' needs "
+            "content or tool_calls.",
             f"messages.[{i}].content",
         )
     if msg.get("content") is not None:
@@ -714,7 +720,8 @@ def _check_assistant(msg: dict[str, Any], i: int, deepseek_thinking: bool) -> Pr
         if not isinstance(function.get("arguments"), str):
             kind = type(function.get("arguments")).__name__
             return Problem(
-                f"Invalid type for '{where}.function.arguments': expected a string, but got {kind} instead.",
+                f"Invalid type for '{where}.function.arguments': expected a string, but got {kind} "
+                "instead.",
                 f"{where}.function.arguments",
                 "invalid_type",
             )
@@ -735,7 +742,8 @@ def _check_tools(body: dict[str, Any]) -> Problem | None:
     tools = body["tools"]
     if not isinstance(tools, list) or not tools:
         return Problem(
-            "Invalid 'tools': empty array. Expected an array with minimum length 1, but got an empty array instead.",
+            "Invalid 'tools': empty array. Expected an array with minimum length 1, but got an "
+            "empty array instead.",
             "tools",
             "empty_array",
         )
@@ -743,8 +751,8 @@ def _check_tools(body: dict[str, Any]) -> Problem | None:
         name = (tool.get("function") or {}).get("name", "")
         if tool.get("type") != "function" or not _TOOL_NAME.match(str(name)):
             return Problem(
-                f"Invalid 'tools[{k}].function.name': string does not match pattern. Expected a string that "
-                "matches the pattern '^[a-zA-Z0-9_-]+$'.",
+                f"Invalid 'tools[{k}].function.name': string does not match pattern. Expected a "
+                "string that matches the pattern '^[a-zA-Z0-9_-]+$'.",
                 f"tools[{k}].function.name",
                 "invalid_value",
             )

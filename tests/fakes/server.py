@@ -1,4 +1,4 @@
-"""Serve a Starlette app on 127.0.0.1 with a free port, inside the test's trio run (hypercorn's trio worker).
+"""Serve a Starlette app on 127.0.0.1:<free port> in the test's trio run (hypercorn's trio worker).
 
 Every fake records the requests it received (method, path, query, headers, JSON body) so tests can
 assert the exact bodies an SDK sent.

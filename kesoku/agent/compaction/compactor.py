@@ -1,4 +1,6 @@
-"""Progressive compaction (ARCHITECTURE.md, "Windows"): each stage runs only if the request is still too big.
+"""Progressive compaction: each stage runs only if the request is still too big.
+
+The design is in ARCHITECTURE.md, "Windows". The stages, in order:
 
 1. **Evict** the tool results of old turns: a short one becomes a stub (re-running the tool is
    cheap), a long one keeps its head and tail as a retained excerpt.
@@ -60,7 +62,8 @@ EXCERPT_HEAD_CHARS, EXCERPT_TAIL_CHARS = 600, 400
 SHORTEN_MIN_CHARS = EXCERPT_HEAD_CHARS + EXCERPT_TAIL_CHARS + 200
 """An active-turn result this long or shorter is left whole: shortening it would save little."""
 SHORTEN_TIERS = ((EXCERPT_HEAD_CHARS, EXCERPT_TAIL_CHARS), (160, 90))
-"""(start, end) characters an active-turn result keeps: the first cut, then the second of a long turn."""
+"""(start, end) characters an active-turn result keeps: the first cut, then the second of a long
+turn."""
 FIELD_CHARS = 160
 """Longest intent or conclusion in an archive line."""
 SUMMARY_COOLDOWN_S = 300.0
@@ -69,10 +72,15 @@ SUMMARY_TIMEOUT_S = 120.0
 READ_TOOLS = frozenset({"read_file", "list_dir", "glob", "grep"})
 WRITE_TOOLS = frozenset({"write_file", "edit_file"})
 
-SUMMARY_SYSTEM = """You condense the history of a conversation between a user and an AI agent, so the agent can
-go on working with a fraction of the context. Write a summary grouped by topic (short headings, terse bullets).
-Keep: the user's own words for any task still open; every identifier, path, URL, command, number and decision;
-what was tried and how it ended; open to-dos. Drop pleasantries and repetition. Never invent anything."""
+SUMMARY_SYSTEM = (
+    "You condense the history of a conversation between a user and an AI agent, so the agent can\n"
+    "go on working with a fraction of the context. "
+    "Write a summary grouped by topic (short headings, terse bullets).\n"
+    "Keep: the user's own words for any task still open; every identifier, path, URL, command, "
+    "number and decision;\n"
+    "what was tried and how it ended; open to-dos. Drop pleasantries and repetition. "
+    "Never invent anything."
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,9 +118,10 @@ class CompactionPolicy:
         )
 
     def window(self, llm: BaseLLM) -> int:
-        """The context window of a backend's model, in tokens (see :func:`kesoku.agent.compaction.tokens.window_of`).
+        """The context window of a backend's model, in tokens.
 
-        A window the server reported counts only once :meth:`learn_window` asked for it.
+        See :func:`kesoku.agent.compaction.tokens.window_of`. A window the server reported counts
+        only once :meth:`learn_window` asked for it.
         """
         return window_of(
             dict(self.windows), llm.provider, llm.model, self.local_window, llm.reported_window
@@ -146,7 +155,8 @@ class CompactionPolicy:
             if reported is None and (llm.provider, llm.model) not in _WARNED:
                 _WARNED.add((llm.provider, llm.model))
                 log.warning(
-                    "%s model %r: context window unknown (the server did not say); assuming %d tokens. "
+                    "%s model %r: context window unknown (the server did not say); "
+                    "assuming %d tokens. "
                     "Set it under [compaction.context_windows], e.g. %s = 32768",
                     llm.provider,
                     llm.model,
@@ -180,8 +190,8 @@ class Compactor:
     def estimate(self, turns: Sequence[LLMTurn], fixed_tokens: float) -> int:
         """Calibrated tokens of a request of ``turns`` plus its system prompt and tool schemas.
 
-        Meant for the session's growing requests (the turn loop): the turns it measured last time are
-        not measured again. :meth:`measure` is the one for candidate views.
+        Meant for the session's growing requests (the turn loop): the turns it measured last time
+        are not measured again. :meth:`measure` is the one for candidate views.
         """
         return self.calibration.tokens(self.sizes.estimate(turns) + fixed_tokens)
 
@@ -244,9 +254,8 @@ class Compactor:
         goal = min(plan.target, before // 2) if force and planned is None else plan.target
         if after > goal:
             view, after = await trio.to_thread.run_sync(plan.shorten, view, after, goal, limit)
-        if (
-            after > limit
-        ):  # the summary (or last archive) goes only when the request cannot fit with it
+        # the summary (or last archive) goes only when the request cannot fit with it
+        if after > limit:
             view, after = await trio.to_thread.run_sync(plan.stage_4, view, after, False)
         if not view.stages:
             return None
@@ -287,7 +296,10 @@ class Compactor:
 
 
 class _Plan:
-    """Stages 1, 2 and 4 of one compaction: pure CPU work over immutable messages (run in a thread)."""
+    """Stages 1, 2 and 4 of one compaction.
+
+    Pure CPU work over immutable messages (run in a thread).
+    """
 
     def __init__(
         self,
@@ -405,7 +417,7 @@ class _Plan:
         return view, after
 
     def archive(self, cut_group: int, view: ViewState) -> ViewState:
-        """Stage 2: the turns between the previous archive cut and the new cut become archive lines."""
+        """Stage 2: turns between the previous archive cut and the new cut become archive lines."""
         start_group = 0
         if view.archive_before is not None:
             old: Key = view.archive_before
@@ -450,7 +462,10 @@ def _turn_groups(messages: Sequence[Message]) -> list[tuple[int, int]]:
 
 
 def _turn_numbers(messages: Sequence[Message], groups: list[tuple[int, int]]) -> list[int]:
-    """The number of each turn: user turns count 1, 2, …; a system notice shares the previous number."""
+    """The number of each turn.
+
+    User turns count 1, 2, …; a system notice shares the previous number.
+    """
     numbers, n = [], 0
     for start, _ in groups:
         n += messages[start].role is Role.USER or n == 0
@@ -471,7 +486,10 @@ def _size(messages: Sequence[Message]) -> float:
 def _cut(
     messages: Sequence[Message], groups: list[tuple[int, int]], active: int, budget: float
 ) -> int:
-    """The first kept turn: newest turns fill ``budget``; the active turn and later are always kept."""
+    """The first kept turn.
+
+    The newest turns fill ``budget``; the active turn and later are always kept.
+    """
     used = sum(_size(messages[s:e]) for s, e in groups[active:])
     cut = active
     while cut > 0:
@@ -500,7 +518,10 @@ def _unchanged(current: ViewState | None, reason: str) -> ViewState:
 
 
 def _shortened(text: str, head_chars: int, tail_chars: int) -> str:
-    """A result's start and end around a note saying how much was cut (:data:`~kesoku.vocab.view.SHORTENED`)."""
+    """A result's start and end around a note saying how much was cut.
+
+    The note is :data:`~kesoku.vocab.view.SHORTENED`.
+    """
     head, tail = text[:head_chars], text[-tail_chars:]
     return SHORTENED.format(
         head=head, tail=tail, cut=len(text) - len(head) - len(tail), chars=len(text)
@@ -545,5 +566,8 @@ def _archive_line(number: int, turn: Sequence[Message]) -> tuple[str, list[str],
         action += f" ({failed} failed)"
     conclusion = _clip(answers[-1]) if answers else _clip(notices[-1]) if notices else "(no answer)"
     files = ", ".join(dict.fromkeys(modified + read)) or "none"
-    line = f"Turn {number}: intent={intent or '(none)'}; action={action}; conclusion={conclusion}; files={files}"
+    line = (
+        f"Turn {number}: intent={intent or '(none)'}; action={action}; "
+        f"conclusion={conclusion}; files={files}"
+    )
     return line, read, modified
