@@ -559,7 +559,7 @@ async def test_trusted_roots_are_read_without_taint(
 
 
 def test_default_tools_follow_the_config(tmp_path: Path) -> None:
-    from kesoku.host.daemon import default_tools
+    from kesoku.host.build import default_tools
 
     (tmp_path / "kesoku.toml").write_text("[run_code]\nenabled = true\n[shell]\nenabled = false\n")
     names = [t.name for t in default_tools(load_config(tmp_path / "kesoku.toml", env={}))]

@@ -13,7 +13,7 @@ import pytest
 from sandboxing import CONFINED, sandbox_for
 
 from kesoku.config.settings import Config, SandboxConfig, ShellConfig
-from kesoku.host.daemon import default_tools
+from kesoku.host.build import default_tools
 from kesoku.tools.base import StaticGuard, ToolContext
 from kesoku.tools.paths import PathGates
 from kesoku.tools.sandbox import Sandbox

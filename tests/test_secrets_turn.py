@@ -20,7 +20,7 @@ from test_cli_chat import environ, kesoku
 
 from kesoku.config.redact import Redactor
 from kesoku.config.settings import Config, load_config
-from kesoku.host.daemon import build_runtime
+from kesoku.host.build import build_runtime
 from kesoku.llm.scripted import ScriptedLLM
 from kesoku.observe.trace import render_trace
 from kesoku.store import Store

@@ -1,7 +1,7 @@
 """``kesoku chat``: open the store, gateway and runtime in this process, then ask or converse.
 
 The runtime here answers only the sessions this process opened (a
-:class:`~kesoku.host.daemon.ScopedDispatcher`), and a daemon on the same database leaves terminal
+:class:`~kesoku.host.build.ScopedDispatcher`), and a daemon on the same database leaves terminal
 sessions alone, so a chat and ``kesoku start`` can share one ``kesoku.db`` without both answering a
 message.
 """
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from kesoku.host.daemon import build_runtime
+from kesoku.host.build import build_runtime
 from kesoku.vocab.errors import OperatorError
 from kesoku_terminal.sessions import open_session
 

@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from kesoku.host.daemon import INTERACTIVE_ADAPTER
+from kesoku.host.build import INTERACTIVE_ADAPTER
 from kesoku_terminal.mcp_commands import USAGE as MCP_USAGE
 from kesoku_terminal.mcp_commands import mcp_command
 from kesoku_terminal.sessions import hold

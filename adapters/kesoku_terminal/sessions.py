@@ -8,7 +8,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from kesoku.gateway import make_workspace
-from kesoku.host.daemon import INTERACTIVE_ADAPTER
+from kesoku.host.build import INTERACTIVE_ADAPTER
 from kesoku.vocab.errors import OperatorError
 
 if TYPE_CHECKING:

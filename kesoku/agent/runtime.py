@@ -88,7 +88,7 @@ class Runtime:
         compaction: When and how far to compact sessions (``[compaction]``).
         gates: The path gates every file decision of this process uses: the file tools and the
             adapters (``[file: …]``, attachments). None: gates protecting only the gateway's
-            database (:func:`kesoku.host.daemon.build_runtime` passes the config's, its file
+            database (:func:`kesoku.host.build.build_runtime` passes the config's, its file
             included).
     """
 
@@ -170,7 +170,7 @@ class Runtime:
             skills: ``(name, description)`` of the skills, for the system prompt.
             tool_sources: Tools that come and go (the MCP servers), served in the runtime's nursery.
             gates: The path gates of the tools and the adapters (see
-                :func:`kesoku.host.daemon.runtime_gates`); None: the config's without its file,
+                :func:`kesoku.host.build.runtime_gates`); None: the config's without its file,
                 which only the caller knows.
 
         Raises:

@@ -230,7 +230,7 @@ def fork(
             them.
         config: The TOML file. Default: $KESOKU_CONFIG, else ./kesoku.toml, else built-in defaults.
     """
-    from kesoku.host.daemon import INTERACTIVE_ADAPTER
+    from kesoku.host.build import INTERACTIVE_ADAPTER
     from kesoku.vocab.errors import UnknownSessionError
 
     with open_store(config) as (cfg, store):
