@@ -18,9 +18,9 @@ first stop or a new user message lets it finish, like any running tool.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated
 
 import msgspec
 import trio
@@ -29,6 +29,7 @@ from kesoku.agent.loop import StepLoop
 from kesoku.agent.prompt import build_system_prompt, read_notes
 from kesoku.tools.base import Tool, ToolContext
 from kesoku.tools.execute import run_tool
+from kesoku.tools.schema import Check, tool_from_function
 from kesoku.vocab.errors import BackendError, ToolError
 from kesoku.vocab.ir import LLMBlock, LLMTurn, TextBlock, ToolCallBlock, ToolResultBlock, ToolSpec
 from kesoku.vocab.metrics import TurnState
@@ -54,6 +55,14 @@ PERSONA = (
     "their results), briefly. If you could not finish, say what is missing and why."
 )
 
+_Task = Annotated[
+    str,
+    Check(
+        "`task` must be a non-empty string: the whole task, with what the subagent needs",
+        str.strip,
+    ),
+]
+
 DESCRIPTION = (
     "Hand a self-contained task to a subagent: a helper with your tools (except subagent) and a\n"
     "fresh context, which works on its own and returns only its conclusion. "
@@ -78,28 +87,18 @@ def subagent_tool(
         The tool.
     """
 
-    async def run(arguments: Mapping[str, Any], ctx: ToolContext) -> str:
-        task = arguments.get("task")
-        if not isinstance(task, str) or not task.strip():
-            raise ToolError(
-                "`task` must be a non-empty string: the whole task, with what the subagent needs"
-            )
-        tools = [t for t in rt.current_tools() if t.name != "subagent"]
-        return await Subagent(rt, rt.llm_for(ctx.session), tools, ctx, max_steps=max_steps).run(
-            task
-        )
+    async def subagent(ctx: ToolContext, task: _Task) -> str:
+        """Hand a task to a subagent.
 
-    parameters = {
-        "type": "object",
-        "properties": {
-            "task": {
-                "type": "string",
-                "description": "The task, complete: the subagent sees nothing else.",
-            }
-        },
-        "required": ["task"],
-    }
-    return Tool("subagent", DESCRIPTION, run, parameters, timeout_s=timeout_s)
+        Args:
+            ctx: The call.
+            task: The task, complete: the subagent sees nothing else.
+        """
+        tools = [t for t in rt.current_tools() if t.name != "subagent"]
+        child = Subagent(rt, rt.llm_for(ctx.session), tools, ctx, max_steps=max_steps)
+        return await child.run(task)
+
+    return tool_from_function(subagent, description=DESCRIPTION, timeout_s=timeout_s)
 
 
 class Subagent(StepLoop[ToolCallBlock]):
