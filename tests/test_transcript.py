@@ -1,9 +1,11 @@
-"""The transcript repair and invariant: unit cases, then random logs that must always give valid turns."""
+"""The transcript repair and invariant: unit cases,
+then random logs that must always give valid turns."""
 
 from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,6 +18,7 @@ from kesoku.vocab.transcript import (
     OMITTED_OPENING,
     Transcript,
     TurnChecker,
+    TurnMemo,
     check_turns,
     missing_results,
     to_turns,
@@ -141,7 +144,7 @@ def test_a_call_without_result_is_answered_lost_and_orphans_are_dropped() -> Non
 
 
 def test_results_of_an_interrupted_turn_stay_with_their_calls() -> None:
-    """A user message written while tools ran sorts after the turn's late results (root_ts order)."""
+    """A user message written while tools ran sorts after the turn's late results (by root_ts)."""
     log = Log()
     u = log.user("first")
     call = log.call(u)
@@ -199,6 +202,79 @@ def test_check_turns_names_each_problem() -> None:
     assert checker.check(good) == []
     assert checker.check(bad) == problems
     assert checker.check(good) == []
+
+
+def _turn(text: str, role: str = "user") -> LLMTurn:
+    return LLMTurn(role, (TextBlock(text),))  # type: ignore[arg-type]
+
+
+class _Lengths:
+    """A TurnMemo step: running total of the turns' text lengths, recording each call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int | None, str]] = []
+
+    def __call__(self, before: int | None, turn: LLMTurn) -> int:
+        block = turn.blocks[0]
+        assert isinstance(block, TextBlock)
+        self.calls.append((before, block.text))
+        return (before or 0) + len(block.text)
+
+
+def test_turn_memo_computes_only_the_turns_after_the_prefix_shared_by_identity() -> None:
+    step, memo = _Lengths(), TurnMemo[int]()
+    a, b, c, d = _turn("a"), _turn("bb", "assistant"), _turn("ccc"), _turn("dddd", "assistant")
+    assert memo.update([a, b], step) == [1, 3]
+    assert step.calls == [(None, "a"), (1, "bb")] and memo.kept == 0
+    step.calls.clear()
+    assert memo.update((a, b, c), step) == [1, 3, 6]  # a new sequence of the same turn objects
+    assert step.calls == [(3, "ccc")] and memo.kept == 2
+    step.calls.clear()
+    # An equal turn that is another object is computed again, and every turn after it.
+    assert memo.update([a, _turn("bb", "assistant"), c, d], step) == [1, 3, 6, 10]
+    assert step.calls == [(1, "bb"), (3, "ccc"), (6, "dddd")] and memo.kept == 1
+    step.calls.clear()
+    # A shorter request keeps the values of its turns and computes nothing.
+    assert memo.update([a], step) == [1] and memo.values == [1]
+    assert step.calls == [] and memo.kept == 1
+    assert memo.update([], step) == [] and memo.kept == 0
+    assert memo.update([a], step) == [1] and step.calls == [(None, "a")]
+
+
+def test_turn_memo_work_per_update_does_not_grow_with_the_history() -> None:
+    step, memo = _Lengths(), TurnMemo[int]()
+    turns: list[LLMTurn] = []
+    for n in range(300):
+        turns.append(_turn("x" * (n % 7 + 1), "assistant" if n % 2 else "user"))
+        values = memo.update(list(turns), step)  # each call a new list, as a request is
+        assert memo.kept == n and values[-1] == sum(k % 7 + 1 for k in range(n + 1))
+    assert len(step.calls) == 300  # once per turn over the whole session, not once per turn a call
+
+
+def test_turn_checker_rechecks_only_new_turns() -> None:
+    class Counting(TurnChecker):
+        checked = 0
+
+        def _check_one(self, *args: Any) -> tuple[list[str], tuple[str, ...]]:
+            self.checked += 1
+            return super()._check_one(*args)
+
+    call = ToolCallBlock("c1", "t", {})
+    turns = [
+        _turn("hi"),
+        LLMTurn("assistant", (call,)),
+        LLMTurn("user", (ToolResultBlock("c1", "t", "r"),)),
+    ]
+    checker = Counting()
+    assert checker.check(turns[:2]) == [
+        "the last turn is not the user's",
+        "calls ['c1'] of the last turn have no results",
+    ]
+    assert checker.check(turns) == [] and checker.checked == 3
+    # A turn replaced by another object is checked again, with the call ids of the dropped ones
+    # forgotten: c1 is not reported as used twice.
+    again = [*turns[:1], LLMTurn("assistant", (call,)), turns[2]]
+    assert checker.check(again) == check_turns(again) == [] and checker.checked == 5
 
 
 def test_a_growing_turn_keeps_its_earlier_turn_objects() -> None:

@@ -1,4 +1,4 @@
-"""A session's history kept in memory by its worker, so each model call costs what is new, not all of it.
+"""A session's history kept in memory by its worker, so each model call costs only what is new.
 
 The store is the truth; this is a cache fed by a gateway listener of the session (what this process
 posts arrives from memory, anything else from the store, in id order, exactly once). It inserts each

@@ -45,7 +45,7 @@ from kesoku.vocab.ir import (
     valid_event,
 )
 from kesoku.vocab.model import Message
-from kesoku.vocab.transcript import TranscriptError, TurnChecker, shared_prefix, to_turns
+from kesoku.vocab.transcript import TranscriptError, TurnChecker, TurnMemo, to_turns
 
 MAX_RETRIES = 4
 """Retries of a retryable failure before the error reaches the turn (``agent.max_retries``)."""
@@ -98,8 +98,8 @@ class BaseLLM(ABC):
         """The context window the server reported (:meth:`context_window`), once asked."""
         self._window_asked = False
         self._window_lock = trio.Lock()
-        self._signature_turns: list[LLMTurn] = []  # the last request's turns, and the same without
-        self._signature_cleaned: list[LLMTurn] = []  # foreign signatures (see _own_signatures)
+        # the last request's turns without foreign signatures (see _own_signatures)
+        self._signatures: TurnMemo[LLMTurn] = TurnMemo()
 
     async def context_window(self) -> int | None:
         """The model's context window as its server reports it, in tokens; asked once per backend.
@@ -108,9 +108,8 @@ class BaseLLM(ABC):
             Tokens, or None when the server does not say (or cannot be asked). Failures are cached
             too: a server that did not answer is not asked again by every turn.
         """
-        if (
-            not self._window_asked
-        ):  # once known, no checkpoint: a turn's start keeps its interleaving
+        # once known, no checkpoint: a turn's start keeps its interleaving
+        if not self._window_asked:
             async with self._window_lock:
                 if not self._window_asked:
                     self.reported_window = await self._discover_window()
@@ -139,7 +138,7 @@ class BaseLLM(ABC):
     async def build_request(
         self, history: Sequence[Message], *, system: str, tools: Sequence[ToolSpec] = ()
     ) -> LLMRequest:
-        """Build the request a model call is given from stored history (see :meth:`request_from_turns`)."""
+        """Build a model call's request from stored history (see :meth:`request_from_turns`)."""
         return await self.request_from_turns(
             self.history_to_turns(history), system=system, tools=tools
         )
@@ -220,23 +219,23 @@ class BaseLLM(ABC):
                         for event in self._parse(raw):
                             if isinstance(event, StopEvent):
                                 stopped = True
-                            elif not isinstance(
-                                event, UsageEvent
-                            ):  # usage alone is replaced on a retry
+                            # usage alone is replaced on a retry
+                            elif not isinstance(event, UsageEvent):
                                 started = True
                             yield signed(valid_event(event), self.provider)
                 finally:
                     aclose = getattr(raw_items, "aclose", None)
                     if aclose is not None:
-                        with trio.CancelScope(
-                            shield=True
-                        ):  # closing is quick and must release the HTTP stream
+                        # closing is quick and must release the HTTP stream
+                        with trio.CancelScope(shield=True):
                             await aclose()
                 if started or stopped:
                     return
                 error = BackendError(
-                    f"{self.provider}: the server answered with nothing: no content and no stop reason "
-                    "(a prompt over the server's context size, such as llama.cpp's n_ctx, does this)",
+                    f"{self.provider}: the server answered with nothing: "
+                    "no content and no stop reason "
+                    "(a prompt over the server's context size, such as llama.cpp's n_ctx, "
+                    "does this)",
                     retryable=True,
                 )
             except trio.TooSlowError:
@@ -255,8 +254,8 @@ class BaseLLM(ABC):
     def larger_output_limit(self, request: LLMRequest) -> int | None:
         """The ``max_tokens`` for the retry of a reply that ``request`` got cut at its output limit.
 
-        Twice the limit in force, up to :attr:`max_output_limit`; None where the provider does not let
-        Kesoku raise it (the backend sends no limit) or it is already at the largest.
+        Twice the limit in force, up to :attr:`max_output_limit`; None where the provider does not
+        let Kesoku raise it (the backend sends no limit) or it is already at the largest.
         """
         current = request.max_output_tokens or self.output_limit
         if current is None or self.max_output_limit is None:
@@ -265,17 +264,14 @@ class BaseLLM(ABC):
         return larger if larger > current else None
 
     def _own_signatures(self, request: LLMRequest) -> LLMRequest:
-        """:func:`~kesoku.vocab.ir.without_foreign_signatures`, reusing the last request's turns by identity.
+        """:func:`~kesoku.vocab.ir.without_foreign_signatures`, reusing the last request's work.
 
-        A session's requests grow by a step per call with the earlier turns the same objects, so only
+        The turns it shares with the last request, by identity, are not looked at again. A
+        session's requests grow by a step per call with the earlier turns the same objects, so only
         the new turns are looked at: the cost of a call must not grow with the history.
         """
-        turns = request.turns
-        shared = shared_prefix(self._signature_turns, turns)
-        cleaned = self._signature_cleaned[:shared] + [
-            own_signatures(t, self.provider) for t in turns[shared:]
-        ]
-        self._signature_turns, self._signature_cleaned = list(turns), cleaned
+        turns, provider = request.turns, self.provider
+        cleaned = self._signatures.update(turns, lambda _, turn: own_signatures(turn, provider))
         if all(map(operator.is_, cleaned, turns)):
             return request
         return msgspec.structs.replace(request, turns=tuple(cleaned))
@@ -288,7 +284,7 @@ class BaseLLM(ABC):
         return builder.build()
 
     async def aclose(self) -> None:
-        """Release what the backend holds (HTTP clients, caches); the runtime calls it at shutdown."""
+        """Free what the backend holds (HTTP clients, caches); the runtime calls it at shutdown."""
         await trio.lowlevel.checkpoint()
 
     def _backoff_s(self, attempt: int, error: BackendError) -> float:
@@ -321,9 +317,10 @@ class BaseLLM(ABC):
 
 
 def retry_after_s(headers: Mapping[str, str]) -> float | None:
-    """Seconds to wait from ``retry-after-ms`` or ``retry-after`` (seconds, or an HTTP date: RFC 9110 §10.2.3).
+    """Seconds to wait from ``retry-after-ms`` or ``retry-after``.
 
-    Backends pass the response headers of a 429/5xx; None when there is no usable hint.
+    ``retry-after`` holds seconds, or an HTTP date (RFC 9110 §10.2.3). Backends pass the response
+    headers of a 429/5xx; None when there is no usable hint.
     """
     try:
         if (ms := headers.get("retry-after-ms")) is not None:

@@ -55,13 +55,16 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CACHE_TTL_S = 600
-"""Lifetime asked for a context cache; storage is billed per hour, and a chat turn rarely waits longer."""
+"""TTL asked for a context cache: storage is billed hourly, and a chat turn rarely waits longer."""
 CACHE_MARGIN_S = 60.0
-"""A cache with less TTL left than this is not used: it could expire while the request is in flight."""
+"""A cache with less TTL left than this is not used: it could expire during the request."""
 CACHE_SLOTS = 4
-"""Caches kept per backend (one backend serves every session); the least recently used is deleted."""
+"""Caches kept per backend (one serves every session); the least recently used is deleted."""
 CACHE_PAUSE_S = 300.0
-"""After a failed cache creation, requests go uncached this long instead of failing the same way again."""
+"""After a failed cache creation, requests go uncached this long.
+
+This keeps them from failing the same way again.
+"""
 CACHE_DELETE_TIMEOUT_S = 10.0
 """Longest wait for deleting a replaced cache (best effort: its TTL removes it anyway)."""
 CONVERTED_TURNS = 2048
@@ -98,7 +101,10 @@ class GeminiInput:
 
 @dataclass
 class _Prepared:
-    """What ``_build_native_input`` hands to ``_call``: the request, converted once the SDK types are built."""
+    """What ``_build_native_input`` hands to ``_call``.
+
+    The request, converted once the SDK types are built.
+    """
 
     request: LLMRequest
     native: GeminiInput | None = None
@@ -213,7 +219,7 @@ class GeminiLLM(BaseLLM):
     # -- lifetime ---------------------------------------------------------------------------------
 
     async def connect(self) -> None:
-        """Build the SDK client now instead of at the first call (it loads TLS certificates: ~0.1 s).
+        """Build the SDK client now, not at the first call (it loads TLS certificates: ~0.1 s).
 
         Raises:
             BackendError: Vertex credentials cannot be loaded or refreshed.
@@ -358,9 +364,8 @@ class GeminiLLM(BaseLLM):
             async for chunk in stream:
                 yield chunk
         finally:
-            aclose = getattr(
-                stream, "aclose", None
-            )  # typed as an AsyncIterator; it is an async generator
+            # typed as an AsyncIterator; it is an async generator
+            aclose = getattr(stream, "aclose", None)
             if aclose is not None:
                 await aclose()
 
@@ -395,7 +400,8 @@ class GeminiLLM(BaseLLM):
             self.project = self.project or project
         if not self.project:
             raise BackendError(
-                "gemini: Vertex AI needs a Google Cloud project: set gemini.project_id or GOOGLE_CLOUD_PROJECT"
+                "gemini: Vertex AI needs a Google Cloud project: "
+                "set gemini.project_id or GOOGLE_CLOUD_PROJECT"
             )
         return genai.Client(
             vertexai=True,
@@ -498,12 +504,12 @@ class GeminiLLM(BaseLLM):
     def _map_error(self, exc: Exception) -> BackendError:
         """Map google-genai, httpx2 and google-auth exceptions to a :class:`BackendError`.
 
-        HTTP statuses follow :class:`BackendError`: 401/403 (and a 400 whose
-        ``ErrorInfo.reason`` is ``API_KEY_INVALID``: the Gemini API's answer to a bad key) are auth
-        errors; 408, 409, 429 and 5xx are retryable, with the wait from ``retry-after`` or else from
+        HTTP statuses follow :class:`BackendError`: 401/403 (and a 400 whose ``ErrorInfo.reason``
+        is ``API_KEY_INVALID``: the Gemini API's answer to a bad key) are auth errors; 408, 409,
+        429 and 5xx are retryable, with the wait from ``retry-after`` or else from
         ``google.rpc.RetryInfo`` (AIP-193); other 4xx are not. Dropped connections, cut streams
-        (``RemoteProtocolError``) and read timeouts are retryable (the SDK raises ``httpx2.RemoteProtocolError`` and
-        ``httpx2.ReadTimeout`` for them).
+        (``RemoteProtocolError``) and read timeouts are retryable (the SDK raises
+        ``httpx2.RemoteProtocolError`` and ``httpx2.ReadTimeout`` for them).
         """
         if isinstance(exc, genai_errors.ContinuationInterruptedError) and isinstance(
             exc.__cause__, Exception
@@ -551,7 +557,10 @@ def _refresh(credentials: Credentials) -> None:
 
 
 def _retry_after_s(exc: genai_errors.APIError) -> float | None:
-    """The wait a refused call asks for: ``retry-after`` (seconds or an HTTP date), else ``RetryInfo``."""
+    """The wait a refused call asks for: ``retry-after``, else ``RetryInfo``.
+
+    ``retry-after`` holds seconds or an HTTP date.
+    """
     headers: Any = getattr(exc.response, "headers", None)
     value = headers.get("retry-after") if headers is not None else None
     if value:

@@ -49,7 +49,10 @@ INLINE_ATTACHMENT_MAX_BYTES = 1024
 _IDX_CACHE_FOLDERS = 1024
 """Folders whose next index is remembered (least recently used dropped first)."""
 RENDER_CACHE_SESSIONS = 64
-"""Sessions whose rendered turns a :class:`TurnLogRenderer` keeps (the writer keeps as many in step)."""
+"""Sessions whose rendered turns a :class:`TurnLogRenderer` keeps.
+
+The writer keeps as many in step.
+"""
 _RESERVE_ATTEMPTS = 1000
 """Indexes tried before giving up; only reached if something keeps creating files in the folder."""
 
@@ -61,7 +64,10 @@ except ImportError:  # PyYAML built without libyaml
 
 _STR_TAG = "tag:yaml.org,2002:str"
 _RESOLVED_MAX = 4096
-"""Scalars whose implicit tag :class:`_Dumper` remembers (keys and small values repeat in every log)."""
+"""Scalars whose implicit tag :class:`_Dumper` remembers.
+
+Keys and small values repeat in every log.
+"""
 _resolved: dict[tuple[str, object], str] = {}
 
 
@@ -90,8 +96,8 @@ def _node(value: Any) -> yaml.Node:
     """The YAML node of a msgspec builtins value (dict, list, str, int, float, bool, None).
 
     What ``yaml.dump`` does with a representer, without its per-value dispatch and alias bookkeeping
-    (a log is dumped on every model call). Strings with a line break become ``|`` literal blocks (PyYAML
-    falls back to quoting by itself when a literal block cannot hold the text).
+    (a log is dumped on every model call). Strings with a line break become ``|`` literal blocks
+    (PyYAML falls back to quoting by itself when a literal block cannot hold the text).
     """
     if isinstance(value, str):
         return yaml.ScalarNode(_STR_TAG, value, style="|" if "\n" in value else None)
@@ -102,9 +108,8 @@ def _node(value: Any) -> yaml.Node:
         return yaml.SequenceNode(
             "tag:yaml.org,2002:seq", [_node(v) for v in value], flow_style=False
         )
-    return _scalars.represent_data(
-        value
-    )  # None, bool, int, float; anything else raises RepresenterError
+    # None, bool, int, float; anything else raises RepresenterError
+    return _scalars.represent_data(value)
 
 
 class TurnLogCall(msgspec.Struct, frozen=True):
@@ -142,7 +147,7 @@ class TurnLogEntry(TurnLogCall, frozen=True, kw_only=True):
 
 
 class TurnLogJob(TurnLogCall, frozen=True, array_like=True):
-    """One log as the writer process gets it: the call, then what is new since the session's last job.
+    """One log as the writer gets it: the call, then what is new since the session's last job.
 
     The fields of :class:`TurnLogCall` come first.
 
@@ -171,10 +176,12 @@ class TurnLogJob(TurnLogCall, frozen=True, array_like=True):
 def make_job(
     entry: TurnLogEntry, *, keep: int = 0, system: bool = True, tools: bool = True
 ) -> TurnLogJob:
-    """The job of ``entry`` that sends its turns from ``keep`` on, and its system prompt and tools if asked.
+    """The job of ``entry`` that sends its turns from ``keep`` on.
 
-    Large attachment data is left out here (recorded in ``omitted``): a photo would cost more to send
-    than the whole log, and the log shows only its size.
+    It also sends the system prompt and the tools if asked.
+
+    Large attachment data is left out here (recorded in ``omitted``): a photo would cost more to
+    send than the whole log, and the log shows only its size.
     """
     turns: list[LLMTurn] = []
     omitted: list[tuple[int, int, int]] = []
@@ -246,18 +253,20 @@ def _write_log(job: TurnLogJob, body: str) -> tuple[Path, int, int]:
 
 
 class TurnLogOutOfStep(LookupError):
-    """A job keeps turns, a system prompt or tools that the writer process does not hold (it restarted)."""
+    """A job keeps turns, a system prompt or tools that the writer process does not hold.
+
+    This happens when the writer process restarted.
+    """
 
 
-# -- the index
-# ----------------------------------------------------------------------------------------
+# -- the index ------------------------------------------------------------------------------------
 
 _next_idx: OrderedDict[str, int] = OrderedDict()
 _next_idx_lock = threading.Lock()
 
 
 def _reserve(folder: Path) -> tuple[int, int]:
-    """Create the next free ``llm-turn-{idx}.log.yaml`` exclusively; return its index and descriptor."""
+    """Create the next free ``llm-turn-{idx}.log.yaml`` exclusively; return its index and fd."""
     key = os.path.abspath(folder)
     with _next_idx_lock:
         idx = _next_idx.pop(key, None)
@@ -287,8 +296,7 @@ def _scan(folder: Path) -> int:
     return max((idx for idx, _ in log_files(folder)), default=0) + 1
 
 
-# -- the document
-# -------------------------------------------------------------------------------------
+# -- the document ---------------------------------------------------------------------------------
 
 
 def _dump(doc: Any) -> str:
@@ -299,8 +307,8 @@ def _dump(doc: Any) -> str:
 def _dump_all(docs: list[Any]) -> list[str]:
     """The YAML of each doc (mappings or non-empty lists), from one emitter.
 
-    The docs are written as one stream of ``---`` documents and split at the markers: every line of a
-    block mapping or list that starts in column 0 is a key or a ``- `` item, so ``---`` alone on a
+    The docs are written as one stream of ``---`` documents and split at the markers: every line of
+    a block mapping or list that starts in column 0 is a key or a ``- `` item, so ``---`` alone on a
     line can only be a marker. Should the split ever disagree, each doc is dumped on its own.
     """
     text: str = yaml.serialize_all(
@@ -333,9 +341,8 @@ def _metadata_doc(entry: TurnLogJob, idx: int) -> dict[str, Any]:
 
 def _turn_doc(turn: LLMTurn, omitted: dict[int, int]) -> dict[str, Any]:
     """The doc of one turn; ``omitted`` maps a block's index to the size of its data left out."""
-    blocks: list[dict[str, Any]] = msgspec.to_builtins(
-        turn.blocks
-    )  # bytes → base64, enums → their values
+    # bytes → base64, enums → their values
+    blocks: list[dict[str, Any]] = msgspec.to_builtins(turn.blocks)
     for b, size in omitted.items():
         blocks[b]["data"] = f"<{size} bytes>"
     return {"role": turn.role, "blocks": _unsigned_left_out(blocks)}
@@ -352,7 +359,7 @@ def _unsigned_left_out(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _indent(text: str) -> str:
-    """Indent every line by two spaces (a standalone YAML node placed under a key keeps its meaning)."""
+    """Indent each line by two spaces (a standalone YAML node put under a key keeps its meaning)."""
     return "".join("  " + line if line.strip() else line for line in text.splitlines(keepends=True))
 
 
@@ -387,11 +394,12 @@ class TurnLogRenderer:
                 dropped, so a job that sends everything renders again.
         """
         cache = self._sessions.pop(job.session_id, None) or _SessionCache()
+        # the session's cache is dropped already: a job that sends everything renders again
         if (
             job.keep > len(cache.texts)
             or (job.system is None and cache.system_text is None)
             or (job.tools is None and cache.tools_text is None)
-        ):  # the session's cache is dropped already: a job that sends everything renders again
+        ):
             raise TurnLogOutOfStep(
                 f"session {job.session_id}: the job keeps what the writer does not hold"
             )
@@ -448,8 +456,7 @@ def _response_doc(response: LLMResponse | None) -> dict[str, Any] | None:
     return doc
 
 
-# -- the writer process
-# -------------------------------------------------------------------------------
+# -- the writer process ---------------------------------------------------------------------------
 
 FRAME_HEADER = struct.Struct(">I")
 """Each job on the writer's stdin: its msgpack length (4 bytes, big-endian), then the msgpack."""
@@ -459,12 +466,12 @@ def serve_jobs(jobs: BinaryIO, acks: BinaryIO, *, max_session_bytes: int = 0) ->
     """Write the log of each framed job read from ``jobs``; answer each with one line on ``acks``.
 
     The line is ``ok`` or ``failed SESSION_ID WHY`` (one line: the reason's line breaks become
-    spaces), in the order of the jobs. Rendering (CPU) and writing the files (the file system) overlap:
-    this thread renders the next job while a second one creates and writes the last. Returns at the
-    end of ``jobs`` (a job cut short there is dropped), once every log is written. If ``acks`` breaks
-    (the daemon is gone), the logs already received are still written: they explain its last turns.
-    Past ``max_session_bytes`` of logs in a session's folder (0: no cap), its oldest logs are deleted
-    (:class:`~kesoku.observe.retention.Retention`).
+    spaces), in the order of the jobs. Rendering (CPU) and writing the files (the file system)
+    overlap: this thread renders the next job while a second one creates and writes the last.
+    Returns at the end of ``jobs`` (a job cut short there is dropped), once every log is written. If
+    ``acks`` breaks (the daemon is gone), the logs already received are still written: they explain
+    its last turns. Past ``max_session_bytes`` of logs in a session's folder (0: no cap), its oldest
+    logs are deleted (:class:`~kesoku.observe.retention.Retention`).
     """
     decoder = msgspec.msgpack.Decoder(TurnLogJob)
     retention = Retention(max_session_bytes)
@@ -528,8 +535,8 @@ def serve_jobs(jobs: BinaryIO, acks: BinaryIO, *, max_session_bytes: int = 0) ->
 def main() -> None:
     """The writer process: ``python -m kesoku.observe.turnlog [MAX_SESSION_BYTES]``.
 
-    Fed by :class:`~kesoku.observe.turnlog_writer.TurnLogWriter`; the argument caps each session's logs (0 or
-    absent: no cap).
+    Fed by :class:`~kesoku.observe.turnlog_writer.TurnLogWriter`; the argument caps each session's
+    logs (0 or absent: no cap).
     """
     # The daemon decides when this process ends, by closing its stdin once the queued logs are sent:
     # systemd's stop signal reaches every process of the service, and Ctrl-C the whole process

@@ -1,4 +1,6 @@
-"""The daemon's turn-log writer: each model call handed to a writer process (ARCHITECTURE.md, "Task tree").
+"""The daemon's turn-log writer: each model call handed to a writer process.
+
+See ARCHITECTURE.md, "Task tree".
 
 The event loop does the least it can per call: it works out what the session's previous log did not
 hold (the turns after the longest prefix shared by identity, the system prompt and the tools if they
@@ -50,7 +52,7 @@ DRAIN_TIMEOUT_S = 5.0
 WRITER_BUFFER = 64
 """Jobs submitted and not yet written before :meth:`TurnLogWriter.submit` waits (backpressure)."""
 RESTART_DELAY_S = 1.0
-"""Pause before a writer process that died is replaced (a process that cannot start does not spin)."""
+"""Pause before a writer process that died is replaced (one that cannot start does not spin)."""
 
 
 class _Sent:
@@ -180,9 +182,8 @@ class TurnLogWriter:
         request = entry.request
         sent = self._sent.pop(entry.session_id, None)
         self._sent[entry.session_id] = _Sent(request.turns, request.system, request.tools)
-        while (
-            len(self._sent) > RENDER_CACHE_SESSIONS
-        ):  # the process's renderer forgets in the same order
+        # the process's renderer forgets in the same order
+        while len(self._sent) > RENDER_CACHE_SESSIONS:
             self._sent.popitem(last=False)
         if sent is None:
             return make_job(entry)
@@ -217,9 +218,8 @@ class TurnLogWriter:
                             stdout=subprocess.PIPE,
                             start_new_session=True,  # Ctrl-C in a terminal reaches the daemon only
                         )
-                    except (
-                        OSError
-                    ) as exc:  # out of processes or memory: the logs wait, the turns go on
+                    # out of processes or memory: the logs wait, the turns go on
+                    except OSError as exc:
                         logger.error("the turn log writer process could not start: %s", exc)
                         self._lost(None)
                         if self._closing.is_set():
@@ -250,10 +250,14 @@ class TurnLogWriter:
             done.set()
 
     def _lost(self, returncode: int | None) -> None:
-        """The process died (or never started): what it had not answered failed; sessions start afresh."""
+        """The process died (or never started).
+
+        What it had not answered failed; sessions start afresh.
+        """
         if returncode is not None:
             logger.error(
-                "the turn log writer process exited (code %s): %d log(s) not written; starting another",
+                "the turn log writer process exited (code %s): %d log(s) not written; "
+                "starting another",
                 returncode,
                 self._pending,
             )
@@ -304,7 +308,8 @@ class TurnLogWriter:
                 if self._quiet.get(session_id) != kind:
                     self._quiet[session_id] = kind
                     logger.error(
-                        "turn log of session %s not written: %s (the same failure again is counted, not logged,"
+                        "turn log of session %s not written: %s "
+                        "(the same failure again is counted, not logged,"
                         " until a log is written)",
                         session_id,
                         why,

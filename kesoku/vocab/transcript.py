@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Generic, NamedTuple, TypeVar
 
 from kesoku.vocab.ir import (
     DocumentBlock,
@@ -49,14 +50,70 @@ OMITTED_OPENING = "(The earlier conversation is omitted.)"
 """Opens a history whose first kept message is the model's (after compaction)."""
 CONTINUE_PROMPT = "(Continue.)"
 """Closes a history that ends with the model's message, so a request always ends with the user."""
-LOST_RESULT = "[lost] No result was recorded for this call: Kesoku stopped while it ran; its effect is unknown."
+LOST_RESULT = (
+    "[lost] No result was recorded for this call: Kesoku stopped while it ran; "
+    "its effect is unknown."
+)
+
+T = TypeVar("T")
 
 
 def shared_prefix(a: Sequence[object], b: Sequence[object]) -> int:
-    """How many leading items ``a`` and ``b`` share by identity (C-level iteration: cheap for long lists)."""
+    """How many leading items ``a`` and ``b`` share by identity.
+
+    C-level iteration: cheap for long lists.
+    """
     return next(
         itertools.compress(itertools.count(), map(operator.is_not, a, b)), min(len(a), len(b))
     )
+
+
+class TurnMemo(Generic[T]):
+    """One value per turn of a session's last request, kept for the turns the next one shares.
+
+    The turns of one session's requests are the same objects from one model call to the next (see
+    :class:`Transcript`), so work done per turn is kept for the longest prefix the new request
+    shares with the last one by identity, and only the turns after it are computed: a call costs
+    about its new turns, not the whole history. A turn equal to the old one but another object is
+    computed again.
+
+    Attributes:
+        kept: How many values the last :meth:`update` reused.
+    """
+
+    __slots__ = ("_turns", "_values", "kept")
+
+    def __init__(self) -> None:
+        self._turns: list[LLMTurn] = []
+        self._values: list[T] = []
+        self.kept = 0
+
+    @property
+    def values(self) -> Sequence[T]:
+        """The value of each turn of the last :meth:`update` (valid until the next one)."""
+        return self._values
+
+    def update(
+        self, turns: Sequence[LLMTurn], step: Callable[[T | None, LLMTurn], T]
+    ) -> Sequence[T]:
+        """The value of each of ``turns``: kept for the shared prefix, ``step`` for the rest.
+
+        Args:
+            turns: The new request's turns.
+            step: Computes a turn's value from the value of the turn before it (None for the first
+                turn) and the turn itself; called in order, once per turn after the shared prefix.
+
+        Returns:
+            One value per turn (the memo's own list: valid until the next update).
+        """
+        shared = shared_prefix(self._turns, turns)
+        self.kept = shared
+        done, values = self._turns, self._values
+        del done[shared:], values[shared:]
+        for turn in turns[shared:]:
+            values.append(step(values[-1] if values else None, turn))
+            done.append(turn)
+        return values
 
 
 class TranscriptError(AssertionError):
@@ -98,7 +155,10 @@ def _user_blocks(msg: Message) -> list[LLMBlock]:
 
 
 class _Builder:
-    """Walks history once, emitting turns; results are placed by their call, not by where they were stored."""
+    """Walks history once, emitting turns.
+
+    Results are placed by their call, not by where they were stored.
+    """
 
     def __init__(self, results: dict[int, Message]) -> None:
         self.turns: list[LLMTurn] = []
@@ -130,7 +190,10 @@ class _Builder:
         self.blocks = []
 
     def _close_calls(self) -> None:
-        """End the assistant step that made calls: its results form the next user turn, in call order."""
+        """End the assistant step that made calls.
+
+        Its results form the next user turn, in call order.
+        """
         if not self.open_calls:
             return
         self._flush()
@@ -174,9 +237,8 @@ class _Builder:
             meta = msg.metadata
             name, arguments = meta.tool_name or "", meta.tool_arguments or {}
             call_id = call_id_of(msg)
-            if (
-                call_id in self.call_ids
-            ):  # a provider (or a restarted replay) reused an id: keep pairs distinct
+            # a provider (or a restarted replay) reused an id: keep pairs distinct
+            if call_id in self.call_ids:
                 call_id = f"{call_id}_{msg.id}"
             self.call_ids.add(call_id)
             block = ToolCallBlock(call_id, name, arguments, meta.thought_signature, meta.signed_by)
@@ -290,58 +352,72 @@ def check_turns(turns: Sequence[LLMTurn]) -> list[str]:
     return TurnChecker().check(turns)
 
 
+class _Checked(NamedTuple):
+    """The state of a :class:`TurnChecker` after one turn."""
+
+    at: int  # the index of the turn
+    role: str
+    ids: int  # call ids seen up to this turn (the length of TurnChecker._ids)
+    calls: tuple[str, ...]  # the ids the next turn must answer
+    problems: tuple[str, ...]
+    bad: int  # turns up to this one that have problems
+    attachments: int  # image and document blocks up to this turn
+
+
+_START = _Checked(-1, "", 0, (), (), 0, 0)
+"""The state before the first turn."""
+
+
 class TurnChecker:
     """:func:`check_turns` that re-checks only what changed since its last call.
 
     The turns of a growing request are the same objects from one model call to the next (see
-    :class:`Transcript`), so the checker keeps the state after each turn it checked and resumes from
-    the longest prefix it has seen (by identity): each check costs about the new turns, not all.
+    :class:`Transcript`), so the checker keeps its state after each turn in a :class:`TurnMemo`
+    and resumes from the longest prefix it has seen (by identity): each check costs about the new
+    turns, not all.
     """
 
     def __init__(self) -> None:
-        self._turns: list[LLMTurn] = []
-        # After each checked turn: (call ids seen so far, ids the next turn must answer, its
-        # problems, attachment blocks so far).
-        self._states: list[tuple[int, tuple[str, ...], tuple[str, ...], int]] = []
+        self._memo: TurnMemo[_Checked] = TurnMemo()
         self._ids: list[str] = []
         self._id_set: set[str] = set()
-        self._bad = 0  # checked turns that have problems
 
     @property
     def attachments(self) -> int:
         """Image and document blocks in the turns of the last check."""
-        return self._states[-1][3] if self._states else 0
+        states = self._memo.values
+        return states[-1].attachments if states else 0
 
     def check(self, turns: Sequence[LLMTurn]) -> list[str]:
         """List every way ``turns`` break the invariant (see :func:`check_turns`)."""
         if not turns:
             return ["no turns"]
-        shared = shared_prefix(self._turns, turns)
-        n_ids = self._states[shared - 1][0] if shared else 0
-        for dropped in self._ids[n_ids:]:
-            self._id_set.discard(dropped)
-        self._bad -= sum(1 for state in self._states[shared:] if state[2])
-        del self._ids[n_ids:], self._turns[shared:], self._states[shared:]
-        for i in range(shared, len(turns)):
-            expected, attachments = (
-                (self._states[i - 1][1], self._states[i - 1][3]) if i else ((), 0)
-            )
-            previous_role = turns[i - 1].role if i else None
-            problems, calls = self._check_one(i, turns[i], previous_role, expected)
-            attachments += sum(
-                1 for b in turns[i].blocks if isinstance(b, ImageBlock | DocumentBlock)
-            )
-            self._turns.append(turns[i])
-            self._states.append((len(self._ids), calls, tuple(problems), attachments))
-            self._bad += bool(problems)
-        problems = [p for state in self._states for p in state[2]] if self._bad else []
+        states = self._memo.update(turns, self._step)
+        last = states[-1]
+        problems = [p for state in states for p in state.problems] if last.bad else []
         if turns[0].role != "user":
             problems.insert(0, "the first turn is not the user's")
         if turns[-1].role != "user":
             problems.append("the last turn is not the user's")
-        if self._states[-1][1]:
-            problems.append(f"calls {list(self._states[-1][1])} of the last turn have no results")
+        if last.calls:
+            problems.append(f"calls {list(last.calls)} of the last turn have no results")
         return problems
+
+    def _step(self, before: _Checked | None, turn: LLMTurn) -> _Checked:
+        """Check one turn, given the state after the turn before it."""
+        before = _START if before is None else before
+        if len(self._ids) > before.ids:  # the ids of turns the memo has dropped since
+            for dropped in self._ids[before.ids :]:
+                self._id_set.discard(dropped)
+            del self._ids[before.ids :]
+        i = before.at + 1
+        previous_role = before.role or None
+        problems, calls = self._check_one(i, turn, previous_role, before.calls)
+        attachments = before.attachments + sum(
+            1 for b in turn.blocks if isinstance(b, ImageBlock | DocumentBlock)
+        )
+        bad = before.bad + bool(problems)
+        return _Checked(i, turn.role, len(self._ids), calls, tuple(problems), bad, attachments)
 
     def _check_one(
         self, i: int, turn: LLMTurn, previous_role: str | None, expected: tuple[str, ...]
@@ -354,7 +430,8 @@ class TurnChecker:
         results = [b for b in turn.blocks if isinstance(b, ToolResultBlock)]
         if tuple(b.call_id for b in results) != expected:
             problems.append(
-                f"turn {i}: results {[b.call_id for b in results]} do not answer calls {list(expected)}"
+                f"turn {i}: results {[b.call_id for b in results]} "
+                f"do not answer calls {list(expected)}"
             )
         if results and turn.blocks[: len(results)] != tuple(results):
             problems.append(f"turn {i}: tool results do not come first")

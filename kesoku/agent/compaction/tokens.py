@@ -19,18 +19,20 @@ from kesoku.vocab.ir import (
     head_tokens,
     turn_tokens,
 )
-from kesoku.vocab.transcript import shared_prefix
+from kesoku.vocab.transcript import TurnMemo
 
 IMAGE_TOKENS = 1600
-"""What one image costs, about: Claude bills ~1,600 tokens for a 1,092 px square, Gemini 258 per tile."""
+"""What one image costs, about: Claude bills ~1,600 tokens for a 1,092 px square, Gemini 258 per
+tile."""
 DOCUMENT_TOKENS = 3000
 """What one attached document costs before its size is known (a few PDF pages)."""
 DEFAULT_WINDOW = 8192
 """Context window assumed for a model neither the table, the config nor its server knows: small on
-purpose (llama.cpp's and many Ollama setups' size), since a guess too large means requests the server
-cuts or refuses, and one too small only means earlier compaction."""
+purpose (llama.cpp's and many Ollama setups' size), since a guess too large means requests the
+server cuts or refuses, and one too small only means earlier compaction."""
 CHARS_PER_TOKEN = 4
-"""The estimate's rule of thumb (:func:`kesoku.vocab.ir.turn_tokens`), used to turn tokens into bytes."""
+"""The estimate's rule of thumb (:func:`kesoku.vocab.ir.turn_tokens`), used to turn tokens into
+bytes."""
 
 # Prefix of the model id → context window in tokens (the providers' model pages, 2026).
 _WINDOWS: tuple[tuple[str, int], ...] = (
@@ -72,7 +74,7 @@ def window_of(
     local_window: int,
     reported: int | None = None,
 ) -> int:
-    """The context window of a model, in tokens: :func:`known_window`, else what its server reported.
+    """A model's context window, in tokens: :func:`known_window`, else what its server reported.
 
     Args:
         windows: Per-model overrides (``compaction.context_windows``).
@@ -112,27 +114,24 @@ def estimate_request(request: LLMRequest) -> float:
 
 
 class TurnSizes:
-    """:func:`estimate_turns` for a request that grows step by step: only the new turns are measured.
+    """:func:`estimate_turns` for a request growing step by step: only the new turns are measured.
 
     The turns of one session's requests are the same objects from call to call (see
     :class:`kesoku.vocab.transcript.Transcript`), so the sizes of the shared prefix (by identity)
-    are reused.
+    are reused (a :class:`~kesoku.vocab.transcript.TurnMemo` of running totals).
     """
 
     def __init__(self) -> None:
-        self._turns: list[LLMTurn] = []
-        self._sums: list[float] = []  # running totals: _sums[i] = tokens of _turns[: i + 1]
+        self._sums: TurnMemo[float] = TurnMemo()  # running totals: tokens up to each turn
 
     def estimate(self, turns: Sequence[LLMTurn]) -> float:
         """Estimated tokens of ``turns`` (uncalibrated)."""
-        shared = shared_prefix(self._turns, turns)
-        del self._turns[shared:], self._sums[shared:]
-        total = self._sums[-1] if self._sums else 0.0
-        for turn in turns[shared:]:
-            total += estimate_turn(turn)
-            self._turns.append(turn)
-            self._sums.append(total)
-        return total
+        sums = self._sums.update(turns, _add_turn)
+        return sums[-1] if sums else 0.0
+
+
+def _add_turn(total: float | None, turn: LLMTurn) -> float:
+    return (total or 0.0) + estimate_turn(turn)
 
 
 class Calibration:
