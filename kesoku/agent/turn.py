@@ -109,9 +109,7 @@ class Turn(StepLoop[Message]):
     ) -> None:
         super().__init__(llm, session, rt.turnlog, max_identical_calls=rt.max_identical_calls)
         self.rt = rt
-        self.compactor = (
-            compactor if compactor is not None else Compactor(rt.store, rt.compaction)
-        )
+        self.compactor = compactor if compactor is not None else Compactor(rt.store, rt.compaction)
         self.guard = (
             guard if guard is not None else SessionGuard(rt.store, rt.questions, session.id)
         )
