@@ -11,7 +11,12 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from fakes.anthropic_api import (
+from llm_streams import events_of, events_until_error
+from runtime_harness import serve_runtime
+
+from kesoku.config.settings import ClaudeConfig, Config
+from kesoku.llm.claude import ClaudeLLM, tool_loop_opens_with_thinking, uses_adaptive_thinking
+from kesoku.testing.fakes.anthropic_api import (
     AnthropicFake,
     Redacted,
     Reply,
@@ -20,11 +25,6 @@ from fakes.anthropic_api import (
     ToolUse,
     text_reply,
 )
-from llm_streams import events_of, events_until_error
-from runtime_harness import serve_runtime
-
-from kesoku.config.settings import ClaudeConfig, Config
-from kesoku.llm.claude import ClaudeLLM, tool_loop_opens_with_thinking, uses_adaptive_thinking
 from kesoku.tools.base import ToolContext
 from kesoku.tools.schema import tool_from_function
 from kesoku.vocab.errors import ConfigError

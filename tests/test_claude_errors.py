@@ -1,28 +1,23 @@
 """The claude backend's usage accounting and errors, through the real anthropic SDK against the
-wire-level fake."""
+wire-level fake.
+
+What every backend does (retries, dropped and stalled streams, cancellation) is checked by the
+backend contract, tests/test_backend_contract.py; here what is Claude's own.
+"""
 
 from __future__ import annotations
 
-import gc
-from contextlib import aclosing
-
-import pytest
-import trio
-import trio.testing
-from fakes.anthropic_api import (
-    AnthropicFake,
-    ErrorReply,
-    Reply,
-    Text,
-    overloaded,
-    rate_limited,
-    server_error,
-    text_reply,
-    validate,
-)
 from llm_streams import events_of, events_until_error
 from test_claude import Clock, claude, request, user
 
+from kesoku.testing.fakes.anthropic_api import (
+    AnthropicFake,
+    Reply,
+    Text,
+    overloaded,
+    text_reply,
+    validate,
+)
 from kesoku.vocab.ir import TextDelta, ToolResultBlock, UsageEvent
 from kesoku.vocab.model import Usage
 
@@ -41,28 +36,6 @@ async def test_usage_counts_cache_reads_and_writes_as_input() -> None:
     async with claude(fake) as llm:
         events = await events_of(llm, request())
     assert events[-1] == UsageEvent(Usage(input_tokens=3520, output_tokens=7, cached_tokens=3000))
-
-
-async def test_rate_limit_is_retried_after_retry_after(autojump_clock: Clock) -> None:
-    fake = AnthropicFake()
-    fake.push(rate_limited(7), text_reply("after the wait"))
-    async with claude(fake) as llm:
-        t0 = trio.current_time()
-        events = await events_of(llm, request())
-        waited = trio.current_time() - t0
-    assert events[0] == TextDelta("after the wait")
-    assert len(fake.log.requests) == 2 and waited >= 7
-
-
-@pytest.mark.parametrize("failure", [overloaded(), server_error()], ids=["529", "500"])
-async def test_overload_and_server_errors_are_retried(
-    failure: ErrorReply, autojump_clock: Clock
-) -> None:
-    fake = AnthropicFake()
-    fake.push(failure, failure, text_reply("finally"))
-    async with claude(fake) as llm:
-        events = await events_of(llm, request())
-    assert events[0] == TextDelta("finally") and llm.calls == 3
 
 
 async def test_retries_run_out_with_a_one_line_error(autojump_clock: Clock) -> None:
@@ -94,15 +67,6 @@ async def test_an_error_event_after_text_is_not_retried() -> None:
     assert llm.calls == 1
 
 
-async def test_stream_cut_before_any_event_is_retried(autojump_clock: Clock) -> None:
-    fake = AnthropicFake()
-    fake.push(Reply([Text("lost")], cut_after=2), text_reply("second try"))
-    async with claude(fake) as llm:
-        events = await events_of(llm, request())
-    assert events[0] == TextDelta("second try")
-    assert len(fake.log.requests) == 2 and llm.calls == 2
-
-
 async def test_stream_cut_after_events_is_not_retried() -> None:
     fake = AnthropicFake()
     fake.push(Reply([Text("partial answer", chunks=3)], cut_after=5), text_reply("never sent"))
@@ -111,24 +75,6 @@ async def test_stream_cut_after_events_is_not_retried() -> None:
     assert seen == [TextDelta("parti"), TextDelta("al an")]
     assert error.retryable and "connection lost" in str(error)
     assert len(fake.log.requests) == 1
-
-
-# httpx2's ResponseStream.__aiter__ does not close httpcore2's PoolByteStream iterator when a body
-# is left early, so trio warns about that one generator at garbage collection (harmless: trio closes
-# it).
-@pytest.mark.filterwarnings(
-    "ignore::ResourceWarning", "ignore::pytest.PytestUnraisableExceptionWarning"
-)
-async def test_closing_the_stream_early_releases_the_connection() -> None:
-    fake = AnthropicFake()
-    fake.push(Reply([Text("one two three", chunks=3)]), text_reply("next"))
-    async with claude(fake) as llm:
-        async with aclosing(llm.stream(request())) as stream:
-            async for event in stream:
-                assert event == TextDelta("one t")
-                break
-        gc.collect()
-        assert (await events_of(llm, request()))[0] == TextDelta("next")
 
 
 async def test_a_wrong_key_is_an_auth_error_never_retried() -> None:

@@ -13,7 +13,6 @@ from pathlib import Path
 import msgspec
 import trio
 import trio.testing
-from fakes.anthropic_api import AnthropicFake, ErrorReply, Reply, Text
 from runtime_harness import Harness, close_store, echo, serve_runtime
 
 from kesoku.agent.compaction.compactor import SHORTEN_MIN_CHARS, CompactionPolicy
@@ -21,6 +20,7 @@ from kesoku.agent.compaction.tokens import estimate_request
 from kesoku.agent.turn import COMPACTION_RETRY_GROWTH
 from kesoku.llm.claude import ClaudeLLM
 from kesoku.testing import ScriptedLLM
+from kesoku.testing.fakes.anthropic_api import AnthropicFake, ErrorReply, Reply, Text
 from kesoku.vocab.events import Compacted, ToolStarted, TurnEnded
 from kesoku.vocab.ir import LLMRequest, TextBlock, ToolResultBlock
 from kesoku.vocab.metrics import TurnState

@@ -13,15 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes.anthropic_api import AnthropicFake, ToolUse
-from fakes.anthropic_api import Reply as ClaudeReply
-from fakes.anthropic_api import text_reply as claude_text
-from fakes.gemini_api import GeminiFake
-from fakes.gemini_replies import answer, call, chunk, reply, usage
-from fakes.openai_api import Call, OpenAIFake
-from fakes.openai_api import Reply as OpenAIReply
-from fakes.openai_api import text_reply as openai_text
-from fakes.server import serve_app
 from runtime_harness import Harness, serve_runtime
 from test_claude import claude
 from test_openai import openai, request
@@ -29,6 +20,15 @@ from test_openai import openai, request
 from kesoku.llm.base import BaseLLM
 from kesoku.llm.gemini import GeminiLLM
 from kesoku.testing import ScriptedLLM
+from kesoku.testing.fakes.anthropic_api import AnthropicFake, ToolUse
+from kesoku.testing.fakes.anthropic_api import Reply as ClaudeReply
+from kesoku.testing.fakes.anthropic_api import text_reply as claude_text
+from kesoku.testing.fakes.gemini_api import GeminiFake
+from kesoku.testing.fakes.gemini_replies import answer, call, chunk, reply, usage
+from kesoku.testing.fakes.openai_api import Call, OpenAIFake
+from kesoku.testing.fakes.openai_api import Reply as OpenAIReply
+from kesoku.testing.fakes.openai_api import text_reply as openai_text
+from kesoku.testing.fakes.server import serve_app
 from kesoku.tools.files import file_tools
 from kesoku.tools.paths import PathGates
 from kesoku.vocab.errors import BackendError

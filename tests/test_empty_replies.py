@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 import trio
-from fakes.openai_api import EmptyReply, OpenAIFake
-from fakes.openai_api import text_reply as openai_text
 from runtime_harness import serve_runtime
 from test_cli_chat import CLEARED
 from test_openai import openai, request
 
 from kesoku.testing import ScriptedLLM
+from kesoku.testing.fakes.openai_api import EmptyReply, OpenAIFake
+from kesoku.testing.fakes.openai_api import text_reply as openai_text
 from kesoku.vocab.errors import BackendError
 from kesoku.vocab.ir import StopEvent, StopReason
 from kesoku.vocab.metrics import TurnState

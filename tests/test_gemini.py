@@ -14,14 +14,14 @@ import httpx2
 import pytest
 import trio
 import trio.testing
-from fakes.gemini_api import PLACEHOLDER_SIGNATURE, GeminiFake
-from fakes.gemini_replies import answer, call, chunk, reply, text, thought, usage
-from fakes.server import serve_app
 from runtime_harness import echo, serve_runtime
 
 from kesoku.config.settings import Config, GeminiConfig
 from kesoku.llm import gemini_convert as conv
 from kesoku.llm.gemini import GeminiLLM
+from kesoku.testing.fakes.gemini_api import PLACEHOLDER_SIGNATURE, GeminiFake
+from kesoku.testing.fakes.gemini_replies import answer, call, chunk, reply, text, thought, usage
+from kesoku.testing.fakes.server import serve_app
 from kesoku.vocab.errors import BackendError, ConfigError
 from kesoku.vocab.ir import (
     DocumentBlock,

@@ -7,8 +7,6 @@ import logging
 import pytest
 import trio
 import trio.testing
-from fakes.gemini_api import GeminiFake
-from fakes.gemini_replies import answer, error
 from test_gemini import (
     LONG,
     MODEL,
@@ -27,6 +25,8 @@ from test_gemini import (
 )
 
 from kesoku.llm.gemini import CACHE_PAUSE_S, CACHE_SLOTS, CACHE_TTL_S
+from kesoku.testing.fakes.gemini_api import GeminiFake
+from kesoku.testing.fakes.gemini_replies import answer, error
 
 # -- context caching -------------------------------------------------------------------------------
 

@@ -11,18 +11,18 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from fakes.openai_api import (
+from llm_streams import events_of, events_until_error
+from runtime_harness import serve_runtime
+
+from kesoku.config.settings import Config, OpenAIConfig
+from kesoku.llm.openai import OpenAILLM, decode_arguments, stream_error_is_retryable
+from kesoku.testing.fakes.openai_api import (
     Call,
     OpenAIFake,
     Reply,
     text_reply,
     validate,
 )
-from llm_streams import events_of, events_until_error
-from runtime_harness import serve_runtime
-
-from kesoku.config.settings import Config, OpenAIConfig
-from kesoku.llm.openai import OpenAILLM, decode_arguments, stream_error_is_retryable
 from kesoku.tools.base import ToolContext
 from kesoku.tools.schema import tool_from_function
 from kesoku.vocab.errors import ConfigError

@@ -1,4 +1,8 @@
-"""The openai backend's errors and retries: the real openai SDK against the wire-level fake."""
+"""The openai backend's errors and retries: the real openai SDK against the wire-level fake.
+
+What every backend does (retries, dropped and stalled streams, cancellation) is checked by the
+backend contract, tests/test_backend_contract.py; here what is OpenAI's own.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +12,20 @@ import time
 import pytest
 import trio
 import trio.testing
-from fakes.openai_api import ErrorReply, OpenAIFake, Reply, rate_limited, server_error, text_reply
 from llm_streams import events_of, events_until_error
 from test_openai import Clock, openai, request, user
 from test_openai import (
     pytestmark as pytestmark,
 )  # the same filter: openai's unclosed inner generators
 
+from kesoku.testing.fakes.openai_api import (
+    ErrorReply,
+    OpenAIFake,
+    Reply,
+    rate_limited,
+    server_error,
+    text_reply,
+)
 from kesoku.vocab.ir import TextDelta, ToolResultBlock
 
 # --- errors and retries ---------------------------------------------------------------------------
@@ -22,8 +33,9 @@ from kesoku.vocab.ir import TextDelta, ToolResultBlock
 
 @pytest.mark.parametrize(
     ("header", "value", "wait_s"),
-    [("retry-after", "7", 7.0), ("retry-after-ms", "2500", 2.5), ("retry-after", "date", 28.0)],
-    ids=["seconds", "ms", "http-date"],
+    # retry-after in seconds: the backend contract (tests/test_backend_contract.py)
+    [("retry-after-ms", "2500", 2.5), ("retry-after", "date", 28.0)],
+    ids=["ms", "http-date"],
 )
 async def test_rate_limits_are_retried_after_retry_after(
     header: str, value: str, wait_s: float, autojump_clock: Clock
@@ -42,16 +54,6 @@ async def test_rate_limits_are_retried_after_retry_after(
     assert len(fake.log.requests) == 2 and wait_s <= waited < 40
 
 
-@pytest.mark.parametrize("status", [500, 503, 529, 408, 409])
-async def test_server_errors_are_retried(status: int, autojump_clock: Clock) -> None:
-    fake = OpenAIFake()
-    failure = server_error(status) if status >= 500 else ErrorReply(status, "try again", "conflict")
-    fake.push(failure, failure, text_reply("finally"))
-    async with openai(fake) as llm:
-        events = await events_of(llm, request())
-    assert events[0] == TextDelta("finally") and llm.calls == 3
-
-
 async def test_retries_run_out_with_a_one_line_error(autojump_clock: Clock) -> None:
     fake = OpenAIFake()
     fake.push(*[server_error(503)] * 3)
@@ -63,18 +65,16 @@ async def test_retries_run_out_with_a_one_line_error(autojump_clock: Clock) -> N
     assert (error.status, error.retryable, error.auth) == (503, True, False) and llm.calls == 3
 
 
-@pytest.mark.parametrize("status", [401, 403])
-async def test_auth_errors_are_never_retried(status: int) -> None:
+async def test_a_wrong_key_is_an_auth_error_never_retried() -> None:
+    # A 403 (and a 401 whatever its cause): the backend contract (tests/test_backend_contract.py).
     fake = OpenAIFake()
-    fake.push(ErrorReply(status, "You are not allowed to use this model.", "invalid_request_error"))
-    key = "sk-wrong" if status == 401 else fake.api_key
-    async with openai(fake, api_key=key) as llm:
+    fake.push(ErrorReply(401, "You are not allowed to use this model.", "invalid_request_error"))
+    async with openai(fake, api_key="sk-wrong") as llm:
         _, error = await events_until_error(llm, request())
-    if status == 401:
-        assert str(error).startswith(
-            "openai: HTTP 401 invalid_request_error: Incorrect API key provided: sk-wrong."
-        )
-    assert (error.status, error.auth, error.retryable) == (status, True, False) and llm.calls == 1
+    assert str(error).startswith(
+        "openai: HTTP 401 invalid_request_error: Incorrect API key provided: sk-wrong."
+    )
+    assert (error.status, error.auth, error.retryable) == (401, True, False) and llm.calls == 1
 
 
 async def test_a_bad_request_is_final_and_quotes_the_server_in_one_line() -> None:

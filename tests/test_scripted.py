@@ -1,5 +1,8 @@
 """The scripted backend:
-replay order, chunks, delays, retries through the base, errors, scenario files."""
+replay order, chunks, delays, retries through the base, errors, scenario files.
+
+The retries of retryable steps are checked by the backend contract, tests/test_backend_contract.py.
+"""
 
 from __future__ import annotations
 
@@ -72,16 +75,6 @@ async def test_delays_use_the_trio_clock(autojump_clock: trio.testing.MockClock)
     start = trio.current_time()
     assert await collect(llm) == [TextDelta("a"), TextDelta("b")]
     assert trio.current_time() - start == pytest.approx(10)
-
-
-async def test_a_retryable_error_step_is_retried_by_the_base(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    llm = ScriptedLLM(
-        [{"error": {"message": "overloaded", "status": 529, "retryable": True}}, {"text": "ok"}]
-    )
-    assert await collect(llm) == [TextDelta("ok")]
-    assert llm.calls == 2
 
 
 async def test_errors_that_are_not_retried() -> None:

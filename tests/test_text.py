@@ -21,12 +21,6 @@ import msgspec
 import pytest
 import trio
 import yaml
-from fakes.anthropic_api import AnthropicFake, Text, ToolUse
-from fakes.anthropic_api import Reply as ClaudeReply
-from fakes.gemini_api import GeminiFake
-from fakes.gemini_replies import call, chunk, reply
-from fakes.gemini_replies import text as text_part
-from fakes.openai_api import Call, OpenAIFake, Reply
 from hypothesis import given
 from hypothesis import strategies as st
 from llm_streams import events_of
@@ -44,6 +38,12 @@ from kesoku.llm.openai import decode_arguments
 from kesoku.observe.trace import render_trace
 from kesoku.observe.turnlog_writer import TurnLogWriter
 from kesoku.testing import ScriptedLLM
+from kesoku.testing.fakes.anthropic_api import AnthropicFake, Text, ToolUse
+from kesoku.testing.fakes.anthropic_api import Reply as ClaudeReply
+from kesoku.testing.fakes.gemini_api import GeminiFake
+from kesoku.testing.fakes.gemini_replies import call, chunk, reply
+from kesoku.testing.fakes.gemini_replies import text as text_part
+from kesoku.testing.fakes.openai_api import Call, OpenAIFake, Reply
 from kesoku.tools.base import Tool, ToolContext
 from kesoku.tools.files import file_tools
 from kesoku.tools.paths import PathGates

@@ -16,7 +16,6 @@ from typing import Any
 import msgspec
 import pytest
 import trio
-from fakes.openai_api import Call, OpenAIFake, Reply, ServerKind, prompt_size
 from runtime_harness import serve_runtime
 from sandboxing import sandbox_for
 from test_compaction import SMALL_WINDOW, policy, seed, views
@@ -27,6 +26,7 @@ from kesoku.config.settings import SandboxConfig, ShellConfig
 from kesoku.llm.openai import OpenAILLM
 from kesoku.llm.windows import parse_window, server_root
 from kesoku.testing import ScriptedLLM
+from kesoku.testing.fakes.openai_api import Call, OpenAIFake, Reply, ServerKind, prompt_size
 from kesoku.tools.base import Tool, ToolContext
 from kesoku.tools.execute import WRAPPER_BYTES
 from kesoku.tools.sandbox import Sandbox

@@ -1,1 +1,4 @@
-"""Wire-level fakes of the model APIs, served on loopback for the real SDKs to talk to."""
+"""Wire-level fakes of the chat platforms (Discord, Google Chat).
+
+The model APIs' fakes are public, in :mod:`kesoku.testing.fakes`.
+"""

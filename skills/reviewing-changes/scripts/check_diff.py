@@ -4,8 +4,9 @@
 Usage:
     python check_diff.py [--staged | --base REF] [--repo PATH]
 
-Without options it checks the working tree against HEAD (staged and unstaged changes); --staged checks
-only what `git commit` would record; --base REF checks everything since REF (a branch or commit).
+Without options it checks the working tree against HEAD (staged and unstaged changes); --staged
+checks only what `git commit` would record; --base REF checks everything since REF (a branch or
+commit).
 
 It prints a summary (files, lines added and removed) and findings on added lines, each as
 `path:line: LEVEL: what`:

@@ -1,6 +1,8 @@
-"""Scripted answers for the Gemini API fake (:mod:`fakes.gemini_api`): the replies and the JSON
-pieces they are built from (``GenerateContentResponse`` chunks, usage metadata, Google API error
-bodies)."""
+"""Scripted answers for the Gemini API fake (:mod:`kesoku.testing.fakes.gemini_api`).
+
+The replies and the JSON pieces they are built from: ``GenerateContentResponse`` chunks, usage
+metadata, Google API error bodies.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +10,9 @@ import base64
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from kesoku.testing.backends import Failure
+from kesoku.testing.backends import Reply as ContractReply
 
 
 @dataclass
@@ -140,6 +145,20 @@ def error_body(
     return {"error": err}
 
 
+def contract_reply(reply: ContractReply) -> Reply:
+    """The fake's reply for a provider-neutral one of :mod:`kesoku.testing.backends`."""
+    if isinstance(reply, Failure):
+        retry_after = None if reply.retry_after_s is None else f"{reply.retry_after_s:g}"
+        return error(reply.status, reply.message, retry_after=retry_after)
+    chunks = [chunk(text(piece)) for piece in reply.text]
+    if reply.tool_calls:
+        chunks.append(chunk(*(call(c.name, dict(c.arguments), id=c.id) for c in reply.tool_calls)))
+    finish = "MAX_TOKENS" if reply.stop == "max_tokens" else "STOP"
+    tokens = usage(reply.usage.input_tokens, reply.usage.output_tokens)
+    chunks.append(chunk(finish=finish, usage_metadata=tokens))
+    return Reply(chunks=chunks, cut_after=reply.cut_after, delay_s=reply.stall_s)
+
+
 def error(
     code: int,
     message: str,
@@ -148,8 +167,11 @@ def error(
     retry_delay: str | None = None,
     reason: str | None = None,
 ) -> Reply:
-    """An HTTP error reply; ``retry_delay`` (``"7s"``) adds a ``google.rpc.RetryInfo``,
-    ``reason`` an ErrorInfo."""
+    """An HTTP error reply.
+
+    ``retry_after`` is sent as the ``retry-after`` header; ``retry_delay`` (``"7s"``) adds a
+    ``google.rpc.RetryInfo``, ``reason`` an ErrorInfo.
+    """
     details: list[dict[str, Any]] = []
     if retry_delay is not None:
         details.append(

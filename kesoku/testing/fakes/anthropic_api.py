@@ -33,15 +33,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from .server import RequestLog, serve_app
+from kesoku.testing.backends import Failure
+from kesoku.testing.backends import Reply as ContractReply
+from kesoku.testing.fakes.server import RequestLog, serve_app
 
 
 @dataclass
 class Text:
-    """A text block, streamed in ``chunks`` deltas."""
+    """A text block, streamed in ``chunks`` deltas (a count of even pieces, or the pieces)."""
 
     text: str
-    chunks: int = 1
+    chunks: int | tuple[str, ...] = 1
 
 
 @dataclass
@@ -89,6 +91,7 @@ class Reply:
         interleave_tools: Start every tool_use block first, then send their JSON deltas round-robin.
         cut_after: Drop the connection after this many SSE events (no clean end of the body).
         error_after: ``(events, error type, message)``: an ``event: error`` after that many events.
+        delay: ``(events, seconds)``: sleep before the event after that many (a stalled stream).
     """
 
     blocks: list[Block] = field(default_factory=list)
@@ -97,6 +100,7 @@ class Reply:
     interleave_tools: bool = False
     cut_after: int | None = None
     error_after: tuple[int, str, str] | None = None
+    delay: tuple[int, float] | None = None
 
 
 @dataclass
@@ -111,20 +115,62 @@ class ErrorReply:
 
 
 def rate_limited(retry_after_s: float) -> ErrorReply:
+    """HTTP 429 ``rate_limit_error`` with a ``retry-after`` header."""
     message = "Number of request tokens has exceeded your per-minute rate limit"
     return ErrorReply(429, "rate_limit_error", message, {"retry-after": f"{retry_after_s:g}"})
 
 
 def overloaded() -> ErrorReply:
+    """HTTP 529 ``overloaded_error``."""
     return ErrorReply(529, "overloaded_error", "Overloaded")
 
 
 def server_error() -> ErrorReply:
+    """HTTP 500 ``api_error``."""
     return ErrorReply(500, "api_error", "Internal server error")
 
 
 def text_reply(text: str, **usage: int) -> Reply:
+    """A one-block text answer; ``usage`` overrides the default counts (10 in, 5 out)."""
     return Reply([Text(text)], usage={"input_tokens": 10, "output_tokens": 5, **usage})
+
+
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    408: "timeout_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
+
+
+def contract_reply(reply: ContractReply) -> Reply | ErrorReply:
+    """The fake's reply for a provider-neutral one of :mod:`kesoku.testing.backends`."""
+    if isinstance(reply, Failure):
+        kind = _ERROR_TYPES.get(
+            reply.status, "api_error" if reply.status >= 500 else "invalid_request_error"
+        )
+        headers = {} if reply.retry_after_s is None else {"retry-after": f"{reply.retry_after_s:g}"}
+        return ErrorReply(reply.status, kind, reply.message, headers)
+    blocks: list[Block] = []
+    if reply.text:
+        blocks.append(Text("".join(reply.text), chunks=reply.text))
+    blocks += [ToolUse(c.id, c.name, dict(c.arguments)) for c in reply.tool_calls]
+    # events: message_start, ping, then content_block_start and the text deltas
+    cut = None if reply.cut_after is None else 3 + reply.cut_after if reply.cut_after else 2
+    return Reply(
+        blocks,
+        usage={
+            "input_tokens": reply.usage.input_tokens,
+            "output_tokens": reply.usage.output_tokens,
+        },
+        stop_reason="max_tokens" if reply.stop == "max_tokens" else None,
+        cut_after=cut,
+        delay=(0, reply.stall_s) if reply.stall_s else None,
+    )
 
 
 Handler = Callable[[dict[str, Any]], Reply | ErrorReply]
@@ -345,7 +391,12 @@ def _events(reply: Reply, model: str) -> list[tuple[str, dict[str, Any]]]:
     for i, block in enumerate(reply.blocks):
         if isinstance(block, Text):
             start(i, {"type": "text", "text": ""})
-            for piece in _pieces(block.text, block.chunks):
+            pieces = (
+                list(block.chunks)
+                if isinstance(block.chunks, tuple)
+                else _pieces(block.text, block.chunks)
+            )
+            for piece in pieces:
                 delta(i, {"type": "text_delta", "text": piece})
             stop(i)
         elif isinstance(block, Thinking):
@@ -385,8 +436,11 @@ def _events(reply: Reply, model: str) -> list[tuple[str, dict[str, Any]]]:
 
 
 class _SSE:
-    """The body of a streamed reply; a class, not an async generator, so a client that goes away
-    early leaves nothing suspended for trio to report at garbage collection."""
+    """The body of a streamed reply.
+
+    A class, not an async generator, so a client that goes away early leaves nothing suspended for
+    trio to report at garbage collection.
+    """
 
     def __init__(self, reply: Reply, model: str) -> None:
         self.reply = reply
@@ -398,8 +452,11 @@ class _SSE:
         return self
 
     async def __anext__(self) -> bytes:
-        await trio.lowlevel.checkpoint()
         n, reply = self.sent, self.reply
+        if reply.delay is not None and n == reply.delay[0]:
+            await trio.sleep(reply.delay[1])
+        else:
+            await trio.lowlevel.checkpoint()
         if self.done or n == len(self.events):
             raise StopAsyncIteration
         self.sent += 1

@@ -34,7 +34,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from .server import RequestLog, serve_app
+from kesoku.testing.backends import Failure
+from kesoku.testing.backends import Reply as ContractReply
+from kesoku.testing.fakes.server import RequestLog, serve_app
 
 
 @dataclass
@@ -48,6 +50,7 @@ class Call:
 
     @property
     def json(self) -> str:
+        """The arguments as the API streams them."""
         if isinstance(self.arguments, str):
             return self.arguments
         return json.dumps(self.arguments, separators=(",", ":"), ensure_ascii=False)
@@ -62,7 +65,7 @@ class Reply:
     """A successful response.
 
     Attributes:
-        text: The answer, streamed in ``chunks`` deltas.
+        text: The answer, streamed in ``chunks`` deltas (a count of even pieces, or the pieces).
         reasoning: Thinking text, streamed before the answer under ``reasoning_key``
             (``reasoning_content``, ``reasoning``, or ``both``: the same text under each).
         calls: Tool calls, streamed in ``style``: ``split`` (OpenAI: the id and name in the first
@@ -79,7 +82,7 @@ class Reply:
     """
 
     text: str = ""
-    chunks: int = 1
+    chunks: int | tuple[str, ...] = 1
     reasoning: str = ""
     reasoning_key: str = "reasoning_content"
     calls: list[Call] = field(default_factory=list)
@@ -114,11 +117,13 @@ class ErrorReply:
 
 
 def rate_limited(retry_after: str, header: str = "retry-after") -> ErrorReply:
+    """HTTP 429 ``rate_limit_exceeded`` with ``retry_after`` in ``header``."""
     message = "Rate limit reached for gpt-5-mini in organization org-fake on tokens per min (TPM)."
     return ErrorReply(429, message, "tokens", "rate_limit_exceeded", {header: retry_after})
 
 
 def server_error(status: int = 500) -> ErrorReply:
+    """An HTTP 5xx ``server_error`` with OpenAI's message for the status."""
     message = {
         500: "The server had an error while processing your request. Sorry about that!",
         503: "The engine is currently overloaded, please try again later.",
@@ -128,7 +133,35 @@ def server_error(status: int = 500) -> ErrorReply:
 
 
 def text_reply(text: str, **usage: int) -> Reply:
+    """A text answer in one delta; ``usage`` overrides the default counts (10 in, 5 out)."""
     return Reply(text, usage={"prompt_tokens": 10, "completion_tokens": 5, **usage})
+
+
+def contract_reply(reply: ContractReply) -> Reply | ErrorReply:
+    """The fake's reply for a provider-neutral one of :mod:`kesoku.testing.backends`."""
+    if isinstance(reply, Failure):
+        kind = (
+            "server_error"
+            if reply.status >= 500
+            else "requests"
+            if reply.status == 429
+            else "invalid_request_error"
+        )
+        headers = {} if reply.retry_after_s is None else {"retry-after": f"{reply.retry_after_s:g}"}
+        return ErrorReply(reply.status, reply.message, kind, headers=headers)
+    return Reply(
+        "".join(reply.text),
+        chunks=reply.text,
+        calls=[Call(c.id, c.name, dict(c.arguments)) for c in reply.tool_calls],
+        usage={
+            "prompt_tokens": reply.usage.input_tokens,
+            "completion_tokens": reply.usage.output_tokens,
+        },
+        finish_reason="length" if reply.stop == "max_tokens" else "auto",
+        # the opening chunk (the role) counts
+        cut_after=None if reply.cut_after is None else 1 + reply.cut_after,
+        delay=(0, reply.stall_s) if reply.stall_s else None,
+    )
 
 
 Handler = Callable[[dict[str, Any]], Reply | ErrorReply | EmptyReply]
@@ -209,6 +242,7 @@ class OpenAIFake:
 
     @asynccontextmanager
     async def serve(self) -> AsyncIterator[str]:
+        """Serve on loopback; yields the base URL, ending in ``/v1``."""
         async with serve_app(self.app) as url:
             yield f"{url}/v1"
 
@@ -310,8 +344,11 @@ class OpenAIFake:
 
 
 def prompt_size(body: Any) -> int:
-    """The fake's own token count of a request: the characters of every message's content and of the
-    tool schemas, four to a token (deliberately not Kesoku's estimator)."""
+    """The fake's own token count of a request.
+
+    The characters of every message's content and of the tool schemas, four to a token (deliberately
+    not Kesoku's estimator).
+    """
     chars = 0
     for msg in body.get("messages") or ():
         content = msg.get("content")
@@ -457,7 +494,12 @@ def _chunks(reply: Reply, model: str, include_usage: bool) -> list[dict[str, Any
             )
             deltas.append(dict.fromkeys(keys, reply.reasoning))
         if reply.text:
-            deltas += [{"content": piece} for piece in _pieces(reply.text, reply.chunks)]
+            pieces = (
+                list(reply.chunks)
+                if isinstance(reply.chunks, tuple)
+                else _pieces(reply.text, reply.chunks)
+            )
+            deltas += [{"content": piece} for piece in pieces]
         deltas += _call_deltas(reply)
     chunks = [chunk({"role": "assistant", "content": "", "refusal": None})]
     finish = _finish_reason(reply)
@@ -472,8 +514,11 @@ def _chunks(reply: Reply, model: str, include_usage: bool) -> list[dict[str, Any
 
 
 class _SSE:
-    """The body of a streamed reply; a class, not an async generator, so a client that goes away
-    early leaves nothing suspended for trio to report at garbage collection."""
+    """The body of a streamed reply.
+
+    A class, not an async generator, so a client that goes away early leaves nothing suspended for
+    trio to report at garbage collection.
+    """
 
     def __init__(self, reply: Reply, model: str, include_usage: bool) -> None:
         self.reply = reply
@@ -506,9 +551,11 @@ class _SSE:
 
 
 def wire_json(value: Any) -> str:
-    """JSON as the API sends it: UTF-8 text, but a lone surrogate (which UTF-8 cannot carry) as its
-    ``\\u`` escape (``\\ud800``), the only way JSON can hold one (RFC 8259 §7 allows it; §8.2
-    leaves it to the reader)."""
+    r"""JSON as the API sends it: UTF-8 text, lone surrogates escaped.
+
+    A lone surrogate (which UTF-8 cannot carry) goes as its ``\u`` escape (``\ud800``), the only
+    way JSON can hold one (RFC 8259 §7 allows it; §8.2 leaves it to the reader).
+    """
     text = json.dumps(value, ensure_ascii=False)
     try:
         text.encode()

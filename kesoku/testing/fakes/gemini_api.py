@@ -1,18 +1,18 @@
 """A wire-level fake of the Gemini API (and its Vertex AI paths) for google-genai to talk to.
 
-Serve ``GeminiFake().app`` with :func:`fakes.server.serve_app`. It answers:
+Serve ``GeminiFake().app`` with :func:`kesoku.testing.fakes.server.serve_app`. It answers:
 
 - ``POST /{v1,v1beta,v1beta1}/models/{model}:streamGenerateContent?alt=sse`` (and
   ``:generateContent``) and the Vertex form
   ``/{version}/projects/{p}/locations/{l}/publishers/google/models/{model}:...``;
 - ``POST .../cachedContents``, ``GET``/``DELETE .../cachedContents/{id}`` on both.
 
-Each generate call takes the next scripted :class:`~fakes.gemini_replies.Reply` (else asks
-``handler``): SSE events of ``GenerateContentResponse`` JSON, an HTTP error, a stream cut after some
-events, or an error event in the stream. Requests are first checked against the API's documented
-rules and a broken rule is answered like the real API, with ``400 {"error": {"code": 400, "message":
-..., "status": "INVALID_ARGUMENT"}}`` (Gemini API, "Function calling" and "Thought signatures"; the
-message texts are the API's own where known):
+Each generate call takes the next scripted :class:`~kesoku.testing.fakes.gemini_replies.Reply`
+(else asks ``handler``): SSE events of ``GenerateContentResponse`` JSON, an HTTP error, a stream
+cut after some events, or an error event in the stream. Requests are first checked against the
+API's documented rules and a broken rule is answered like the real API, with ``400 {"error":
+{"code": 400, "message": ..., "status": "INVALID_ARGUMENT"}}`` (Gemini API, "Function calling" and
+"Thought signatures"; the message texts are the API's own where known):
 
 - contents present; roles ``user`` or ``model``; no empty ``parts``; each part sets one data field;
   no empty text; inline data with a MIME type and base64 data;
@@ -30,7 +30,8 @@ message texts are the API's own where known):
 credentials can be refreshed against the fake.
 
 google-genai writes some keys in snake case (``parameters_json_schema``, ``thinking_config``
-fields); proto JSON accepts both spellings, and so does this fake."""
+fields); proto JSON accepts both spellings, and so does this fake.
+"""
 
 from __future__ import annotations
 
@@ -49,8 +50,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from fakes.gemini_replies import Reply, error_body, unb64
-from fakes.server import Recorded, RequestLog
+from kesoku.testing.fakes.gemini_replies import Reply, error_body, unb64
+from kesoku.testing.fakes.server import Recorded, RequestLog
 
 # Starlette's streaming response imports anyio's trio backend at its first use (about 30 ms of CPU):
 # imported here, so that never happens inside a test's event loop (the blocking detector would fail
@@ -165,13 +166,16 @@ class GeminiFake:
 
     @property
     def generate_calls(self) -> list[Recorded]:
+        """The generate requests received, in order."""
         return [r for r in self.log.requests if "enerateContent" in r.path]
 
     @property
     def cache_calls(self) -> list[Recorded]:
+        """The context-cache requests received (create, get, delete), in order."""
         return [r for r in self.log.requests if "/cachedContents" in r.path]
 
     def push(self, *replies: Reply) -> None:
+        """Queue replies to generate calls, one per call."""
         self.replies.extend(replies)
 
     def issue(self, *signatures: bytes) -> None:
@@ -550,8 +554,7 @@ def _call_key(fc: dict[str, Any]) -> str:
 
 
 def _merge(chunks: list[dict[str, Any]]) -> dict[str, Any]:
-    """The non-streaming response: the chunks' parts in one candidate,
-    the last finish reason and usage."""
+    """The non-streaming response: the chunks' parts in one candidate, the last finish and usage."""
     parts: list[dict[str, Any]] = []
     merged: dict[str, Any] = {
         "candidates": [{"index": 0, "content": {"role": "model", "parts": parts}}]
