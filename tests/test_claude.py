@@ -15,7 +15,8 @@ from llm_streams import events_of, events_until_error
 from runtime_harness import serve_runtime
 
 from kesoku.config.settings import ClaudeConfig, Config
-from kesoku.llm.claude import ClaudeLLM, tool_loop_opens_with_thinking, uses_adaptive_thinking
+from kesoku.llm.claude import ClaudeLLM
+from kesoku.llm.claude_convert import tool_loop_opens_with_thinking, uses_adaptive_thinking
 from kesoku.testing.fakes.anthropic_api import (
     AnthropicFake,
     Redacted,

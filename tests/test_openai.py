@@ -15,7 +15,8 @@ from llm_streams import events_of, events_until_error
 from runtime_harness import serve_runtime
 
 from kesoku.config.settings import Config, OpenAIConfig
-from kesoku.llm.openai import OpenAILLM, decode_arguments, stream_error_is_retryable
+from kesoku.llm.openai import OpenAILLM, stream_error_is_retryable
+from kesoku.llm.openai_convert import decode_arguments
 from kesoku.testing.fakes.openai_api import (
     Call,
     OpenAIFake,

@@ -34,7 +34,7 @@ from test_mcp import manager, serving
 from test_openai import openai
 
 from kesoku.config.settings import McpStdioServer
-from kesoku.llm.openai import decode_arguments
+from kesoku.llm.openai_convert import decode_arguments
 from kesoku.observe.trace import render_trace
 from kesoku.observe.turnlog_writer import TurnLogWriter
 from kesoku.testing import ScriptedLLM
