@@ -1,4 +1,8 @@
-"""Delivery once: across adapter restarts (the saved cursor) and Discord's reconnects (replays)."""
+"""Delivery once across Discord's reconnects (replays); the token.
+
+Delivery once across adapter restarts (the saved cursor) is the adapter contract's
+(test_adapter_contract.py).
+"""
 
 from __future__ import annotations
 
@@ -6,33 +10,10 @@ from pathlib import Path
 
 import pytest
 from kesoku_discord.adapter import bot_token
-from test_discord_adapter import config_for, discord_bot, running_adapter
+from test_discord_adapter import config_for, discord_bot
 
 from kesoku.vocab.errors import OperatorError
-from kesoku.vocab.model import Kind, Role, in_turn
-
-
-async def test_replies_written_while_the_adapter_was_down_are_delivered_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    async with discord_bot(tmp_path, monkeypatch) as bot:
-        fake = bot.fake
-        thread = int(fake.user_says(bot.general, bot.alice, "before the restart")["id"])
-        before = await bot.reply_in(thread)
-        cursor_name = "adapter:discord"
-        # The adapter stops; the runtime goes on and writes a reply meanwhile.
-        await bot.adapter_scope_cancel()
-        (session,) = bot.sessions()
-        root = next(m for m in bot.h.history(session) if m.role is Role.USER)
-        late = await bot.h.gateway.post(
-            in_turn(root, Role.ASSISTANT, Kind.TEXT, "written while you were away")
-        )
-        assert (bot.h.store.get_cursor(cursor_name) or 0) < late.id
-        async with running_adapter(bot, config_for(tmp_path)):
-            await fake.wait_for(lambda: bot.h.store.get_cursor(cursor_name) == late.id)
-        texts = [m["content"] for m in fake.bot_messages(thread)]
-        assert texts == [m["content"] for m in before] + ["written while you were away"]
-        assert fake.identifies == 2
+from kesoku.vocab.model import Role
 
 
 async def test_a_reconnect_resumes_and_replayed_messages_are_dropped(

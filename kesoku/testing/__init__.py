@@ -7,6 +7,9 @@
 - :func:`check_backend_contract` with :class:`ContractFake`, :class:`Answer` and :class:`Failure`
   (:mod:`kesoku.testing.backends`): the contract every model backend keeps, checked against a fake
   of its provider;
+- :mod:`kesoku.testing.adapters` (imported by name: it loads the store): ``check_adapter_contract``,
+  the contract every chat adapter keeps, driven through a ``PlatformDriver`` of its platform's
+  fake, with ``FunctionLLM``, ``memory_gateway`` and ``serve_adapter_runtime``;
 - :mod:`kesoku.testing.fakes`: wire-level fakes of the Anthropic, OpenAI and Gemini APIs, served
   on loopback (the ``testing`` extra: starlette and hypercorn), imported only by name.
 
