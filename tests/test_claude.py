@@ -396,10 +396,11 @@ async def test_thinking_is_left_off_in_a_tool_loop_that_opened_without_signed_th
     assert in_loop["messages"][1]["content"] == [
         {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {"city": "Oslo"}}
     ]
+    # 24000 capped to 16384 - 1024
     assert after_loop["thinking"] == {
         "type": "enabled",
         "budget_tokens": 15_360,
-    }  # 24000 capped to 16384 - 1024
+    }
     assert fake.rejections == []
 
 

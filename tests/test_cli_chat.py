@@ -281,9 +281,8 @@ def test_nothing_to_ask_and_unknown_session_are_one_line(tmp_path: Path) -> None
     )
     assert chat(tmp_path, "first").returncode == 0
     (sid, *_) = history(tmp_path)[0]
-    short = chat(
-        tmp_path, "--session", sid[:1], "hi"
-    )  # the start of a real id, but too short to try
+    # the start of a real id, but too short to try
+    short = chat(tmp_path, "--session", sid[:1], "hi")
     assert (short.returncode, short.stdout) == (2, "")
     assert short.stderr == (
         f"kesoku: --session {sid[:1]}: no such session; give at least 4 characters of the id"
@@ -428,9 +427,8 @@ def test_interactive_streams_the_answer_and_exits_on_ctrl_d(tmp_path: Path) -> N
         term.wait_for("📥 shell · completed · hi")
         term.wait_for("The capital of France is Paris.")
         term.wait_for("⚡ turn 1 · context 2K · 1 tool call · 3K tokens")
-        assert (
-            term.screen.count("The capital of France is Paris.") == 1
-        )  # streamed, then never again
+        # streamed, then never again
+        assert term.screen.count("The capital of France is Paris.") == 1
         term.type("/compact\r")
         term.wait_for("🗜 nothing to compact (/compact)")
         term.type("\x04")  # Ctrl-D on an empty line
@@ -547,9 +545,8 @@ def test_interactive_asks_and_y_allows(tmp_path: Path) -> None:
     finally:
         term.kill()
     assert (tmp_path / "outside.txt").read_text() == "written with consent\n"
-    assert "y" not in [
-        r[3] for r in history(tmp_path) if r[1] == Role.USER
-    ]  # an answer, not a message
+    # an answer, not a message
+    assert "y" not in [r[3] for r in history(tmp_path) if r[1] == Role.USER]
 
 
 def test_a_setup_error_leaves_no_database_behind(tmp_path: Path) -> None:

@@ -70,9 +70,8 @@ def test_sigterm_stops_a_one_shot_turn_and_kills_its_tool(tmp_path: Path) -> Non
     finally:
         store.close()
     assert Status.PROCESSING not in statuses  # not left half-run for a later start to resume
-    threading.Event().wait(
-        5
-    )  # past the tool's 4 s: a surviving shell would have written the marker
+    # past the tool's 4 s: a surviving shell would have written the marker
+    threading.Event().wait(5)
     assert not marker.exists()
 
 
@@ -109,9 +108,8 @@ def test_sigterm_or_a_closed_terminal_stops_the_turn_and_kills_its_tool(tmp_path
     finally:
         store.close()
     assert Status.PROCESSING not in statuses  # not left half-run for a later start to resume
-    threading.Event().wait(
-        5
-    )  # past the tools' 4 s: a surviving shell would have written the marker
+    # past the tools' 4 s: a surviving shell would have written the marker
+    threading.Event().wait(5)
     assert not marker.exists()
 
 
@@ -138,9 +136,8 @@ def test_kill_9_of_a_chat_leaves_no_process_of_its_tool(tmp_path: Path, mode: st
         deadline = time.monotonic() + 10
         while len(running(mark, exact=True)) < 2 and time.monotonic() < deadline:
             threading.Event().wait(0.02)
-        assert (
-            len(running(mark, exact=True)) >= 2
-        )  # the sleep in the background and the one in front
+        # the sleep in the background and the one in front
+        assert len(running(mark, exact=True)) >= 2
         proc.kill()
         proc.communicate(timeout=10)
         deadline = time.monotonic() + 5

@@ -208,9 +208,8 @@ def test_stop_lets_a_running_tool_finish_and_the_turn_resumes_at_the_next_start(
     history = messages(tmp_path, session)
     assert history[-1].metadata.outcome is Outcome.COMPLETED
     assert history[-1].content.splitlines()[1] == "slept"
-    assert (
-        history[0].status is Status.PROCESSING
-    )  # cut while thinking: it resumes at the next start
+    # cut while thinking: it resumes at the next start
+    assert history[0].status is Status.PROCESSING
     again = Daemon(tmp_path)
     try:
         again.wait_line(f"session {session} (test): ⚡ turn 1", timeout_s=30)
@@ -311,6 +310,7 @@ def test_each_adapter_failure_is_one_line_and_the_others_keep_running(tmp_path: 
         "adapter broken failed: RuntimeError: no token configured; restart 1 in 1 s | Traceback"
     )
     assert all(" | RuntimeError: no token configured" in ln for ln in broken)
+    # off, terminal and the disabled discord and gchat adapters say nothing
     assert adapter_lines == [
         *broken,
         "adapter good: started",
@@ -318,7 +318,7 @@ def test_each_adapter_failure_is_one_line_and_the_others_keep_running(tmp_path: 
         "'kesoku_nonexistent_sdk'",
         "adapter noserve: enabled, but kesoku_fake_adapters:noserve has no serve() (not built "
         "yet); skipped",
-    ]  # off, terminal and the disabled discord and gchat adapters say nothing
+    ]
 
 
 def test_a_chat_and_a_daemon_on_one_database_answer_once(tmp_path: Path) -> None:
@@ -390,9 +390,8 @@ def test_a_turn_whose_tool_a_shutdown_killed_is_answered_after_the_restart(tmp_p
     try:
         daemon.wait_line("ready")
         session, root = post(tmp_path, "test", "run the slow one")
-        eventually(
-            lambda: len(messages(tmp_path, session)) == 2
-        )  # the call is posted: the tool runs
+        # the call is posted: the tool runs
+        eventually(lambda: len(messages(tmp_path, session)) == 2)
         assert daemon.stop() == 0  # the grace (0.5 s) runs out: the tool is killed
     finally:
         daemon.kill()
@@ -403,9 +402,8 @@ def test_a_turn_whose_tool_a_shutdown_killed_is_answered_after_the_restart(tmp_p
         "[killed] shell was killed: Kesoku shut down (agent.shutdown_grace_s = 0.5 s ran out); "
         "the turn resumes after the restart."
     )
-    assert (
-        messages(tmp_path, session)[0].status is Status.PROCESSING
-    )  # left to resume, not interrupted
+    # left to resume, not interrupted
+    assert messages(tmp_path, session)[0].status is Status.PROCESSING
     (tmp_path / "scenario.yaml").write_text(AFTER_RESTART)
     again = Daemon(tmp_path)
     try:

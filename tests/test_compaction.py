@@ -93,9 +93,8 @@ def views(h: Harness) -> ViewState | None:
 async def test_evicting_long_results_is_enough_and_the_active_task_stays(tmp_path: Path) -> None:
     llm = ScriptedLLM([{"text": "done"}])
     async with serve_runtime(tmp_path, llm, compaction=policy()) as h:
-        await seed(
-            h, 50, result_chars=1500
-        )  # ~50 × 390 tokens, mostly results under 2,000 chars: stubs
+        # ~50 × 390 tokens, mostly results under 2,000 chars: stubs
+        await seed(h, 50, result_chars=1500)
         count = len(h.history())
         await h.say("the new request, verbatim")
         metrics = await h.turn_end()
@@ -118,9 +117,8 @@ async def test_archive_lines_then_a_model_summary(tmp_path: Path) -> None:
         [{"text": "## Notes\n- questions 0-159 were about notes/N.txt"}, {"text": "done"}]
     )
     async with serve_runtime(tmp_path, llm, compaction=policy(SMALL_WINDOW)) as h:
-        await seed(
-            h, 160, result_chars=50, user_chars=100
-        )  # many small turns: only a summary is small enough
+        # many small turns: only a summary is small enough
+        await seed(h, 160, result_chars=50, user_chars=100)
         await h.say("latest")
         await h.turn_end()
         view = views(h)
@@ -133,9 +131,8 @@ async def test_archive_lines_then_a_model_summary(tmp_path: Path) -> None:
     head = request.turns[0].blocks[0]
     assert isinstance(head, TextBlock) and head.text.startswith("[Compacted context")
     assert "questions 0-159 were about" in head.text
-    assert (
-        "Files read earlier: " in head.text and "notes/110.txt" in head.text
-    )  # the newest 50 stay listed
+    # the newest 50 stay listed
+    assert "Files read earlier: " in head.text and "notes/110.txt" in head.text
     assert check_turns(request.turns) == []
     assert tokens(request) < 0.85 * SMALL_WINDOW
     assert request.turns[-1].blocks[-1] == TextBlock("latest")
@@ -258,9 +255,8 @@ async def test_mid_turn_compaction_keeps_the_turns_own_tool_pairs(tmp_path: Path
         view = views(h)
     first, second = llm.requests
     assert view is not None and view.reason == "auto"
-    assert (
-        tokens(first) < 0.85 * WINDOW
-    )  # the first step fitted; the echo result tipped the second over
+    # the first step fitted; the echo result tipped the second over
+    assert tokens(first) < 0.85 * WINDOW
     results = [
         b
         for t in second.turns
@@ -333,6 +329,5 @@ async def test_claude_over_the_wire_refuses_a_long_prompt_and_the_compacted_retr
     refused, retried = fake.bodies
     assert len(str(retried["messages"])) < len(str(refused["messages"]))
     assert "[evicted to save context" in str(retried["messages"])
-    assert "the task in progress" in str(
-        retried["messages"][-1]["content"]
-    )  # the active request, verbatim
+    # the active request, verbatim
+    assert "the task in progress" in str(retried["messages"][-1]["content"])

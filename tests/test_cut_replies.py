@@ -68,9 +68,8 @@ def assert_not_run(h: Harness, history: list[Message], cut: str) -> None:
 # -- OpenAI-compatible: OpenAI, llama.cpp, Ollama --------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "style", ["split", "whole"]
-)  # OpenAI / llama.cpp fragments; Ollama's whole calls
+# OpenAI / llama.cpp fragments; Ollama's whole calls
+@pytest.mark.parametrize("style", ["split", "whole"])
 async def test_openai_length_runs_no_call(tmp_path: Path, style: Any) -> None:
     fake = OpenAIFake()
     cut = OpenAIReply(

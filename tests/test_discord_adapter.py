@@ -345,9 +345,8 @@ async def test_files_are_uploaded_under_the_sharing_rule(
     shared.mkdir()
     (shared / "report.txt").write_text("the report")
     (shared / "huge.bin").touch()
-    os.truncate(
-        shared / "huge.bin", 11 * 1024 * 1024
-    )  # sparse: over the guild's 10 MiB upload limit
+    # sparse: over the guild's 10 MiB upload limit
+    os.truncate(shared / "huge.bin", 11 * 1024 * 1024)
     text = (
         f"Here it is:\n[file: {shared / 'report.txt'}]\nand\n[file: /etc/passwd]\n"
         f"[file: {shared / 'missing.txt'}]\n[file: {shared / 'huge.bin'}]\nDone."

@@ -70,9 +70,8 @@ async def test_a_step_with_no_stop_reason_and_no_content_is_not_a_success() -> N
 
 
 async def test_kesoku_chat_one_shot_exits_1_on_an_empty_200(tmp_path: Path) -> None:
-    fake = OpenAIFake(
-        api_key=None, server="llama.cpp", window=8192
-    )  # its window is asked: no warning
+    # its window is asked: no warning
+    fake = OpenAIFake(api_key=None, server="llama.cpp", window=8192)
     fake.push(EmptyReply(), EmptyReply())
     async with fake.serve() as url:
         (tmp_path / "kesoku.toml").write_text(

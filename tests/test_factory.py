@@ -53,9 +53,8 @@ def test_the_scripted_backend_needs_its_scenario(tmp_path: Path) -> None:
         agent=AgentConfig(llm="gemini", max_retries=7, retry_cap_s=2.5),
         scripted=ScriptedConfig(path=str(scenario)),
     )
-    llm = create_llm(
-        "scripted", cfg
-    )  # a name given explicitly (a session's override) wins over agent.llm
+    # a name given explicitly (a session's override) wins over agent.llm
+    llm = create_llm("scripted", cfg)
     assert isinstance(llm, ScriptedLLM)
     assert (llm.model, llm.source) == ("from-file", str(scenario))
     assert (llm.max_retries, llm.backoff_cap_s) == (7, 2.5)

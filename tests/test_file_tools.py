@@ -425,11 +425,12 @@ async def test_grep(tools: dict[str, Tool], ctx: ToolContext, ws: Path, outside:
     (ws / "outdir").symlink_to(outside)
     (ws / "src" / "link.py").symlink_to(outside / "private.txt")
     result = await call(tools, "grep", ctx, pattern="hello")
+    # not .env, .git/config, the db, nor what the symlinks point to
     assert result.splitlines() == [
         "README.md:2: hello world",
         "src/main.py:2: print('hello')",
         "src/pkg/mod.py:1: def hello():",
-    ]  # not .env, .git/config, the db, nor what the symlinks point to
+    ]
     assert "src/pkg/mod.py:2:     return 'Hello'" in await call(
         tools, "grep", ctx, pattern="HELLO", ignore_case=True
     )
@@ -496,9 +497,8 @@ def test_gates_from_the_config_protect_its_files(tmp_path: Path) -> None:
     folder = config_file.parent
     assert gates.protected_files == (folder / "state" / "k.db", config_file)
     assert gates.readable_roots == ()
-    assert gates.trusted_roots == (
-        folder / "skills",
-    )  # skills are read by absolute path, without taint
+    # skills are read by absolute path, without taint
+    assert gates.trusted_roots == (folder / "skills",)
     assert secret_reason(folder / "state" / "k.db-shm", tmp_path, gates) is not None
     assert secret_reason(config_file, tmp_path, gates) is not None
 

@@ -213,14 +213,12 @@ async def test_writes_by_another_connection_reach_listeners(
     other = Gateway(Store(db_path), gateway.sessions_dir)
     listener = gateway.listen()
     mine_1 = await gateway.post(user_text(session.id, "mine 1"))
-    theirs = await other.post(
-        user_text(session.id, "theirs")
-    )  # no post of ours follows: found by polling
+    # no post of ours follows: found by polling
+    theirs = await other.post(user_text(session.id, "theirs"))
     assert [await anext(listener), await anext(listener)] == [mine_1, theirs]
     theirs_2 = await other.post(user_text(session.id, "theirs 2"))
-    mine_2 = await gateway.post(
-        user_text(session.id, "mine 2")
-    )  # id gap: the listener reads the store
+    # id gap: the listener reads the store
+    mine_2 = await gateway.post(user_text(session.id, "mine 2"))
     assert [await anext(listener), await anext(listener)] == [theirs_2, mine_2]
     await close_store(other.store)
 

@@ -117,9 +117,8 @@ async def test_an_event_not_yet_persisted_is_nacked_at_shutdown_and_posted_after
 ) -> None:
     llm = ScriptedLLM([{"text": "got it"}], loop=True)
     async with gchat_running(tmp_path, llm, reaction=None) as run:
-        gate = run.chat.media_gate = (
-            trio.Event()
-        )  # the attachment download hangs: the event is not posted yet
+        # the attachment download hangs: the event is not posted yet
+        gate = run.chat.media_gate = trio.Event()
         run.chat.media["att-1"] = b"\x89PNG..."
         attachment = {
             "name": "spaces/AAAA/messages/M1.M1/attachments/A1",

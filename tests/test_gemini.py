@@ -100,9 +100,8 @@ async def served(fake: GeminiFake, **kwargs: Any) -> AsyncIterator[GeminiLLM]:
         kwargs.setdefault("context_caching_threshold", None)
         llm = GeminiLLM(base_url=url, timeout_s=30, **kwargs)
         try:
-            await (
-                llm.connect()
-            )  # the client and the SDK's types are built in a thread, before any clock runs
+            # the client and the SDK's types are built in a thread, before any clock runs
+            await llm.connect()
             yield llm
         finally:
             await llm.aclose()
@@ -449,15 +448,12 @@ RESULT = {
     ],
 )
 async def test_the_fake_refuses_what_the_api_refuses(body: dict[str, Any], message: str) -> None:
-    fake = (
-        GeminiFake()
-    )  # no reply scripted: a request that passed the checks would fail differently
-    fake.issue_for_call(
-        "shell", {"command": "ls"}, SIG_A
-    )  # the fake made this call, with a signature
-    http = await trio.to_thread.run_sync(
-        httpx2.AsyncClient
-    )  # it loads TLS certificates: off the loop
+    # no reply scripted: a request that passed the checks would fail differently
+    fake = GeminiFake()
+    # the fake made this call, with a signature
+    fake.issue_for_call("shell", {"command": "ls"}, SIG_A)
+    # it loads TLS certificates: off the loop
+    http = await trio.to_thread.run_sync(httpx2.AsyncClient)
     async with serve_app(fake.app) as url, http:
         headers = {"x-goog-api-key": "test-key"}
         response = await http.post(

@@ -67,10 +67,11 @@ async def test_a_long_prefix_is_cached_reused_then_extended_and_the_old_cache_de
         assert fake.deleted == ["cachedContents/fake1"] and list(fake.caches) == [
             "cachedContents/fake2"
         ]
+    # aclose() deletes the rest
     assert fake.deleted == [
         "cachedContents/fake1",
         "cachedContents/fake2",
-    ]  # aclose() deletes the rest
+    ]
 
 
 async def test_a_changed_prefix_gets_a_new_cache_and_the_cache_count_is_bounded() -> None:
@@ -85,9 +86,8 @@ async def test_a_changed_prefix_gets_a_new_cache_and_the_cache_count_is_bounded(
         assert [g.body["cachedContent"] for g in fake.generate_calls] == [
             f"cachedContents/fake{i + 1}" for i in range(CACHE_SLOTS + 1)
         ]
-        assert fake.deleted == [
-            "cachedContents/fake1"
-        ]  # the least recently used, once a slot was needed
+        # the least recently used, once a slot was needed
+        assert fake.deleted == ["cachedContents/fake1"]
         assert len(fake.caches) == CACHE_SLOTS
 
 

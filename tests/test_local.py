@@ -100,9 +100,8 @@ async def test_plain_answer_streams_text_deltas_then_usage(llm: LocalLLM) -> Non
     deltas = [e for e in events if isinstance(e, TextDelta)]
     assert len(deltas) >= 3
     assert "Jupiter" in text_of(events)
-    assert events[-1] == StopEvent(
-        StopReason.END, "stop"
-    )  # the model ended it: not cut at max_tokens
+    # the model ended it: not cut at max_tokens
+    assert events[-1] == StopEvent(StopReason.END, "stop")
     assert isinstance(events[-2], UsageEvent)
     usage = events[-2].usage
     assert usage.input_tokens > 10  # the chat template, the short system prompt and the question
@@ -116,11 +115,12 @@ async def test_cancel_mid_generation_stops_the_thread_at_the_next_token(llm: Loc
         "You are a storyteller.", (LLMTurn("user", (TextBlock("Tell a long story about a cat."),)),)
     )
     story = LocalLLM(llm.model_path, system_prompt=None, max_tokens=2000)
+    # share the loaded model
     story._llama, story._abort, story.load_s = (
         llm._llama,
         llm._abort,
         llm.load_s,
-    )  # share the loaded model
+    )
     received = 0
     evaluated_at_cancel = 0
     with trio.CancelScope() as scope:
@@ -300,11 +300,12 @@ def test_a_reply_cut_inside_a_tool_call_is_a_cut_reply_the_turn_may_ask_again(
 
 async def test_a_plain_answer_cut_at_max_tokens_says_so(llm: LocalLLM) -> None:
     short = LocalLLM(llm.model_path, max_tokens=3)
+    # share the loaded model
     short._llama, short._abort, short.load_s = (
         llm._llama,
         llm._abort,
         llm.load_s,
-    )  # share the loaded model
+    )
     events = await collect(short, ask("Tell a long story about a cat."))
     assert events[-1] == StopEvent(StopReason.MAX_TOKENS, "length")
 

@@ -105,9 +105,8 @@ def test_1100_pending_sessions_drain_under_a_low_open_file_limit(tmp_path: Path)
     assert "Too many open files" not in text and "Traceback" not in text, text[-3000:]
     assert "recovering 1100 open user message(s)" in text
     assert lines[-1].endswith("info daemon: stopped")
-    assert (
-        len(list((tmp_path / "sessions" / ".locks").glob("*.lock"))) == 1
-    )  # one lock file for all
+    # one lock file for all
+    assert len(list((tmp_path / "sessions" / ".locks").glob("*.lock"))) == 1
 
 
 class NoDescriptors:

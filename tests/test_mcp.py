@@ -286,9 +286,8 @@ async def test_a_sandboxed_server_writes_only_its_folder_and_sees_no_secrets(
             mgr, session, "box__file", {"path": str(home / ".ssh" / "id_rsa")}
         )
     assert inside == f"wrote {folder / 'a.txt'}"
-    assert not (tmp_path / "b.txt").exists(), (
-        outside
-    )  # refused, or written in the sandbox's private /tmp
+    # refused, or written in the sandbox's private /tmp
+    assert not (tmp_path / "b.txt").exists(), outside
     assert secret.startswith("error: ") and "CANARY" not in secret
     assert (folder / "a.txt").read_text() == "x"
 

@@ -48,9 +48,8 @@ def test_offered_names_follow_every_providers_rule_and_map_back(
         assert sorted(mapping.values()) == sorted(tools)  # one offered name per tool, mapped back
         shuffled = tools[:]
         rnd.shuffle(shuffled)
-        assert (
-            tool_names(prefixes[server], shuffled) == mapping
-        )  # the server's listing order does not matter
+        # the server's listing order does not matter
+        assert tool_names(prefixes[server], shuffled) == mapping
         assert not offered.keys() & mapping.keys()  # no two servers share a name
         offered.update(mapping)
 

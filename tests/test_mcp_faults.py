@@ -82,9 +82,8 @@ async def test_a_crash_mid_call_fails_the_call_with_the_reason_then_the_server_i
             "[failed] MCP server fragile went away during the call: the server process ended "
             "(stderr: fatal: the test server crashes on purpose)"
         )
-        assert not any(
-            t.name.startswith("fragile__") for t in mgr.tools()
-        )  # withheld until it is back
+        # withheld until it is back
+        assert not any(t.name.startswith("fragile__") for t in mgr.tools())
         await wait_for(lambda: mgr.statuses()[0].state == "connected")
         text, outcome, _ = await call(mgr, session, "fragile__echo", {"text": "back"})
         assert (text, outcome) == ("back", Outcome.COMPLETED)

@@ -14,9 +14,11 @@ import trio
 import trio.testing
 from llm_streams import events_of, events_until_error
 from test_openai import Clock, openai, request, user
+
+# the same filter: openai's unclosed inner generators
 from test_openai import (
     pytestmark as pytestmark,
-)  # the same filter: openai's unclosed inner generators
+)
 
 from kesoku.testing.fakes.openai_api import (
     ErrorReply,
@@ -41,9 +43,8 @@ async def test_rate_limits_are_retried_after_retry_after(
     header: str, value: str, wait_s: float, autojump_clock: Clock
 ) -> None:
     if value == "date":
-        value = email.utils.formatdate(
-            time.time() + 31, usegmt=True
-        )  # whole seconds, and wall time passes
+        # whole seconds, and wall time passes
+        value = email.utils.formatdate(time.time() + 31, usegmt=True)
     fake = OpenAIFake()
     fake.push(rate_limited(value, header), text_reply("after the wait"))
     async with openai(fake) as llm:
@@ -121,9 +122,8 @@ async def test_a_stream_cut_is_retried_before_any_event_but_not_after(
     autojump_clock: Clock,
 ) -> None:
     fake = OpenAIFake()
-    fake.push(
-        Reply("lost", cut_after=1), text_reply("second try")
-    )  # cut after the opening role chunk
+    # cut after the opening role chunk
+    fake.push(Reply("lost", cut_after=1), text_reply("second try"))
     fake.push(Reply("partial answer", chunks=3, cut_after=3), text_reply("never sent"))
     async with openai(fake) as llm:
         events = await events_of(llm, request())

@@ -109,9 +109,8 @@ def test_path_problem_names_each_reason_and_passes_a_normal_path() -> None:
     assert path_problem("/" + "é" * 127) is None  # 254 bytes: within a name's limit
     assert path_problem("/" + "é" * 128) == "a name in it is too long (256 bytes; at most 255)"
     assert path_problem("") == "it is empty"
-    assert (
-        path_problem("caf\udce9") is None
-    )  # a raw byte of a non-UTF-8 name on disk: the OS takes it
+    # a raw byte of a non-UTF-8 name on disk: the OS takes it
+    assert path_problem("caf\udce9") is None
 
 
 def test_resolve_raises_a_path_problem_not_an_os_error(ws: Path) -> None:
@@ -160,9 +159,8 @@ def test_read_shared_reads_or_gives_the_size(ws: Path) -> None:
     assert read_shared(ws / "out.txt", 100) == b"result"
     assert read_shared(ws / "out.txt", 3) == 6
     (ws / "swapped").symlink_to(ws / "out.txt")
-    with pytest.raises(
-        OSError, match="Too many levels of symbolic links"
-    ):  # O_NOFOLLOW: a link is not read
+    # O_NOFOLLOW: a link is not read
+    with pytest.raises(OSError, match="Too many levels of symbolic links"):
         read_shared(ws / "swapped", 100)
 
 

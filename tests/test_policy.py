@@ -318,9 +318,8 @@ def test_blocklist_refuses_a_listed_program_anywhere(line: str, command: str) ->
     assert not decision.allowed
     assert decision.rule == "blocklist[0]"
     assert decision.command == command
-    matched = command.removeprefix(
-        "/bin/"
-    )  # a program given as a path matches by its base name too
+    # a program given as a path matches by its base name too
+    matched = command.removeprefix("/bin/")
     assert decision.reason.startswith(
         f"refused by the shell policy (blocklist mode): `{matched}` matches"
     )

@@ -186,9 +186,8 @@ async def test_a_message_during_tools_lets_them_finish_then_pivots(
         ]
         assert history[2].metadata.outcome is Outcome.COMPLETED
         assert history[2].content == "slept 30 s"
-        assert (
-            history[2].id > history[3].id
-        )  # written after the second message, sorted with its turn
+        # written after the second message, sorted with its turn
+        assert history[2].id > history[3].id
         assert check_turns(llm.requests[1].turns) == []
 
 
@@ -496,9 +495,8 @@ async def test_a_signature_goes_back_only_to_the_provider_that_made_it(tmp_path:
         await h.say("back")
         await h.turn_end()
     foreign = second.requests[0].turns[1].blocks[0]
-    assert foreign == ThoughtBlock(
-        "plan", None, None
-    )  # the other provider never sees the signature
+    # the other provider never sees the signature
+    assert foreign == ThoughtBlock("plan", None, None)
     own = first.requests[2].turns[1].blocks[0]
     assert own == ThoughtBlock("plan", b"sig", "scripted")  # the maker gets it back
 

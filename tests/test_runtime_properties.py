@@ -105,9 +105,8 @@ async def scenario(folder: Path, ops: list[tuple[str, int]], seed: int) -> Model
             else:
                 scope.cancel()  # the process goes away (gracefully: shielded tools finish)
                 await gone.wait()
-                if (
-                    op == "crash"
-                ):  # what a kill -9 mid-tool leaves: a call without result in an open turn
+                # what a kill -9 mid-tool leaves: a call without result in an open turn
+                if op == "crash":
                     open_roots = [
                         m for m in store.history(session.id) if m.status is Status.PROCESSING
                     ]
@@ -122,9 +121,8 @@ async def scenario(folder: Path, ops: list[tuple[str, int]], seed: int) -> Model
                 rt, store = make()
                 scope, gone = trio.CancelScope(), trio.Event()
                 outer.start_soon(serve, rt, scope, gone)
-        for _ in range(
-            100
-        ):  # virtual time: wait until every turn has ended (a hang guard of 100 min)
+        # virtual time: wait until every turn has ended (a hang guard of 100 min)
+        for _ in range(100):
             await trio.sleep(60)
             history = store.history(session.id)
             if all(

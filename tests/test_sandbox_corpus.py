@@ -287,9 +287,8 @@ async def test_a_hostile_line_escapes_nothing(
         nursery.cancel_scope.cancel()
     after = await trio.to_thread.run_sync(layout.outside)
     if mode == "landlock" and line in ENV_IN_WORKSPACE:
-        assert (
-            CANARY in result
-        )  # the known limit (README, ARCHITECTURE.md): it shows if Landlock gains it
+        # the known limit (README, ARCHITECTURE.md): it shows if Landlock gains it
+        assert CANARY in result
     else:
         assert CANARY not in result, result
     assert await trio.to_thread.run_sync(layout.workspace_canaries) == []
@@ -298,8 +297,7 @@ async def test_a_hostile_line_escapes_nothing(
     assert {k for k in after if k not in before} == set(), result
     changed = {k for k in before if before[k] != after.get(k)}
     if mode == "landlock" and line == CHMOD:
-        assert changed == {
-            os.fspath(layout.config)
-        }  # the known limit: it shows if Landlock gains it
+        # the known limit: it shows if Landlock gains it
+        assert changed == {os.fspath(layout.config)}
     else:
         assert changed == set(), result

@@ -216,6 +216,5 @@ def test_a_reader_that_leaves_early_ends_any_command_quietly(tmp_path: Path) -> 
         finally:
             os.close(write)
         assert result.returncode == 141, (args, result.stderr)
-        assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr, (
-            args
-        )  # chat's activity stays
+        # chat's activity stays
+        assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr, args

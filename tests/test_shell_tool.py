@@ -77,10 +77,11 @@ async def test_it_runs_in_the_working_directory(
 async def test_use_shell_off_runs_argv_without_a_shell(ctx: ToolContext, sandbox: Sandbox) -> None:
     tool = shell_tool(ShellConfig(use_shell=False), sandbox)
     result = await tool.run({"command": "printf '%s|%s\\n' 'a b' '$HOME;x'"}, ctx)
+    # nothing expanded, nothing split
     assert result.splitlines()[1:] == [
         "a b|$HOME;x",
         "[exit code 0]",
-    ]  # nothing expanded, nothing split
+    ]
     literal = await tool.run({"command": "echo a;b | c"}, ctx)
     assert literal.splitlines()[1] == "a;b | c"
     with pytest.raises(ToolError, match="cannot be split into words: No closing quotation"):

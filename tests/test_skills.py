@@ -294,9 +294,8 @@ def test_workspace_hides_bundled_and_sources_are_labelled(
     root: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     write(root / "writing-skills", GOOD.format(name="writing-skills", desc="Local version."))
-    library = SkillLibrary(
-        [root, bundled_skills_dir(), root]
-    )  # a directory given twice counts once
+    # a directory given twice counts once
+    library = SkillLibrary([root, bundled_skills_dir(), root])
     with caplog.at_level(logging.DEBUG, logger="kesoku.tools.skill_library"):
         skills, warnings = library.scan()
     assert warnings == []

@@ -237,9 +237,8 @@ def test_the_wal_stays_bounded_under_sustained_writes(db_path: Path, tmp_path: P
             largest = max(largest, wal.stat().st_size)
     finally:
         store.close()
-    assert (
-        largest <= 32 + (limit + 10) * frame
-    )  # the limit plus the frames of the commit that reached it
+    # the limit plus the frames of the commit that reached it
+    assert largest <= 32 + (limit + 10) * frame
     assert not wal.exists()  # the last connection to close checkpoints and removes it
 
 

@@ -25,13 +25,14 @@ def delegate(task: str = "find the answer") -> dict[str, object]:
 
 
 async def test_only_the_conclusion_is_persisted(tmp_path: Path) -> None:
+    # child
     llm = ScriptedLLM(
         [
             delegate("echo 42 and report it"),  # parent
             {
                 "text": "Let me echo.",
                 "tool_calls": [{"name": "echo", "arguments": {"text": "42"}}],
-            },  # child
+            },
             {"text": "The echo said 42."},  # child's conclusion
             {"text": "The subagent found 42."},  # parent
         ]

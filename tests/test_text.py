@@ -88,12 +88,10 @@ def encodable(value: object) -> bool:
 
 def test_valid_text_replaces_lone_surrogates_and_joins_pairs() -> None:
     assert valid_text(f"a{LONE}b{ESCAPED_BYTE}") == f"a{FFFD}b{FFFD}"
-    assert (
-        valid_text("\udc00 then \ud83d") == f"{FFFD} then {FFFD}"
-    )  # a low alone, a high at the end
-    assert (
-        valid_text("\ud83d\ude00 ok") == "😀 ok"
-    )  # an escaped pair that arrived as two code points
+    # a low alone, a high at the end
+    assert valid_text("\udc00 then \ud83d") == f"{FFFD} then {FFFD}"
+    # an escaped pair that arrived as two code points
+    assert valid_text("\ud83d\ude00 ok") == "😀 ok"
     assert valid_text("\ud83d\ud83d\ude00") == f"{FFFD}😀"
 
 
@@ -192,9 +190,8 @@ def test_property_valid_text_is_encodable_idempotent_and_keeps_valid_text(text: 
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        assert FFFD in cleaned or any(
-            ord(c) > 0xFFFF for c in cleaned
-        )  # replaced, or a pair joined
+        # replaced, or a pair joined
+        assert FFFD in cleaned or any(ord(c) > 0xFFFF for c in cleaned)
     else:
         assert cleaned is text
 
@@ -217,9 +214,8 @@ def test_property_any_arguments_become_storable(arguments: dict[str, Any]) -> No
 
 @given(_ANY_TEXT)
 def test_property_json_escapes_of_any_text_decode_to_valid_text(text: str) -> None:
-    decoded = decode_json(
-        json.dumps({"t": text})
-    )  # ensure_ascii: surrogates as \\u escapes (\\ud800)
+    # ensure_ascii: surrogates as \\u escapes (\\ud800)
+    decoded = decode_json(json.dumps({"t": text}))
     assert decoded == {"t": valid_text(text)}
 
 
@@ -364,14 +360,13 @@ def request(tools: bool = False) -> LLMRequest:
 async def test_openai_lone_surrogates_in_text_and_arguments_are_replaced() -> None:
     fake = OpenAIFake()
     # The fake sends what json.dumps makes of a lone surrogate: a \ud800 escape.
+    # escaped inside the arguments
     fake.push(
         Reply(
             text=f"answer {LONE}",
             calls=[
                 Call("c1", "write_file", {"path": f"a{LONE}.txt", "content": "x"}),
-                Call(
-                    "c2", "write_file", '{"path": "b\\ud800.txt"}'
-                ),  # escaped inside the arguments
+                Call("c2", "write_file", '{"path": "b\\ud800.txt"}'),
             ],
         )
     )
@@ -421,9 +416,8 @@ async def test_gemini_lone_surrogates_in_text_and_function_args_are_replaced() -
 def test_kesoku_chat_prints_an_answer_with_a_lone_surrogate(tmp_path: Path) -> None:
     # Before: storing or printing the answer raised UnicodeEncodeError: exit 1, the answer lost.
     scenario = tmp_path / "lone.yaml"
-    scenario.write_text(
-        'steps:\n  - text: "caf\\u00e9 \\ud800 done"\n'
-    )  # YAML's escape: a lone surrogate
+    # YAML's escape: a lone surrogate
+    scenario.write_text('steps:\n  - text: "caf\\u00e9 \\ud800 done"\n')
     setup(tmp_path, scenario)
     done = chat(tmp_path, "hi")
     assert (done.returncode, done.stdout) == (0, f"café {FFFD} done\n"), done.stderr

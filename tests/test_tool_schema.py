@@ -250,9 +250,8 @@ async def test_a_tool_converts_its_arguments_and_applies_defaults(ctx: ToolConte
 async def test_structs_are_built_and_a_non_string_result_is_sent_as_json(ctx: ToolContext) -> None:
     tool = tool_from_function(place)
     result = await tool.run({"at": {"x": 2}}, ctx)
-    assert (
-        result == '{"x":2,"y":0,"window":null,"note":null}'
-    )  # window: X | None without a default → None
+    # window: X | None without a default → None
+    assert result == '{"x":2,"y":0,"window":null,"note":null}'
 
 
 UNKNOWN_PAGE = (

@@ -47,9 +47,8 @@ def test_the_cli_traces_a_session_or_one_of_its_turns(tmp_path: Path) -> None:
     assert turns_in(page) == ["1", "2"]
     assert page.count('<div class="step">') == 4
     assert "scripted/capital-demo · model" in page and "llm-turn-1.log.yaml" in page
-    assert (
-        "in 900 (cached 0) · out 20 (thinking 0) tokens" in page
-    )  # one call's usage, from its log
+    # one call's usage, from its log
+    assert "in 900 (cached 0) · out 20 (thinking 0) tokens" in page
     assert "💭 thought" in page and "&quot;command&quot;: &quot;echo hi&quot;" in page
     assert "📥 shell · completed" in page
     assert 'src="http' not in page and 'href="http' not in page  # nothing to fetch
@@ -123,9 +122,8 @@ def test_an_interrupted_turn_is_marked_from_a_real_chat(tmp_path: Path) -> None:
     (sid,) = session_ids(tmp_path)
     page = trace(tmp_path, sid, "-o", "-").stdout
     first, second = page.split('<section class="turn" id="turn-2">')
-    assert (
-        '<span class="badge interrupted">🛑 interrupted</span>' in first
-    )  # the turn and its partial text
+    # the turn and its partial text
+    assert '<span class="badge interrupted">🛑 interrupted</span>' in first
     assert "count for me" in first and "stop counting" in second
     assert '<span class="badge done">⚡ done</span>' in second
 
@@ -289,12 +287,10 @@ def test_every_stored_value_is_escaped(tmp_path: Path) -> None:
         page = render_trace(store, s.id)
     finally:
         store.close()
-    assert (
-        page.count("<script") == 1 and "<img" not in page
-    )  # the page's own script; no element from data
-    assert (
-        "&quot;&gt;&lt;img src=x onerror=alert(1)&gt;" in page
-    )  # the attribute-breaking quote too
+    # the page's own script; no element from data
+    assert page.count("<script") == 1 and "<img" not in page
+    # the attribute-breaking quote too
+    assert "&quot;&gt;&lt;img src=x onerror=alert(1)&gt;" in page
     assert page.count("</pre>") == page.count("<pre")  # no content closed an element early
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
 
@@ -366,6 +362,5 @@ def test_a_twenty_turn_session_page_stays_small(tmp_path: Path) -> None:
     assert page.count('<div class="step">') == 40  # no turn logs: one step per post of model output
     size = len(page.encode())
     print(f"20-turn page: {size:,} bytes")
-    assert (
-        size < 20 * 6_000 + 10_000
-    )  # about the content itself plus a few hundred bytes of markup per step
+    # about the content itself plus a few hundred bytes of markup per step
+    assert size < 20 * 6_000 + 10_000

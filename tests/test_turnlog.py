@@ -160,12 +160,11 @@ def test_the_writer_process_answers_each_job_and_a_job_out_of_step_fails_alone(
     not_a_folder = tmp_path / "file"
     not_a_folder.write_text("x")
     answers = io.BytesIO()
+    # keeps what it never sent
     serve_jobs(
         io.BytesIO(
             frames(
-                make_job(
-                    entry(tmp_path / "a", *turns), keep=1, system=False
-                ),  # keeps what it never sent
+                make_job(entry(tmp_path / "a", *turns), keep=1, system=False),
                 make_job(entry(tmp_path / "a", *turns)),
                 make_job(
                     entry(tmp_path / "a", *turns, LLMTurn("user", (TextBlock("more"),))),
@@ -232,9 +231,8 @@ async def test_a_writer_process_that_dies_is_replaced_and_sessions_start_afresh(
             while writer.restarts < 1 or writer.process is first:  # noqa: ASYNC110
                 await trio.sleep(0.01)
         turns.append(LLMTurn("assistant", (TextBlock("yes"),)))
-        await writer.submit(
-            entry(tmp_path / "a", *turns)
-        )  # the new process never saw the first turn
+        # the new process never saw the first turn
+        await writer.submit(entry(tmp_path / "a", *turns))
         nursery.cancel_scope.cancel()
     assert (writer.written, writer.failed, writer.restarts) == (2, 0, 1)
     second = yaml.safe_load((tmp_path / "a" / "llm-turn-2.log.yaml").read_text())
@@ -263,9 +261,8 @@ async def test_a_writer_process_that_cannot_start_is_tried_again(
     async def out_of_processes(*args: Any, **kwargs: Any) -> trio.Process:
         attempts.append(args)
         if len(attempts) == 1:
-            raise BlockingIOError(
-                11, "Resource temporarily unavailable"
-            )  # what fork says under a pid limit
+            # what fork says under a pid limit
+            raise BlockingIOError(11, "Resource temporarily unavailable")
         return await real_open_process(*args, **kwargs)
 
     monkeypatch.setattr(trio.lowlevel, "open_process", out_of_processes)

@@ -88,9 +88,8 @@ def test_the_config_section_sets_the_writer_or_turns_logs_off(tmp_path: Path) ->
         assert off.turnlog is None
     finally:
         store.close()
-    assert (
-        TurnLogsConfig(max_mb_per_session=1e-7).max_bytes_per_session == 1
-    )  # still a cap: the newest stays
+    # still a cap: the newest stays
+    assert TurnLogsConfig(max_mb_per_session=1e-7).max_bytes_per_session == 1
     assert TurnLogsConfig(max_mb_per_session=0).max_bytes_per_session == 0
     bad = tmp_path / "bad.toml"
     for value in ("-1", "inf", "1e400", "nan"):

@@ -170,6 +170,7 @@ async def test_the_summary_is_in_the_next_request(tmp_path: Path) -> None:
 # -- windows asked of the server ------------------------------------------------------------------
 
 
+# the Modelfile's num_ctx first
 @pytest.mark.parametrize(
     ("server", "window", "model_window", "expected", "asked"),
     [
@@ -180,7 +181,7 @@ async def test_the_summary_is_in_the_next_request(tmp_path: Path) -> None:
             40960,
             16384,
             ["GET /props", "POST /api/show"],
-        ),  # the Modelfile's num_ctx first
+        ),
         ("ollama", None, 40960, 40960, ["GET /props", "POST /api/show"]),
         ("vllm", 32768, None, 32768, ["GET /props", "POST /api/show", "GET /v1/models"]),
     ],

@@ -139,9 +139,8 @@ class FakeDiscord:
         (looked at on every change of the fake's state)."""
         with trio.fail_after(timeout_s):
             while not (found := check()):
-                with trio.move_on_after(
-                    0.05
-                ):  # also look again now and then: ``check`` may read other state
+                # also look again now and then: ``check`` may read other state
+                with trio.move_on_after(0.05):
                     await self._changed.wait()
             return found
 
@@ -509,9 +508,8 @@ class FakeDiscord:
             self.interaction_replies.append({**body, "files": files})
             data = body.get("data") or {}
             clicked = self.interaction_messages.get(parts[1])
-            if (
-                body.get("type") == 7 and clicked in self.messages
-            ):  # UPDATE_MESSAGE edits the clicked message
+            # UPDATE_MESSAGE edits the clicked message
+            if body.get("type") == 7 and clicked in self.messages:
                 self.messages[clicked].update(
                     {k: v for k, v in data.items() if k in ("content", "components")}
                 )
