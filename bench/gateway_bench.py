@@ -3,7 +3,13 @@
 Run: .venv/bin/python bench/gateway_bench.py [--posts N] [--rounds R]
 
 Prints medians over R rounds. Targets (issue 2): >= 25,000 posts/s with 3 listeners, p99 post <= 1
-ms, messages from another process delivered within 200 ms."""
+ms, messages from another process delivered within 200 ms.
+
+Why a waiting listener parks its task with ``trio.lowlevel.wait_task_rescheduled`` (and a post
+reschedules it) rather than waiting on a ``trio.Event`` made per wait: 2026-12-02, 2 cores, 3
+alternating runs of each, medians: 9,816 posts/s and a p99 post of 250 µs parked, against 9,087
+posts/s (-7%) and 271 µs with an Event.
+"""
 
 from __future__ import annotations
 
