@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,7 +73,6 @@ class Bot:
     carol: FakeUser
     llm: ScriptedLLM
     restarts: list[int] = field(default_factory=list)
-    adapter_scope_cancel: Callable[[], Awaitable[None]] = trio.lowlevel.checkpoint
 
     def sessions(self) -> list[Session]:
         return self.h.store.list_sessions(adapter="discord")
@@ -129,22 +128,10 @@ async def running_adapter(bot: Bot, config: Config) -> AsyncIterator[DiscordAdap
     adapter = DiscordAdapter(
         AdapterContext.of(bot.h.rt), config, restart=restart, guild_ready_timeout=0.05
     )
-    scope = trio.CancelScope()
-    done = trio.Event()
-
-    async def run(*, task_status: trio.TaskStatus[None]) -> None:
-        with scope:
-            await adapter.serve(task_status=task_status)
-        done.set()
-
-    async def stop() -> None:
-        scope.cancel()
-        await done.wait()
 
     async with trio.open_nursery() as nursery:
-        await nursery.start(run)
+        await nursery.start(adapter.serve)
         bot.adapter = adapter
-        bot.adapter_scope_cancel = stop
         yield adapter
         nursery.cancel_scope.cancel()
 
