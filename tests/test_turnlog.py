@@ -213,6 +213,22 @@ async def test_the_writer_drains_on_cancel_and_counts_failures(tmp_path: Path) -
     assert writer.dropped == 1
 
 
+async def test_an_integer_msgpack_cannot_hold_is_logged_as_its_text(tmp_path: Path) -> None:
+    # A model wrote {"max_lines": 1e23 as an integer}: the turn must go on, and the log show it.
+    huge, negative = 10**23, -(10**20)
+    call = ToolCallBlock("c9", "read_file", {"path": "a", "max_lines": huge, "n": [negative, 7]})
+    turns = (LLMTurn("user", (TextBlock("go"),)), LLMTurn("assistant", (call,)))
+    writer = TurnLogWriter()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(writer.serve)
+        await writer.submit(entry(tmp_path / "a", *turns, LLMTurn("user", (TextBlock("more"),))))
+        nursery.cancel_scope.cancel()
+    assert (writer.written, writer.failed, writer.dropped) == (1, 0, 0)
+    [log] = (tmp_path / "a").glob("llm-turn-*.log.yaml")
+    text = log.read_text()
+    assert str(huge) in text and str(negative) in text
+
+
 async def test_a_writer_process_that_dies_is_replaced_and_sessions_start_afresh(
     tmp_path: Path,
 ) -> None:

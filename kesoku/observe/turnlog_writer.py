@@ -26,7 +26,7 @@ import operator
 import subprocess
 import sys
 from collections import OrderedDict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import trio
@@ -170,7 +170,12 @@ class TurnLogWriter:
                 "turn log of session %s dropped: the turn log writer has stopped", entry.session_id
             )
             return
-        frame = self._encoder.encode(self._job(entry))
+        job = self._job(entry)
+        try:
+            frame = self._encoder.encode(job)
+        except OverflowError:
+            # A model may write any JSON number in a call's arguments; msgpack holds 64 bits.
+            frame = self._encoder.encode(_wide_ints_as_text(msgspec.to_builtins(job)))
         self._outbox += FRAME_HEADER.pack(len(frame))
         self._outbox += frame
         self._pending += 1
@@ -352,3 +357,17 @@ def _masked_thought(redactor: Redactor, block: ThoughtBlock) -> ThoughtBlock:
 def _masked_call(redactor: Redactor, call: ToolCallBlock) -> ToolCallBlock:
     arguments = redactor.mask_tree(call.arguments)
     return call if arguments is call.arguments else replace(call, arguments=arguments)
+
+
+_MSGPACK_INTS = range(-(2**63), 2**64)
+
+
+def _wide_ints_as_text(value: Any) -> Any:
+    """``value`` (builtins) with every integer msgpack cannot hold written as its decimal text."""
+    if isinstance(value, int) and value not in _MSGPACK_INTS:
+        return str(value)
+    if isinstance(value, dict):
+        return {key: _wide_ints_as_text(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_wide_ints_as_text(item) for item in value]
+    return value
