@@ -382,6 +382,10 @@ async def test_edit_file_replaces_exactly_one_match(
     assert "`old_text` must be a non-empty string" in await refused(
         tools, "edit_file", ctx, path="twice.txt", old_text="", new_text="x"
     )
+    # new_text may be empty (above): its refusal must not say otherwise.
+    assert await refused(tools, "edit_file", ctx, path="twice.txt", old_text="a", new_text=5) == (
+        "`new_text` must be a string (it may be empty)"
+    )
 
 
 # -- list_dir, glob, grep -------------------------------------------------------------------------

@@ -55,6 +55,14 @@ class AdapterContext:
     No runtime, store or dispatcher: an adapter posts and reads messages, follows progress, answers
     questions and stops turns, and nothing else (ARCHITECTURE.md, "Package map").
 
+    A platform message is posted as :func:`kesoku.vocab.model.user_text` with the platform's id as
+    its ``external_id`` (the dedupe key), in a session from ``gateway.open_session``. What to
+    deliver is what ``gateway.listen(after=cursor.start(), adapter=...)`` yields with
+    ``role is Role.ASSISTANT and kind is Kind.TEXT`` (the answer, whose ``[file: …]`` and
+    ``[question: …]`` parts :func:`kesoku.vocab.markup.parse_reply` finds) and the tool
+    questions (:func:`kesoku.vocab.model.is_question`). :func:`kesoku.testing.adapters.check_adapter_contract`
+    checks an adapter against all of this.
+
     Attributes:
         gateway: :meth:`~kesoku.gateway.Gateway.post` user messages,
             :meth:`~kesoku.gateway.Gateway.listen` to the log from a
@@ -63,7 +71,7 @@ class AdapterContext:
         hub: Live progress: tool started and finished, model deltas, turn ended.
         questions: Open tool questions; ``answer(id, choice, by=...)`` for Allow/Deny buttons.
         gates: Which workspace files may be shared back to a chat
-            (:func:`kesoku.tools.attachments.check_share`).
+            (:func:`kesoku.tools.paths.check_share`).
     """
 
     gateway: Gateway

@@ -12,13 +12,16 @@ A third-party backend's test (pytest-trio, with its ``autojump_clock`` fixture):
 
     @asynccontextmanager
     async def my_backend() -> AsyncIterator[ContractFake]:
-        fake = MyProviderFake()
+        fake = MyProviderFake()  # it records each request it receives in fake.requests
         async with serve_app(fake.app) as url:  # kesoku.testing.fakes.server
             llm = MyLLM(base_url=url, api_key="test")
-            await llm.connect()  # any thread work (SDK client, TLS) before the clock runs
+            # Any thread work your backend does once (building its SDK client) goes here, before
+            # the autojump clock runs the rules.
             try:
                 yield ContractFake(
-                    llm, play=lambda item: fake.push(to_my_reply(item)), requests=fake.count
+                    llm,
+                    play=lambda item: fake.push(to_my_reply(item)),
+                    requests=lambda: len(fake.requests),
                 )
             finally:
                 await llm.aclose()
@@ -29,7 +32,8 @@ A third-party backend's test (pytest-trio, with its ``autojump_clock`` fixture):
 
 A backend for an API the bundled fakes speak reuses them: :mod:`kesoku.testing.fakes` has a fake of
 Anthropic's Messages API, OpenAI's Chat Completions and the Gemini API, each with a
-``contract_reply`` translator; :func:`scripted_step` is the translator for
+``contract_reply`` translator (``anthropic_api``, ``openai_api``, and ``gemini_replies`` for
+Gemini); :func:`scripted_step` is the translator for
 :class:`~kesoku.llm.scripted.ScriptedLLM`. ``tests/test_backend_contract.py`` runs the contract over
 every first-party backend.
 """

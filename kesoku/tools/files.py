@@ -64,7 +64,7 @@ SKIPPED_DIRS = frozenset(
 FILE_TOOL_TIMEOUT_S = 60.0
 
 _NON_EMPTY = "`{name}` must be a non-empty string"
-_Text = Annotated[str, Check(_NON_EMPTY)]
+_Text = Annotated[str, Check("`{name}` must be a string (it may be empty)")]
 """A text argument that may be empty."""
 _NonEmpty = Annotated[str, Check(_NON_EMPTY, bool)]
 _Positive = Annotated[
