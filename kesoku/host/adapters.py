@@ -60,8 +60,8 @@ class AdapterContext:
     deliver is what ``gateway.listen(after=cursor.start(), adapter=...)`` yields with
     ``role is Role.ASSISTANT and kind is Kind.TEXT`` (the answer, whose ``[file: …]`` and
     ``[question: …]`` parts :func:`kesoku.vocab.markup.parse_reply` finds) and the tool
-    questions (:func:`kesoku.vocab.model.is_question`). :func:`kesoku.testing.adapters.check_adapter_contract`
-    checks an adapter against all of this.
+    questions (:func:`kesoku.vocab.model.is_question`). ``check_adapter_contract``
+    (:mod:`kesoku.testing.adapters`) checks an adapter against all of this.
 
     Attributes:
         gateway: :meth:`~kesoku.gateway.Gateway.post` user messages,
