@@ -231,7 +231,7 @@ class DiscordAdapter:
             await interaction.followup.send("Nothing is running.", ephemeral=True)
 
     async def on_clear(self, interaction: discord.Interaction[Any], session_id: str) -> None:
-        """♻️: delete the session, its messages and its workspace; the next message starts afresh."""
+        """♻️: delete the session, its messages and its workspace; the next message starts anew."""
         await interaction.response.defer()
         self.ctx.gateway.stop(session_id, force=True)
         if self.delivery is not None:

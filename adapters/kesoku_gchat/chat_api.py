@@ -96,9 +96,11 @@ def app_credentials(gchat: GChatConfig, scopes: list[str]) -> Credentials:
 
     try:
         if gchat.credentials_file and not gchat.impersonate_service_account:
-            return service_account.Credentials.from_service_account_file(  # type: ignore[no-untyped-call,no-any-return]
+            from_file = service_account.Credentials.from_service_account_file
+            credentials: Credentials = from_file(  # type: ignore[no-untyped-call]
                 gchat.credentials_file, scopes=scopes
             )
+            return credentials
         if gchat.impersonate_service_account:
             source, _ = google.auth.default(scopes=[CLOUD_SCOPE])
             return impersonated_credentials.Credentials(  # type: ignore[no-untyped-call]

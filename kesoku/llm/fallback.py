@@ -34,7 +34,8 @@ class FallbackLLM(BaseLLM):
             raise ValueError("a fallback chain needs at least one backend")
         first = chain[0]
         super().__init__(first.model, max_retries=0)
-        self.provider = first.provider  # type: ignore[misc]  # per instance: the chain's first choice
+        # Per instance: the chain's first choice.
+        self.provider = first.provider  # type: ignore[misc]
         self.chain = tuple(chain)
         self.used = first.provider
 

@@ -79,13 +79,15 @@ class _Dumper(_BaseDumper):
         # and values ("type", "id", "completed") thousands of times per session. The answer depends
         # on the value alone (the safe resolver has no path rules), so it is remembered.
         if kind is not yaml.ScalarNode:
-            return super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call,no-any-return]
+            resolved: str = super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
+            return resolved
         key = (value, implicit if isinstance(implicit, bool) else tuple(implicit))
         tag = _resolved.get(key)
         if tag is None:
             if len(_resolved) >= _RESOLVED_MAX:
                 _resolved.clear()
-            tag = _resolved[key] = super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
+            resolve = super().resolve
+            tag = _resolved[key] = resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
         return tag
 
 

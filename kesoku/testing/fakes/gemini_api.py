@@ -62,7 +62,8 @@ PLACEHOLDER_SIGNATURE = b"skip_thought_signature_validator"
 _VERSION = r"/(?:v1|v1beta|v1beta1)"
 _VERTEX = r"/projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)"
 _GENERATE = re.compile(
-    rf"{_VERSION}(?:{_VERTEX}/publishers/google)?/models/(?P<model>[^/:]+):(?P<method>streamGenerateContent|generateContent)"
+    rf"{_VERSION}(?:{_VERTEX}/publishers/google)?/models/(?P<model>[^/:]+)"
+    r":(?P<method>streamGenerateContent|generateContent)"
 )
 _CACHES = re.compile(rf"{_VERSION}(?:{_VERTEX})?/cachedContents(?:/(?P<cache>[^/]+))?")
 _DATA_FIELDS = (
