@@ -13,6 +13,7 @@ from kesoku.agent.runtime import Runtime
 from kesoku.config.redact import Redactor
 from kesoku.gateway import Gateway
 from kesoku.llm.base import BaseLLM
+from kesoku.observe.spend import Budget
 from kesoku.store import Store
 from kesoku.tools.base import Tool, ToolContext
 from kesoku.vocab.events import Subscription, TurnEnded
@@ -84,10 +85,13 @@ async def serve_runtime(
     *,
     tools: Sequence[Tool] = (),
     redactor: Redactor | None = None,
+    budget: Callable[[Store], Budget] | None = None,
     **kwargs: Any,
 ) -> AsyncIterator[Harness]:
     store = Store(tmp / "kesoku.db")
     gateway = Gateway(store, tmp / "sessions", redactor=redactor)
+    if budget is not None:
+        kwargs["budget"] = budget(store)
     rt = Runtime(gateway, llm, tools=tools, **kwargs)
     session = gateway.open_session("terminal", "chan-1")
     try:

@@ -35,7 +35,9 @@ async def test_usage_counts_cache_reads_and_writes_as_input() -> None:
     fake.push(Reply([Text("hi")], usage=usage))
     async with claude(fake) as llm:
         events = await events_of(llm, request())
-    assert events[-1] == UsageEvent(Usage(input_tokens=3520, output_tokens=7, cached_tokens=3000))
+    assert events[-1] == UsageEvent(
+        Usage(input_tokens=3520, output_tokens=7, cached_tokens=3000, cache_write_tokens=500)
+    )
 
 
 async def test_retries_run_out_with_a_one_line_error(autojump_clock: Clock) -> None:

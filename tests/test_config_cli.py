@@ -84,7 +84,7 @@ def test_check_reference_config_ok() -> None:
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     assert result.stdout.startswith(
-        f"ok: {REPO / 'kesoku.toml'} (sections set: agent, claude, compaction,"
+        f"ok: {REPO / 'kesoku.toml'} (sections set: agent, budget, claude, compaction,"
     )
 
 

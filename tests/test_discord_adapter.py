@@ -6,6 +6,7 @@ and gateway websocket (tests/fakes/discord_api.py). Nothing is mocked.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -22,13 +23,21 @@ from kesoku_discord._compat import discord
 from kesoku_discord.adapter import DiscordAdapter
 from runtime_harness import Harness, echo, serve_runtime
 
-from kesoku.config.settings import Config, DiscordChannel, DiscordConfig, WorkspaceConfig
+from kesoku.config.settings import (
+    CapOverrides,
+    Config,
+    DiscordChannel,
+    DiscordConfig,
+    WorkspaceConfig,
+)
 from kesoku.host.adapters import AdapterContext
-from kesoku.testing import ScriptedLLM, Step, StepToolCall
+from kesoku.observe.spend import Budget
+from kesoku.testing import ScriptedLLM, Step, StepToolCall, StepUsage
 from kesoku.tools.base import Tool, ToolContext
 from kesoku.tools.paths import PathGates
 from kesoku.vocab.ir import LLMRequest, TextBlock, ToolResultBlock
 from kesoku.vocab.model import Role, Session
+from kesoku.vocab.spend import BUDGET_GROUP_KEY
 
 ALICE, BOB, CAROL = 5001, 5002, 5003
 
@@ -168,7 +177,8 @@ async def discord_bot(
         llm = ScriptedLLM(responder=answers(table or {}))
         config = config_for(tmp_path, shared=shared, **discord_options)
         gates = PathGates.from_config(config, config_file=config_file)
-        async with serve_runtime(tmp_path, llm, tools=tools, gates=gates) as h:
+        budget = functools.partial(Budget.from_config, config)  # the daemon's caps
+        async with serve_runtime(tmp_path, llm, tools=tools, gates=gates, budget=budget) as h:
             bot = Bot(fake, h, None, general, quiet, *users, llm)  # type: ignore[arg-type]
             async with running_adapter(bot, config):
                 yield bot
@@ -499,3 +509,30 @@ async def test_restart_replies_closes_and_restarts(
         await fake.wait_for(
             lambda: all(s.conn is None or s.conn.closed for s in fake.sessions.values())
         )
+
+
+async def test_a_channel_spend_cap_stops_the_agent_there_with_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    capped = DiscordChannel(
+        channels=("quiet",), auto_thread=False, budget=CapOverrides(session_tokens=100)
+    )
+    costly = Step(text="a costly answer", usage=StepUsage(input_tokens=150, output_tokens=5))
+    async with discord_bot(tmp_path, monkeypatch, {"costly": costly}, channels=(capped,)) as bot:
+        fake = bot.fake
+        fake.user_says(bot.quiet, bot.alice, "costly question")
+        await bot.reply_in(bot.quiet)
+        (session,) = bot.sessions()
+        assert session.metadata[BUDGET_GROUP_KEY] == "quiet"
+        fake.user_says(bot.quiet, bot.alice, "and another")
+        messages = await bot.reply_in(bot.quiet, count=2)
+        texts = [m["content"] for m in messages]
+    assert bot.llm.calls == 1
+    assert (
+        "Spend cap reached: this session has used 155 of 100 tokens "
+        "(discord.channels[quiet].budget.session_tokens); a session cap does not reset: start a "
+        "new session or raise the cap." in texts
+    )
+    header = bot.headers_done(bot.quiet)[-1]["content"]
+    assert header.startswith("🛑") and header.endswith("(Spend cap)")
+    assert "155% of discord.channels[quiet].budget.session_tokens" in header

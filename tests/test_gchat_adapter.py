@@ -20,11 +20,13 @@ from test_gchat_support import (
     texts,
 )
 
+from kesoku.config.settings import CapOverrides, GChatSpace
 from kesoku.testing import ScriptedLLM
 from kesoku.tools.base import Tool
 from kesoku.tools.files import file_tools
 from kesoku.tools.paths import PathGates
 from kesoku.vocab.model import Kind, Role, is_answer
+from kesoku.vocab.spend import BUDGET_GROUP_KEY
 
 THREAD = "spaces/AAAA/threads/T1"
 
@@ -325,3 +327,27 @@ async def test_a_chat_503_is_retried_and_the_card_still_arrives(
             "<i>nothing yet</i>",
         ]
         assert texts(answer.body) == ["fine"]
+
+
+async def test_a_space_spend_cap_stops_the_agent_there_and_the_card_says_so(
+    tmp_path: Path, pubsub: FakePubSub
+) -> None:
+    llm = ScriptedLLM([{"text": "a costly answer", "usage": {"input_tokens": 150}}])
+    capped = GChatSpace(spaces=("Kesoku test",), budget=CapOverrides(session_tokens=100))
+    async with gchat_running(tmp_path, llm, spaces=(capped,)) as run:
+        pubsub.publish(message_event("costly question"))
+        await run.chat.wait_for(lambda: len(run.chat.created()) >= 2)
+        (session,) = run.sessions()
+        assert session.metadata[BUDGET_GROUP_KEY] == "Kesoku test"
+        pubsub.publish(message_event("and another", name="spaces/AAAA/messages/M2.M2"))
+        await run.chat.wait_for(
+            lambda: any("(Spend cap)" in t for p in run.chat.patched() for t in texts(p.body))
+        )
+        sent = [*run.chat.created(), *run.chat.patched()]
+        bodies = [t for c in sent for t in texts(c.body)]
+    assert llm.calls == 1
+    assert any(
+        "Spend cap reached: this session has used 150 of 100 tokens " in t
+        and "(gchat.spaces[Kesoku test].budget.session_tokens)" in t
+        for t in bodies
+    ), bodies

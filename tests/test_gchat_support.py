@@ -13,6 +13,7 @@ it as a jar): one per test session, fresh topic and subscription names per test.
 from __future__ import annotations
 
 import copy
+import functools
 import glob
 import itertools
 import json
@@ -47,9 +48,10 @@ from kesoku_gchat.chat_api import ChatApi
 from kesoku_gchat.pubsub import Puller, default_subscriber
 from runtime_harness import Harness, serve_runtime
 
-from kesoku.config.settings import GChatConfig
+from kesoku.config.settings import Config, GChatConfig
 from kesoku.host.adapters import AdapterContext
 from kesoku.llm.base import BaseLLM
+from kesoku.observe.spend import Budget
 from kesoku.tools.base import Tool
 from kesoku.tools.paths import PathGates
 from kesoku.vocab.model import Message
@@ -362,17 +364,22 @@ async def gchat_running(
     reaction: str | None = "👀",
     card_interval_s: float = 0.05,
     gates: PathGates | None = None,
+    **gchat_options: Any,
 ) -> AsyncIterator[GChatRun]:
     """A served runtime, the Chat fake on loopback, and the adapter pulling ``subscription``.
 
     The caller points the Pub/Sub client at a peer (``PUBSUB_EMULATOR_HOST``) first. ``gates`` are
-    the runtime's path gates (default: only the database protected, nothing shared).
+    the runtime's path gates (default: only the database protected, nothing shared);
+    ``gchat_options`` more of ``[gchat]`` (its spend caps apply, as in the daemon).
     """
     chat = ChatFake()
-    gchat = GChatConfig(enabled=True, subscription=subscription, reaction_emoji=reaction)
+    gchat = GChatConfig(
+        enabled=True, subscription=subscription, reaction_emoji=reaction, **gchat_options
+    )
+    budget = functools.partial(Budget.from_config, Config(gchat=gchat))
     async with (
         serve_app(chat.app()) as base_url,
-        serve_runtime(tmp_path, llm, tools=tools, gates=gates) as h,
+        serve_runtime(tmp_path, llm, tools=tools, gates=gates, budget=budget) as h,
         trio.open_nursery() as nursery,
     ):
         run = GChatRun(h, chat, base_url, gchat, nursery, subscription, card_interval_s)

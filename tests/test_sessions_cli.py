@@ -39,10 +39,12 @@ def test_list_show_and_export(tmp_path: Path) -> None:
     shown = kesoku(tmp_path, "sessions", "show", first[:6])
     assert shown.returncode == 0, shown.stderr
     assert f"id:          {first}" in shown.stdout
+    assert "turns:       1 turn · 2 model calls · 5 messages" in shown.stdout
     assert (
-        "tokens:      input 2,100 (0 cached) · output 50 (0 thinking) over 2 model calls"
-        in shown.stdout
+        "tokens:      input 2,100 tokens (0 read from cache, 0 written to it) · "
+        "output 50 tokens (0 thinking)" in shown.stdout
     )
+    assert "spend:       $0.00" in shown.stdout
     assert "assistant/tool_call  shell(command='echo hi')" in shown.stdout
     exported = kesoku(tmp_path, "sessions", "export", first[:6])
     assert exported.returncode == 0, exported.stderr

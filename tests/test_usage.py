@@ -1,27 +1,20 @@
-"""Token totals, prices and the context estimate (kesoku.observe.usage), and /usage and /context in
-a real chat."""
+"""Token totals in the spend ledger, prices and the context estimate (kesoku.observe.usage), and
+/usage and /context in a real chat."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import msgspec
-import pytest
 import trio
 import trio.testing
 from runtime_harness import echo, serve_runtime
 from test_cli_chat import Terminal, setup
 
-from kesoku.config.settings import ModelPrice, PricingConfig
-from kesoku.observe.usage import (
-    TokenTotals,
-    context_lines,
-    context_parts,
-    cost_usd,
-    find_price,
-    session_tokens,
-    usage_lines,
-)
+from kesoku.config.settings import ModelPrice
+from kesoku.observe.spend import Budget, find_price
+from kesoku.observe.usage import context_lines, context_parts, usage_lines
+from kesoku.store import Store
 from kesoku.testing import ScriptedLLM
 from kesoku.vocab.ir import ToolSpec
 from kesoku.vocab.metrics import TurnState
@@ -39,15 +32,10 @@ def answer(usage: Usage | None) -> Message:
     )
 
 
-def test_tokens_are_summed_by_kind_over_the_calls_that_reported_them() -> None:
-    history = [
-        answer(Usage(input_tokens=1000, cached_tokens=600, output_tokens=50, thinking_tokens=20)),
-        answer(None),
-        answer(Usage(input_tokens=2000, cached_tokens=0, output_tokens=10)),
-    ]
-    assert session_tokens(history) == TokenTotals(
-        calls=2, input_tokens=3000, cached_tokens=600, output_tokens=60, thinking_tokens=20
-    )
+def tokens(store: Store, session_id: str) -> tuple[int, int, int, int, int]:
+    """(calls, input, cached, output, thinking) of a session in the ledger."""
+    t = store.spend_totals(session_id=session_id)
+    return (t.calls, t.input_tokens, t.cached_tokens, t.output_tokens, t.thinking_tokens)
 
 
 async def test_the_usage_of_tool_call_only_steps_is_counted_once_each(tmp_path: Path) -> None:
@@ -68,18 +56,17 @@ async def test_the_usage_of_tool_call_only_steps_is_counted_once_each(tmp_path: 
         await h.say("echo three times")
         metrics = await h.turn_end()
         history = h.history()
+        assert tokens(h.store, h.session.id) == (4, 4600, 300, 50, 12)
+        lines = usage_lines(h.rt.budget, h.session, turns=1)
     assert metrics.state is TurnState.DONE and metrics.model_calls == 4
-    expected = TokenTotals(
-        calls=4, input_tokens=4600, cached_tokens=300, output_tokens=50, thinking_tokens=12
-    )
-    assert session_tokens(history) == expected
-    assert metrics.turn_tokens == expected.input_tokens + expected.output_tokens
+    assert metrics.turn_tokens == 4600 + 50
     carriers = [m.kind for m in history if m.metadata.usage is not None]
     assert carriers == [Kind.TOOL_CALL, Kind.TOOL_CALL, Kind.TOOL_CALL, Kind.TEXT]
-    lines = usage_lines(history, turns=1, model="m", pricing=PricingConfig())
-    assert lines[:2] == [
-        "1 turns · 4 model calls reported usage",
-        "input 4,600 tokens (300 cached) · output 50 tokens (12 thinking)",
+    assert lines == [
+        "1 turn · 4 model calls",
+        "input 4,600 tokens (300 read from cache, 0 written to it) · "
+        "output 50 tokens (12 thinking)",
+        "cost: $0.00",
     ]
 
 
@@ -99,8 +86,9 @@ async def test_a_step_with_several_outputs_carries_its_usage_on_one_message(tmp_
     async with serve_runtime(tmp_path, llm, tools=[echo()]) as h:
         await h.say("echo twice")
         await h.turn_end()
-        history = h.history()
-    assert session_tokens(history) == TokenTotals(calls=2, input_tokens=1100, output_tokens=45)
+        assert tokens(h.store, h.session.id) == (2, 1100, 0, 45, 0)
+        carriers = [m.metadata.usage for m in h.history() if m.metadata.usage is not None]
+    assert len(carriers) == 2
 
 
 async def test_the_usage_of_a_failed_call_is_counted(tmp_path: Path) -> None:
@@ -117,8 +105,9 @@ async def test_the_usage_of_a_failed_call_is_counted(tmp_path: Path) -> None:
         await h.say("echo")
         metrics = await h.turn_end()
         history = h.history()
+        assert tokens(h.store, h.session.id) == (2, 1300, 0, 3, 0)
     assert metrics.state is TurnState.FAILED and metrics.model_calls == 2
-    assert session_tokens(history) == TokenTotals(calls=2, input_tokens=1300, output_tokens=3)
+    assert sum(m.metadata.usage.input_tokens for m in history if m.metadata.usage) == 1300
     assert history[-1].role is Role.SYSTEM and history[-1].content.startswith(
         "⚠ The model call failed"
     )
@@ -146,43 +135,32 @@ async def test_the_partial_usage_of_an_interrupted_call_is_counted_once(
         assert (await h.turn_end()).state is TurnState.INTERRUPTED
         assert (await h.turn_end()).state is TurnState.DONE
         history = h.history()
-    assert session_tokens(history) == TokenTotals(calls=2, input_tokens=1700, output_tokens=3)
+        assert tokens(h.store, h.session.id) == (2, 1700, 0, 3, 0)
+    assert sum(m.metadata.usage.input_tokens for m in history if m.metadata.usage) == 1700
 
 
 def test_a_price_is_found_by_exact_id_else_the_longest_prefix() -> None:
     sonnet = ModelPrice(input_usd_per_mtok=3, output_usd_per_mtok=15, cached_input_usd_per_mtok=0.3)
-    pricing = PricingConfig(
-        models={
-            "claude": ModelPrice(input_usd_per_mtok=1, output_usd_per_mtok=1),
-            "claude-sonnet-4-5": sonnet,
-        }
-    )
-    assert find_price("claude-sonnet-4-5", pricing) == ("claude-sonnet-4-5", sonnet)
-    assert find_price("claude-sonnet-4-5-20250929", pricing) == ("claude-sonnet-4-5", sonnet)
-    assert find_price("gemini-2.5-pro", pricing) is None
+    models = {
+        "claude": ModelPrice(input_usd_per_mtok=1, output_usd_per_mtok=1),
+        "claude-sonnet-4-5": sonnet,
+    }
+    assert find_price("claude-sonnet-4-5", models) == ("claude-sonnet-4-5", sonnet)
+    assert find_price("claude-sonnet-4-5-20250929", models) == ("claude-sonnet-4-5", sonnet)
+    assert find_price("gemini-2.5-pro", models) is None
 
 
-def test_cached_input_is_billed_at_its_own_price_else_at_the_input_price() -> None:
-    tokens = TokenTotals(
-        calls=1, input_tokens=1_000_000, cached_tokens=400_000, output_tokens=100_000
+def test_usage_lines_say_how_to_add_a_missing_price(tmp_path: Path) -> None:
+    store = Store(tmp_path / "kesoku.db")
+    budget = Budget(store)
+    session = store.create_session("terminal", "x", workspace_root=tmp_path)
+    budget.record(session, "turn", "openai", "m-1", Usage(input_tokens=10, output_tokens=2))
+    budget.record(session, "turn", "claude", "claude-haiku-4-5", Usage(input_tokens=1_000_000))
+    lines = usage_lines(budget, session, turns=1)
+    store.close()
+    assert lines[-1] == (
+        'cost: $1.00 + 1 calls without a price (m-1); add [pricing.models."<model>"] to kesoku.toml'
     )
-    with_cache = ModelPrice(
-        input_usd_per_mtok=3, output_usd_per_mtok=15, cached_input_usd_per_mtok=0.3
-    )
-    # 600k uncached x $3 + 400k cached x $0.30 + 100k output x $15
-    assert cost_usd(tokens, with_cache) == pytest.approx(1.8 + 0.12 + 1.5)
-    without = ModelPrice(input_usd_per_mtok=3, output_usd_per_mtok=15)
-    assert cost_usd(tokens, without) == pytest.approx(3.0 + 1.5)
-
-
-def test_usage_lines_say_how_to_add_a_missing_price() -> None:
-    lines = usage_lines(
-        [answer(Usage(input_tokens=10, output_tokens=2))],
-        turns=1,
-        model="m-1",
-        pricing=PricingConfig(),
-    )
-    assert lines[-1] == 'cost: no price for m-1; add [pricing.models."m-1"] to kesoku.toml'
 
 
 def test_the_context_estimate_counts_each_part_of_the_request() -> None:
@@ -251,9 +229,9 @@ def test_usage_and_context_in_the_interactive_chat(tmp_path: Path) -> None:
         term.type("What is the capital of France?\r")
         term.wait_for("⚡ turn 1")
         term.type("/usage\r")
-        term.wait_for("input 2,100 tokens (0 cached) · output 50 tokens (0 thinking)")
+        term.wait_for("input 2,100 tokens (0 read from cache, 0 written to it) · output 50 tokens")
         # 2,100 x $3 + 50 x $15 per million: $0.00705
-        term.wait_for("cost: about $0.0070 (every call priced as capital-demo)")
+        term.wait_for("cost: $0.0070")
         term.type("/context\r")
         term.wait_for("the next request holds:")
         for part in ("system prompt", "tools", "history", "archives", "estimate: characters / 4"):

@@ -20,6 +20,7 @@ import trio
 from kesoku.tools.attachments import display_name, save_attachment
 from kesoku.tools.paths import os_problem
 from kesoku.vocab.model import Attachment, Session, user_text
+from kesoku.vocab.spend import BUDGET_GROUP_KEY
 from kesoku.vocab.text import valid_text
 
 from kesoku_discord._compat import discord
@@ -192,7 +193,8 @@ class Inbound:
             key,
             created_at=message.created_at.timestamp(),
             llm=override.llm if override is not None else None,
-            metadata={"context": context},
+            metadata={"context": context}
+            | ({BUDGET_GROUP_KEY: override.label} if override is not None else {}),
         )
 
     async def context(self, message: discord.Message, talk: Any) -> str:

@@ -56,6 +56,7 @@ class ChatEvent:
     Attributes:
         type: ``MESSAGE``, ``CARD_CLICKED``, ``ADDED_TO_SPACE``, ...
         space: The space's resource name (``spaces/AAA``).
+        space_display_name: The space's display name, or empty (a direct message has none).
         thread: The thread's resource name (``spaces/AAA/threads/BBB``), or empty.
         message_name: The message's resource name (``spaces/AAA/messages/CCC``): Kesoku's external
             id.
@@ -71,6 +72,7 @@ class ChatEvent:
 
     type: str
     space: str = ""
+    space_display_name: str = ""
     thread: str = ""
     message_name: str = ""
     text: str = ""
@@ -118,6 +120,7 @@ def parse_event(data: bytes) -> ChatEvent:
     return ChatEvent(
         type=raw["type"],
         space=_str(space.get("name")),
+        space_display_name=_str(space.get("displayName")),
         thread=_str(thread.get("name")),
         message_name=_str(message.get("name")),
         text=text.strip() if isinstance(text, str) else "",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,6 +25,7 @@ from kesoku.tools.attachments import display_name, save_attachment
 from kesoku.tools.paths import os_problem
 from kesoku.vocab.markup import TextPart
 from kesoku.vocab.model import Attachment, Session, parse_answer, user_text
+from kesoku.vocab.spend import BUDGET_GROUP_KEY
 from kesoku_gchat import cards
 from kesoku_gchat.chat_api import ChatApi, ChatApiError
 from kesoku_gchat.delivery import place
@@ -39,7 +41,7 @@ from kesoku_gchat.events import (
 )
 
 if TYPE_CHECKING:
-    from kesoku.config.settings import GChatConfig
+    from kesoku.config.settings import GChatConfig, GChatSpace
     from kesoku.host.adapters import AdapterContext
     from kesoku_gchat.pubsub import PulledMessage
 
@@ -143,8 +145,13 @@ class Inbound:
         """A user wrote: answer an open question with it, or post it (attachments saved first)."""
         if event.sender_type == "BOT" or not event.channel_id or not event.message_name:
             return
+        entry = space_override(self.gchat.spaces, event.space, event.space_display_name)
         session = self.ctx.gateway.open_session(
-            self.adapter, event.channel_id, created_at=event.created_at, llm=self.gchat.llm
+            self.adapter,
+            event.channel_id,
+            created_at=event.created_at,
+            llm=entry.llm if entry is not None and entry.llm else self.gchat.llm,
+            metadata={BUDGET_GROUP_KEY: entry.label} if entry is not None else None,
         )
         if self.answers_question(session, event):
             return
@@ -269,3 +276,14 @@ class Inbound:
             and session.adapter == self.adapter
             and session.channel_id in {event.thread, event.space} - {""}
         )
+
+
+def space_override(
+    entries: Sequence[GChatSpace], space: str, display_name: str
+) -> GChatSpace | None:
+    """The first ``[[gchat.spaces]]`` entry naming this space by resource name or display name."""
+    wanted = {space, display_name.casefold()} - {""}
+    for entry in entries:
+        if any(s in wanted or s.casefold() in wanted for s in entry.spaces):
+            return entry
+    return None

@@ -92,19 +92,11 @@ async def _compact(chat: ChatUI, args: str) -> None:
 
 
 async def _usage(chat: ChatUI, args: str) -> None:
-    from kesoku.config.settings import PricingConfig, get_config
     from kesoku.observe.usage import usage_lines
 
     store = chat.rt.store
     session = store.get_session(chat.session.id) or chat.session
-    try:
-        pricing = get_config().pricing
-    except RuntimeError:  # a runtime built without a loaded config (in-process tests): no prices
-        pricing = PricingConfig()
-    model = chat.rt.llm_for(session).model
-    lines = usage_lines(
-        store.history(session.id), turns=store.count_turns(session.id), model=model, pricing=pricing
-    )
+    lines = usage_lines(chat.rt.budget, session, turns=store.count_turns(session.id))
     chat.sink.notice(f"session {session.id}: {lines[0]}", "")
     for line in lines[1:]:
         chat.sink.notice(line, "")

@@ -35,6 +35,7 @@ from kesoku.vocab.errors import BackendError
 from kesoku.vocab.ir import LLMEvent, LLMRequest, LLMResponse, ResponseBuilder, StopReason
 from kesoku.vocab.metrics import TurnState
 from kesoku.vocab.model import Outcome, Session, Usage
+from kesoku.vocab.spend import BudgetExceeded, Meter
 
 if TYPE_CHECKING:
     from kesoku.llm.base import BaseLLM
@@ -52,6 +53,8 @@ class StepLoop(abc.ABC, Generic[C]):
         session: The session (its folder receives the turn logs).
         turnlog: The turn-log writer; None: calls are not logged.
         max_identical_calls: ``agent.max_identical_calls`` (0: no repeat guard).
+        meter: Checks the spend caps before each model call and keeps its usage in the ledger
+            (:mod:`kesoku.observe.spend`); None: calls are not metered.
     """
 
     log_prefix = ""
@@ -64,8 +67,10 @@ class StepLoop(abc.ABC, Generic[C]):
         turnlog: TurnLogWriter | None,
         *,
         max_identical_calls: int,
+        meter: Meter | None = None,
     ) -> None:
         self.llm = llm
+        self.meter = meter
         self.session = session
         self.turnlog = turnlog
         self.repeats = RepeatGuard(max_identical_calls)
@@ -79,6 +84,14 @@ class StepLoop(abc.ABC, Generic[C]):
         Returns:
             How the loop ended.
         """
+        try:
+            if self.meter is not None:  # a capped session makes no call, not even a compaction's
+                self.meter.check()
+            return await self._steps()
+        except BudgetExceeded as exc:
+            return await self._end(TurnState.BUDGET, str(exc))
+
+    async def _steps(self) -> TurnState:
         while True:
             prepared = await self._prepare()
             if isinstance(prepared, TurnState):
@@ -131,13 +144,14 @@ class StepLoop(abc.ABC, Generic[C]):
         with trio.CancelScope() as scope:
             self._streaming(scope)
             try:
-                async with aclosing(self.llm.stream(request)) as events:
+                async with aclosing(self.llm.stream(request, meter=self.meter)) as events:
                     async for event in events:
                         builder.add(event)
                         self._on_event(event)
             except BackendError as exc:
                 error = exc
-        self._streaming(None)
+            finally:  # a reached cap (BudgetExceeded) passes through to run_steps
+                self._streaming(None)
         self.model_calls += 1
         response = builder.build()
         self._on_response(response)

@@ -20,6 +20,7 @@ from kesoku.agent.questions import QUESTION_TIMEOUT_S, Questions
 from kesoku.agent.repeat import MAX_IDENTICAL_CALLS
 from kesoku.agent.turn import session_cwd
 from kesoku.config.settings import AgentConfig, Config
+from kesoku.observe.spend import Budget
 from kesoku.observe.turnlog_writer import TurnLogWriter
 from kesoku.tools.paths import PathGates
 from kesoku.vocab.events import EventHub
@@ -90,6 +91,8 @@ class Runtime:
             adapters (``[file: …]``, attachments). None: gates protecting only the gateway's
             database (:func:`kesoku.host.build.build_runtime` passes the config's, its file
             included).
+        budget: Spend caps and prices (:mod:`kesoku.observe.spend`); None: no caps, the built-in
+            prices, every call still kept in the ledger.
     """
 
     def __init__(
@@ -111,10 +114,13 @@ class Runtime:
         tool_sources: Sequence[ToolSource] = (),
         compaction: CompactionPolicy | None = None,
         gates: PathGates | None = None,
+        budget: Budget | None = None,
     ) -> None:
         self.gateway = gateway
         self.store = gateway.store
         """The session store the agent reads and writes (adapters only see the gateway)."""
+        self.budget = budget if budget is not None else Budget(self.store)
+        """The spend caps and prices every model call is metered by (no caps by default)."""
         own_db = PathGates(protected_files=(Path(gateway.db_path),))
         self.gates = gates if gates is not None else own_db
         """What tools and adapters may read, write and share (``[file: …]``)."""
@@ -211,6 +217,7 @@ class Runtime:
             compaction=CompactionPolicy.from_config(config),
             tool_sources=tool_sources,
             gates=gates if gates is not None else PathGates.from_config(config),
+            budget=Budget.from_config(config, gateway.store),
         )
 
     def llm_for(self, session: Session) -> BaseLLM:

@@ -34,6 +34,7 @@ from kesoku.vocab.errors import BackendError, ToolError
 from kesoku.vocab.ir import LLMBlock, LLMTurn, TextBlock, ToolCallBlock, ToolResultBlock, ToolSpec
 from kesoku.vocab.metrics import TurnState
 from kesoku.vocab.model import Outcome, Usage
+from kesoku.vocab.spend import SpendKind
 
 if TYPE_CHECKING:
     from kesoku.agent.runtime import Runtime
@@ -64,12 +65,10 @@ _Task = Annotated[
 ]
 
 DESCRIPTION = (
-    "Hand a self-contained task to a subagent: a helper with your tools (except subagent) and a\n"
-    "fresh context, which works on its own and returns only its conclusion. "
-    "Use it for research or chores whose\n"
-    "details would clutter this conversation (searching a codebase, trying several commands). "
-    "Give it everything\n"
-    "it needs in `task`: it cannot see this conversation."
+    "Hand a self-contained task to a subagent.\n"
+    "It has your other tools and a fresh context, works alone and returns only its conclusion: "
+    "for research or chores whose details would clutter this conversation. It cannot see this "
+    "conversation: put all it needs in `task`."
 )
 
 
@@ -88,12 +87,7 @@ def subagent_tool(
     """
 
     async def subagent(ctx: ToolContext, task: _Task) -> str:
-        """Hand a task to a subagent.
-
-        Args:
-            ctx: The call.
-            task: The task, complete: the subagent sees nothing else.
-        """
+        """Hand a task to a subagent (``task``: complete, the subagent sees nothing else)."""
         tools = [t for t in rt.current_tools() if t.name != "subagent"]
         child = Subagent(rt, rt.llm_for(ctx.session), tools, ctx, max_steps=max_steps)
         return await child.run(task)
@@ -117,7 +111,13 @@ class Subagent(StepLoop[ToolCallBlock]):
     def __init__(
         self, rt: Runtime, llm: BaseLLM, tools: Sequence[Tool], ctx: ToolContext, *, max_steps: int
     ) -> None:
-        super().__init__(llm, ctx.session, rt.turnlog, max_identical_calls=rt.max_identical_calls)
+        super().__init__(
+            llm,
+            ctx.session,
+            rt.turnlog,
+            max_identical_calls=rt.max_identical_calls,
+            meter=rt.budget.meter(ctx.session, SpendKind.SUBAGENT),
+        )
         self.rt = rt
         self.tools = {t.name: t for t in tools}
         self.ctx = ctx

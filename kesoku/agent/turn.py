@@ -53,6 +53,7 @@ from kesoku.vocab.model import (
     Usage,
     in_turn,
 )
+from kesoku.vocab.spend import SpendKind
 from kesoku.vocab.transcript import LOST_RESULT, call_id_of
 
 if TYPE_CHECKING:
@@ -76,6 +77,7 @@ _ROOT_STATUS = {
     TurnState.STOPPED: Status.INTERRUPTED,
     TurnState.FAILED: Status.FAILED,
     TurnState.REPEATING: Status.DONE,
+    TurnState.BUDGET: Status.DONE,
 }
 _SKIPPED = "[skipped] Not run: the turn was interrupted or stopped before this call started."
 
@@ -107,7 +109,13 @@ class Turn(StepLoop[Message]):
         guard: SessionGuard | None = None,
         compactor: Compactor | None = None,
     ) -> None:
-        super().__init__(llm, session, rt.turnlog, max_identical_calls=rt.max_identical_calls)
+        super().__init__(
+            llm,
+            session,
+            rt.turnlog,
+            max_identical_calls=rt.max_identical_calls,
+            meter=rt.budget.meter(session),
+        )
         self.rt = rt
         self.compactor = compactor if compactor is not None else Compactor(rt.store, rt.compaction)
         self.guard = (
@@ -223,6 +231,7 @@ class Turn(StepLoop[Message]):
             turn_tokens=self.tokens,
             model_calls=self.model_calls,
             turn_s=trio.current_time() - started,
+            spend=self.rt.budget.summary(self.session),
         )
 
     async def _loop(self) -> TurnState:
@@ -553,6 +562,7 @@ class Turn(StepLoop[Message]):
             fixed_tokens=fixed,
             reason=reason,
             force=force,
+            meter=self.rt.budget.meter(self.session, SpendKind.COMPACTION),
         )
         if view is not None:
             self.history.set_view(view)

@@ -25,6 +25,7 @@ from kesoku.agent.turn import Turn, system_prompt
 from kesoku.vocab.events import Compacted, TurnEnded, TurnStarted
 from kesoku.vocab.metrics import TurnMetrics
 from kesoku.vocab.model import Kind, Message, Role, Session, Status
+from kesoku.vocab.spend import SpendKind
 
 if TYPE_CHECKING:
     from kesoku.agent.runtime import Runtime
@@ -190,6 +191,7 @@ class SessionWorker:
                 fixed_tokens=llm.head_tokens(system_prompt(self.rt, self.session), specs),
                 reason="/compact",
                 force=True,
+                meter=self.rt.budget.meter(self.session, SpendKind.COMPACTION),
             )
         if view is not None:
             self.history.set_view(view)

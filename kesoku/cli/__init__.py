@@ -37,6 +37,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
         "kesoku.cli.trace_cmd:trace",
         "Write a session's trajectory as an HTML page (works offline).",
     ),
+    ("usage", "kesoku.cli.usage_cmd:usage", "What the model calls cost: per day, session, model."),
 )
 """(name, lazy import path, one-line help) of each top-level command; the sub-apps below."""
 _HELP_FLAGS = frozenset({"--help", "-h"})

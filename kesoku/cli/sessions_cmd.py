@@ -157,12 +157,14 @@ def show(
         limit: Messages shown, the most recent; 0 shows all.
         config: The TOML file. Default: $KESOKU_CONFIG, else ./kesoku.toml, else built-in defaults.
     """
-    from kesoku.observe.usage import session_tokens
+    from kesoku.observe.spend import Budget
+    from kesoku.observe.usage import usage_lines
 
-    with open_store(config) as (_, store):
+    with open_store(config) as (cfg, store):
         s = find_session(store, session_id)
         history = store.history(s.id)
-        tokens = session_tokens(history)
+        turns = store.count_turns(s.id)
+        calls, tokens, cost, *caps = usage_lines(Budget.from_config(cfg, store), s, turns=turns)
         for key, value in (
             ("id", s.id),
             ("title", s.title or "untitled"),
@@ -171,13 +173,10 @@ def show(
             ("workspace", s.workspace),
             ("llm", s.llm or "default (agent.llm)"),
             ("forked from", s.parent_id or ""),
-            ("turns", f"{store.count_turns(s.id)} · {len(history)} messages"),
-            (
-                "tokens",
-                f"input {tokens.input_tokens:,} ({tokens.cached_tokens:,} cached)"
-                f" · output {tokens.output_tokens:,}"
-                f" ({tokens.thinking_tokens:,} thinking) over {tokens.calls} model calls",
-            ),
+            ("turns", f"{calls} · {len(history)} messages"),
+            ("tokens", tokens),
+            ("spend", cost.removeprefix("cost: ")),
+            *(("cap", line.removeprefix("cap ")) for line in caps),
         ):
             if value:
                 print(f"{key + ':':<13}{value}")

@@ -35,6 +35,8 @@ def _doc(text: str, **bounds: Any) -> msgspec.Meta:
 Secret = Annotated[str, msgspec.Meta(min_length=1)]
 Seconds = Annotated[float, msgspec.Meta(gt=0)]
 PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
+Usd = Annotated[float, msgspec.Meta(ge=0)]
+Tokens = Annotated[int, msgspec.Meta(ge=0)]
 
 
 class _Section(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -71,8 +73,8 @@ class AgentConfig(_Section, frozen=True, kw_only=True):
         Backend | None, _doc("Model backend. Unset: by API keys present, else 'local'.")
     ] = None
     persona: Annotated[str, _doc("Opening of the system prompt: who the agent is.")] = (
-        "You are Kesoku, a helpful autonomous agent. Use your tools to act, check your work, "
-        "and answer briefly and truthfully."
+        "You are Kesoku, an autonomous agent: act with your tools, check your work, "
+        "answer briefly and truthfully."
     )
     max_steps_per_turn: Annotated[
         int, _doc("Model calls allowed in one turn before it stops.", gt=0)
@@ -217,6 +219,36 @@ class LocalConfig(_Section, frozen=True, kw_only=True):
     n_threads: Annotated[PositiveInt | None, _doc("CPU threads. Unset: llama.cpp decides.")] = None
 
 
+class BudgetConfig(_Section, frozen=True, kw_only=True):
+    """Spend caps ([budget]), checked before every model call; 0 = no cap.
+
+    A day is the daemon's local calendar day. Spend is read from the ledger in the database, so caps
+    hold across restarts and count every process on it (ARCHITECTURE.md, "Spend caps").
+    """
+
+    session_usd: Annotated[float, _doc("US dollars one session may spend. 0: no cap.", ge=0)] = 0.0
+    session_tokens: Annotated[
+        int, _doc("Tokens (input + output) one session may use. 0: no cap.", ge=0)
+    ] = 0
+    day_usd: Annotated[float, _doc("US dollars all sessions may spend a day. 0: no cap.", ge=0)] = (
+        0.0
+    )
+    day_tokens: Annotated[int, _doc("Tokens all sessions may use a day. 0: no cap.", ge=0)] = 0
+
+
+class CapOverrides(_Section, frozen=True, kw_only=True):
+    """Caps of an adapter or of some channels; an unset key keeps [budget]'s (0 = no cap).
+
+    ``session_*`` replace [budget]'s for these sessions; ``day_*`` cap these sessions together, in
+    addition to [budget]'s day caps.
+    """
+
+    session_usd: Annotated[Usd | None, _doc("US dollars one session may spend.")] = None
+    session_tokens: Annotated[Tokens | None, _doc("Tokens one session may use.")] = None
+    day_usd: Annotated[Usd | None, _doc("US dollars these sessions may spend a day.")] = None
+    day_tokens: Annotated[Tokens | None, _doc("Tokens these sessions may use a day.")] = None
+
+
 class DiscordChannel(_Section, frozen=True, kw_only=True):
     """Overrides for some channels; the first entry that names a channel wins."""
 
@@ -225,6 +257,14 @@ class DiscordChannel(_Section, frozen=True, kw_only=True):
     auto_thread: Annotated[
         bool, _doc("Open a thread per conversation; false answers in the channel.")
     ] = True
+    budget: Annotated[CapOverrides, _doc("Spend caps of these channels.")] = msgspec.field(
+        default_factory=CapOverrides
+    )
+
+    @property
+    def label(self) -> str:
+        """The entry's name in the spend ledger and in messages: its channels, comma-separated."""
+        return ",".join(self.channels)
 
 
 class DiscordConfig(_Section, frozen=True, kw_only=True):
@@ -235,6 +275,26 @@ class DiscordConfig(_Section, frozen=True, kw_only=True):
     chatbot_id: Annotated[str, _doc("Adapter name stored with each session.")] = "discord"
     user_allowlist: Annotated[tuple[str, ...], _doc("Users answered without a mention.")] = ()
     channels: Annotated[tuple[DiscordChannel, ...], _doc("Per-channel overrides.")] = ()
+    budget: Annotated[CapOverrides, _doc("Spend caps of Discord sessions.")] = msgspec.field(
+        default_factory=CapOverrides
+    )
+
+
+class GChatSpace(_Section, frozen=True, kw_only=True):
+    """Overrides for some spaces; the first entry that names a space wins."""
+
+    spaces: Annotated[
+        tuple[str, ...], _doc("Space names (spaces/AAAA…) or display names.", min_length=1)
+    ]
+    llm: Annotated[Backend | None, _doc("Backend for these spaces. Unset: gchat.llm.")] = None
+    budget: Annotated[CapOverrides, _doc("Spend caps of these spaces.")] = msgspec.field(
+        default_factory=CapOverrides
+    )
+
+    @property
+    def label(self) -> str:
+        """The entry's name in the spend ledger and in messages: its spaces, comma-separated."""
+        return ",".join(self.spaces)
 
 
 class GChatConfig(_Section, frozen=True, kw_only=True):
@@ -256,6 +316,10 @@ class GChatConfig(_Section, frozen=True, kw_only=True):
         str | None, _doc("Emoji added to each incoming message (user ADC).")
     ] = None
     llm: Annotated[Backend | None, _doc("Backend for Google Chat. Unset: agent.llm.")] = None
+    budget: Annotated[CapOverrides, _doc("Spend caps of Google Chat sessions.")] = msgspec.field(
+        default_factory=CapOverrides
+    )
+    spaces: Annotated[tuple[GChatSpace, ...], _doc("Per-space overrides.")] = ()
 
 
 class ShellConfig(_Section, frozen=True, kw_only=True):
@@ -385,10 +449,18 @@ class ModelPrice(_Section, frozen=True, kw_only=True):
     cached_input_usd_per_mtok: Annotated[
         float | None, _doc("Cached input tokens. Unset: the input price.")
     ] = None
+    cache_write_usd_per_mtok: Annotated[
+        float | None, _doc("Input tokens written to the cache. Unset: the input price.")
+    ] = None
 
 
 class PricingConfig(_Section, frozen=True, kw_only=True):
-    """Prices for the cost estimate of /usage ([pricing.models."model-id"])."""
+    """Prices of models ([pricing.models."model-id"]), over the built-in table.
+
+    The built-in table (:mod:`kesoku.config.prices`) prices the models Kesoku knows; an entry here
+    adds a model or replaces its built-in price. A model id is priced by its exact entry, else by
+    the longest entry it starts with.
+    """
 
     models: Annotated[dict[str, ModelPrice], _doc("Price per model id.")] = {}
 
@@ -463,6 +535,7 @@ class Config(_Section, frozen=True, kw_only=True):
     compaction: CompactionConfig = msgspec.field(default_factory=CompactionConfig)
     turn_logs: TurnLogsConfig = msgspec.field(default_factory=TurnLogsConfig)
     pricing: PricingConfig = msgspec.field(default_factory=PricingConfig)
+    budget: BudgetConfig = msgspec.field(default_factory=BudgetConfig)
     mcp: McpConfig = msgspec.field(default_factory=McpConfig)
 
 

@@ -44,7 +44,8 @@ from kesoku.vocab.ir import (
     signed,
     valid_event,
 )
-from kesoku.vocab.model import Message
+from kesoku.vocab.model import Message, Usage
+from kesoku.vocab.spend import Meter
 from kesoku.vocab.transcript import TranscriptError, TurnChecker, TurnMemo, to_turns
 
 MAX_RETRIES = 4
@@ -174,11 +175,15 @@ class BaseLLM(ABC):
             turns = await trio.to_thread.run_sync(_load_attachments, list(turns))
         return LLMRequest(system=system, turns=tuple(turns), tools=tuple(tools))
 
-    async def stream(self, request: LLMRequest) -> AsyncGenerator[LLMEvent, None]:
+    async def stream(
+        self, request: LLMRequest, *, meter: Meter | None = None
+    ) -> AsyncGenerator[LLMEvent, None]:
         """Stream one model step.
 
         Args:
             request: From :meth:`build_request` or :meth:`request_from_turns`.
+            meter: Asked before each attempt (retries included) and told each attempt's usage
+                (:mod:`kesoku.vocab.spend`); None: the call is not metered.
 
         Yields:
             Text and thought deltas, complete tool calls, usage; their text valid UTF-8
@@ -190,6 +195,7 @@ class BaseLLM(ABC):
                 ended with no content and no stop reason (llama.cpp answers a prompt over its
                 ``n_ctx`` with HTTP 200 and an empty body) is a failure, retried like a dropped
                 stream.
+            BudgetExceeded: The meter refused an attempt: a spend cap is reached; nothing was sent.
 
         Cancellation:
             Cancelling the consumer closes the provider stream; use ``contextlib.aclosing``.
@@ -198,9 +204,12 @@ class BaseLLM(ABC):
         attempt = 0
         while True:
             attempt += 1
+            if meter is not None:
+                meter.check()
             self.calls += 1
             started = False  # content went out: a retry would repeat it
             stopped = False
+            usage: Usage | None = None
             try:
                 raw_items = self._call(native)
                 try:
@@ -220,10 +229,14 @@ class BaseLLM(ABC):
                             if isinstance(event, StopEvent):
                                 stopped = True
                             # usage alone is replaced on a retry
-                            elif not isinstance(event, UsageEvent):
+                            elif isinstance(event, UsageEvent):
+                                usage = event.usage
+                            else:
                                 started = True
                             yield signed(valid_event(event), self.provider)
                 finally:
+                    if meter is not None and usage is not None and usage.total_tokens:
+                        meter.record(self.provider, self.model, usage)
                     aclose = getattr(raw_items, "aclose", None)
                     if aclose is not None:
                         # closing is quick and must release the HTTP stream
@@ -276,10 +289,10 @@ class BaseLLM(ABC):
             return request
         return msgspec.structs.replace(request, turns=tuple(cleaned))
 
-    async def generate(self, request: LLMRequest) -> LLMResponse:
-        """Run one model step to the end and return it assembled (no streaming)."""
+    async def generate(self, request: LLMRequest, *, meter: Meter | None = None) -> LLMResponse:
+        """Run one model step to the end and return it assembled (no streaming; see stream)."""
         builder = ResponseBuilder()
-        async for event in self.stream(request):
+        async for event in self.stream(request, meter=meter):
             builder.add(event)
         return builder.build()
 

@@ -9,6 +9,7 @@ from typing import Any
 from kesoku.llm.base import BaseLLM
 from kesoku.vocab.errors import BackendError
 from kesoku.vocab.ir import LLMEvent, LLMRequest
+from kesoku.vocab.spend import Meter
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +40,13 @@ class FallbackLLM(BaseLLM):
         self.chain = tuple(chain)
         self.used = first.provider
 
-    async def stream(self, request: LLMRequest) -> AsyncGenerator[LLMEvent, None]:
+    async def stream(
+        self, request: LLMRequest, *, meter: Meter | None = None
+    ) -> AsyncGenerator[LLMEvent, None]:
         """Stream from each backend in turn until one succeeds (see the class docstring).
+
+        Each backend meters its own attempts with ``meter`` (its own model's price); a reached cap
+        (:class:`~kesoku.vocab.spend.BudgetExceeded`) ends the chain, no other backend is tried.
 
         Raises:
             BackendError: The last backend's error when every backend gave up, or the error of a
@@ -50,7 +56,7 @@ class FallbackLLM(BaseLLM):
         for n, llm in enumerate(self.chain):
             emitted = False
             try:
-                async for event in llm.stream(request):
+                async for event in llm.stream(request, meter=meter):
                     emitted = True
                     yield event
             except BackendError as exc:

@@ -1,27 +1,28 @@
 """What a session has used and what its next request holds: /usage and /context for every adapter.
 
-The numbers come from the store alone (messages' ``metadata.usage``, the latest view state) plus
-what the caller knows about the next request (system prompt, tool specs), so the terminal, Discord
-and Google Chat print the same figures with :func:`usage_lines` and :func:`context_lines`.
-
-Costs use ``[pricing.models."model-id"]`` of kesoku.toml
-(:class:`kesoku.config.settings.PricingConfig`). Input tokens as providers report them include the
-cached ones, and output tokens include thinking (see :class:`kesoku.vocab.model.Usage`), so the cost
-is ``(input - cached) * input price + cached * cached price + output * output price``.
+The figures of /usage come from the spend ledger (:mod:`kesoku.observe.spend`): every model call of
+the session, its subagents' and compaction summaries' included, each priced at its own model. Those
+of /context come from the store (the latest view state) plus what the caller knows about the next
+request (system prompt, tool specs), so the terminal, Discord and Google Chat print the same figures
+with :func:`usage_lines` and :func:`context_lines`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import msgspec
 
-from kesoku.config.settings import ModelPrice, PricingConfig
+from kesoku.observe.spend import usd
 from kesoku.vocab.ir import ToolSpec
-from kesoku.vocab.model import Message
+from kesoku.vocab.model import Message, Session
 from kesoku.vocab.transcript import to_turns
 from kesoku.vocab.view import ViewState, archive_start
 from kesoku.vocab.view import key as view_key
+
+if TYPE_CHECKING:
+    from kesoku.observe.spend import Budget, Cap
 
 CHARS_PER_TOKEN = 4
 """The rough ratio behind every token *estimate* here.
@@ -30,102 +31,52 @@ It fits English text and JSON; real tokenizers vary.
 """
 
 
-class TokenTotals(msgspec.Struct, frozen=True, kw_only=True):
-    """A session's token counts by kind, summed over the model calls that reported usage.
-
-    Attributes:
-        calls: Model calls whose usage is stored.
-        input_tokens: Input tokens, cached ones included.
-        cached_tokens: The part of the input read from the provider's cache.
-        output_tokens: Output tokens, thinking included.
-        thinking_tokens: The part of the output spent thinking.
-    """
-
-    calls: int = 0
-    input_tokens: int = 0
-    cached_tokens: int = 0
-    output_tokens: int = 0
-    thinking_tokens: int = 0
-
-
-def session_tokens(history: Iterable[Message]) -> TokenTotals:
-    """Sum the usage stored on a session's messages (one message per model call carries it).
-
-    A subagent's calls are not counted: only its conclusion is stored.
-    """
-    calls = inputs = cached = outputs = thinking = 0
-    for message in history:
-        usage = message.metadata.usage
-        if usage is not None:
-            calls += 1
-            inputs += usage.input_tokens
-            cached += usage.cached_tokens
-            outputs += usage.output_tokens
-            thinking += usage.thinking_tokens
-    return TokenTotals(
-        calls=calls,
-        input_tokens=inputs,
-        cached_tokens=cached,
-        output_tokens=outputs,
-        thinking_tokens=thinking,
-    )
-
-
-def find_price(model: str, pricing: PricingConfig) -> tuple[str, ModelPrice] | None:
-    """The price of a model: its exact id, else the longest priced id it starts with.
-
-    The prefix rule lets ``claude-sonnet-4-5`` price ``claude-sonnet-4-5-20250929``.
-
-    Returns:
-        ``(priced id, price)``, or None when the table has no entry for it.
-    """
-    price = pricing.models.get(model)
-    if price is not None:
-        return model, price
-    prefixes = [key for key in pricing.models if model.startswith(key)]
-    if not prefixes:
-        return None
-    key = max(prefixes, key=len)
-    return key, pricing.models[key]
-
-
-def cost_usd(tokens: TokenTotals, price: ModelPrice) -> float:
-    """The cost of the tokens at this price, in US dollars."""
-    cached_price = price.cached_input_usd_per_mtok
-    if cached_price is None:
-        cached_price = price.input_usd_per_mtok
-    uncached = max(tokens.input_tokens - tokens.cached_tokens, 0)
-    micro = (
-        uncached * price.input_usd_per_mtok
-        + tokens.cached_tokens * cached_price
-        + tokens.output_tokens * price.output_usd_per_mtok
-    )
-    return micro / 1_000_000
-
-
-def usage_lines(
-    history: Sequence[Message], *, turns: int, model: str, pricing: PricingConfig
-) -> list[str]:
-    """What /usage prints: a session's tokens by kind, then the cost estimate or why there is none.
+def usage_lines(budget: Budget, session: Session, *, turns: int) -> list[str]:
+    """What /usage prints: a session's calls and tokens by kind, its cost, and each cap it is under.
 
     Args:
-        history: The session's messages.
+        budget: The process's budget (its ledger, prices and caps).
+        session: The session.
         turns: Turns processed (:meth:`kesoku.store.Store.count_turns`).
-        model: The model id the session uses now; every call is priced as this model.
-        pricing: The price table.
     """
-    t = session_tokens(history)
+    store = budget.store
+    t = store.spend_totals(session_id=session.id)
+    turn_word = "turn" if turns == 1 else "turns"
     lines = [
-        f"{turns} turns · {t.calls} model calls reported usage",
-        f"input {t.input_tokens:,} tokens ({t.cached_tokens:,} cached) · "
+        f"{turns} {turn_word} · {t.calls} model calls",
+        f"input {t.input_tokens:,} tokens ({t.cached_tokens:,} read from cache, "
+        f"{t.cache_write_tokens:,} written to it) · "
         f"output {t.output_tokens:,} tokens ({t.thinking_tokens:,} thinking)",
     ]
-    found = find_price(model, pricing)
-    if found is None:
-        lines.append(f'cost: no price for {model}; add [pricing.models."{model}"] to kesoku.toml')
-    else:
-        key, price = found
-        lines.append(f"cost: about ${cost_usd(t, price):,.4f} (every call priced as {key})")
+    cost = f"cost: {usd(t.usd)}"
+    if t.unpriced_calls:
+        models = [
+            m or "unknown (before the ledger)"
+            for m, sums in store.spend_breakdown("model", session_id=session.id)
+            if sums.unpriced_calls
+        ]
+        cost += (
+            f" + {t.unpriced_calls} calls without a price ({', '.join(models)}); "
+            'add [pricing.models."<model>"] to kesoku.toml'
+        )
+    lines.append(cost)
+    lines.extend(cap_lines(budget.status(session)))
+    return lines
+
+
+def cap_lines(statuses: Sequence[tuple[Cap, float]]) -> list[str]:
+    """One line per cap and its spend (:meth:`~kesoku.observe.spend.Budget.status`).
+
+    ``cap budget.day_usd: $1.20 of $5.00 (today, all sessions)``.
+    """
+    lines = []
+    for cap, spent in statuses:
+        if cap.usd:
+            amount = f"{usd(spent)} of {usd(cap.limit)}"
+        else:
+            amount = f"{spent:,.0f} of {cap.limit:,.0f} tokens"
+        when = f"today, {cap.who}" if cap.daily else cap.who
+        lines.append(f"cap {cap.key}: {amount} ({when})")
     return lines
 
 

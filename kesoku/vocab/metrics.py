@@ -22,6 +22,9 @@ class TurnState(StrEnum):
     """The model call or the runtime failed; the user was told why."""
     REPEATING = "repeating"
     """The model made a call again after it was told the call repeats (kesoku.agent.repeat)."""
+    BUDGET = "budget"
+    """A spend cap was reached before a model call (kesoku.observe.spend); the user was told
+    which."""
 
 
 _BADGES = {
@@ -31,6 +34,7 @@ _BADGES = {
     TurnState.STEP_LIMIT: "🛑",
     TurnState.FAILED: "⚠",
     TurnState.REPEATING: "🛑",
+    TurnState.BUDGET: "🛑",
 }
 _SUFFIXES = {
     TurnState.DONE: "",
@@ -39,6 +43,7 @@ _SUFFIXES = {
     TurnState.STEP_LIMIT: " (Step limit)",
     TurnState.FAILED: " (Failed)",
     TurnState.REPEATING: " (Repeating)",
+    TurnState.BUDGET: " (Spend cap)",
 }
 
 
@@ -55,6 +60,8 @@ class TurnMetrics(msgspec.Struct, frozen=True, kw_only=True):
         turn_tokens: Input plus output tokens of all the turn's model calls.
         model_calls: Model calls in the turn.
         turn_s: Wall time of the turn, seconds.
+        spend: The session's spend and how near it is to its tightest cap (``$0.042 · 61% of
+            budget.day_usd``); empty when nothing priced was spent and no cap applies.
     """
 
     session_id: str
@@ -66,6 +73,7 @@ class TurnMetrics(msgspec.Struct, frozen=True, kw_only=True):
     turn_tokens: int
     model_calls: int
     turn_s: float
+    spend: str = ""
 
     @property
     def badge(self) -> str:
@@ -73,11 +81,13 @@ class TurnMetrics(msgspec.Struct, frozen=True, kw_only=True):
         return _BADGES[self.state]
 
     def render(self) -> str:
-        """One line, e.g. ``⚡ turn 3 · context 12K · 2 tool calls · 15K tokens · 4.2 s``."""
+        """One line: ``⚡ turn 3 · context 12K · 2 tool calls · 15K tokens · $0.04 · 4.2 s``."""
         calls = "1 tool call" if self.tool_calls == 1 else f"{self.tool_calls} tool calls"
+        spend = f"{self.spend} · " if self.spend else ""
         return (
             f"{self.badge} turn {self.session_turns} · context {_k(self.context_tokens)} · "
-            f"{calls} · {_k(self.turn_tokens)} tokens · {self.turn_s:.1f} s{_SUFFIXES[self.state]}"
+            f"{calls} · {_k(self.turn_tokens)} tokens · {spend}{self.turn_s:.1f} s"
+            f"{_SUFFIXES[self.state]}"
         )
 
 

@@ -99,12 +99,22 @@ class Attachment(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Usage(msgspec.Struct, frozen=True, kw_only=True):
-    """Token counts of one model call, as the provider reported them."""
+    """Token counts of one model call, as the provider reported them.
+
+    Attributes:
+        input_tokens: The whole input, cached and cache-written tokens included.
+        output_tokens: The whole output, thinking included.
+        cached_tokens: The part of the input read from the provider's cache.
+        thinking_tokens: The part of the output spent thinking.
+        cache_write_tokens: The part of the input written to the provider's cache (Claude's
+            ``cache_creation_input_tokens``; priced apart by Anthropic).
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
     cached_tokens: int = 0
     thinking_tokens: int = 0
+    cache_write_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:

@@ -44,6 +44,7 @@ from kesoku.llm.base import BaseLLM
 from kesoku.vocab.errors import BackendError
 from kesoku.vocab.ir import LLMTurn, TextBlock
 from kesoku.vocab.model import Kind, Message, Role
+from kesoku.vocab.spend import BudgetExceeded, Meter
 from kesoku.vocab.view import SHORTENED, Archive, Key, ViewState, key, view_turns
 
 if TYPE_CHECKING:
@@ -209,6 +210,7 @@ class Compactor:
         fixed_tokens: float,
         reason: str,
         force: bool = False,
+        meter: Meter | None = None,
     ) -> ViewState | None:
         """Compute a smaller view of a session, store it, and return it.
 
@@ -220,6 +222,7 @@ class Compactor:
             fixed_tokens: Estimated tokens of the system prompt and tool schemas.
             reason: ``auto``, ``/compact`` or ``context overflow`` (recorded in the view).
             force: Compact even under the threshold (``/compact``, a context-overflow error).
+            meter: Meters the summary call (stage 3); a reached cap skips it, as a failed call.
 
         Returns:
             The new view, or None when nothing could be made smaller (no turn old enough, no
@@ -245,7 +248,7 @@ class Compactor:
             and after > plan.target
             and trio.current_time() >= self.cooldown_until
         ):
-            summary = await self._summarize(llm, view)  # Stage 3: a model summary.
+            summary = await self._summarize(llm, view, meter)  # Stage 3: a model summary.
             if summary is not None:
                 view = msgspec.structs.replace(view, archives=(summary,), stages=(*view.stages, 3))
                 after = await trio.to_thread.run_sync(plan.measure, view)
@@ -272,7 +275,9 @@ class Compactor:
         )
         return view
 
-    async def _summarize(self, llm: BaseLLM, view: ViewState) -> Archive | None:
+    async def _summarize(
+        self, llm: BaseLLM, view: ViewState, meter: Meter | None
+    ) -> Archive | None:
         """Stage 3; None (and a cooldown) when the model call fails."""
         if not view.archives:
             return None
@@ -283,8 +288,8 @@ class Compactor:
                 [LLMTurn("user", (TextBlock(prompt),))], system=SUMMARY_SYSTEM
             )
             with trio.fail_after(SUMMARY_TIMEOUT_S):
-                response = await llm.generate(request)
-        except (BackendError, trio.TooSlowError) as exc:
+                response = await llm.generate(request, meter=meter)
+        except (BackendError, BudgetExceeded, trio.TooSlowError) as exc:
             self.cooldown_until = trio.current_time() + SUMMARY_COOLDOWN_S
             log.warning("compaction summary failed (%s); the turn archive stands in", exc)
             return None
