@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import trio
 import trio.testing
@@ -16,7 +17,11 @@ from runtime_harness import serve_runtime
 
 from kesoku.config.settings import ClaudeConfig, Config
 from kesoku.llm.claude import ClaudeLLM
-from kesoku.llm.claude_convert import tool_loop_opens_with_thinking, uses_adaptive_thinking
+from kesoku.llm.claude_convert import (
+    cache_breakpoints,
+    tool_loop_opens_with_thinking,
+    uses_adaptive_thinking,
+)
 from kesoku.testing.fakes.anthropic_api import (
     AnthropicFake,
     Redacted,
@@ -25,6 +30,7 @@ from kesoku.testing.fakes.anthropic_api import (
     Thinking,
     ToolUse,
     text_reply,
+    validate,
 )
 from kesoku.tools.base import ToolContext
 from kesoku.tools.schema import tool_from_function
@@ -199,7 +205,13 @@ async def test_the_prompt_is_cached_above_the_threshold_only() -> None:
             "cache_control": {"type": "ephemeral"},
         }
     ]
-    assert str(above["messages"][:-1]).count("cache_control") == 0
+    # The end of the previous request (the user message before the last assistant message): the
+    # entry it wrote is read whatever the number of blocks the step added.
+    assert above["messages"][0]["content"] == [
+        {"type": "text", "text": "x" * 400, "cache_control": {"type": "ephemeral"}}
+    ]
+    assert "cache_control" not in str(above["messages"][1])
+    assert fake.rejections == []
 
 
 async def test_images_and_documents_go_as_base64_or_text_sources(tmp_path: Path) -> None:
@@ -416,6 +428,118 @@ async def test_adaptive_thinking_for_models_from_4_6() -> None:
     assert (high["thinking"], high["output_config"]) == ({"type": "adaptive"}, {"effort": "high"})
 
 
+async def test_adaptive_thinking_stays_on_in_a_loop_that_opened_without_thinking() -> None:
+    # Adaptive thinking may skip thinking at a step; the next requests of the turn keep the same
+    # parameters (a change would drop the messages' prompt cache), which the API accepts: earlier
+    # assistant turns need not start with a thinking block in adaptive mode.
+    fake = AnthropicFake()
+    fake.push(text_reply("ok"), text_reply("ok"))
+    opening = request(user(TextBlock("hi")), tools=(WEATHER,))
+    loop = request(
+        user(TextBlock("hi")),
+        assistant(ToolCallBlock("toolu_1", "weather", {"city": "Oslo"})),
+        user(ToolResultBlock("toolu_1", "weather", "snow")),
+        tools=(WEATHER,),
+    )
+    async with claude(fake, model="claude-sonnet-4-6", thinking_level="medium") as llm:
+        await events_of(llm, opening)
+        await events_of(llm, loop)
+    first, second = fake.bodies
+    params = [(b["thinking"], b["output_config"]) for b in fake.bodies]
+    assert params == [({"type": "adaptive"}, {"effort": "medium"})] * 2
+    assert second["messages"][1]["content"][0]["type"] == "tool_use"
+    assert fake.rejections == [] and first["thinking"] == second["thinking"]
+
+
+async def test_the_budget_stays_when_a_cut_reply_raises_max_tokens() -> None:
+    fake = AnthropicFake()
+    fake.push(text_reply("a"), text_reply("b"))
+    async with claude(fake, model="claude-sonnet-4-5", thinking_level="high") as llm:
+        await events_of(llm, request())
+        grown = msgspec.structs.replace(request(), max_output_tokens=32_000)
+        await events_of(llm, grown)
+    # 24000 capped to 16384 - 1024 for the whole turn, not 24000 once max_tokens is 32000.
+    assert [(b["max_tokens"], b["thinking"]["budget_tokens"]) for b in fake.bodies] == [
+        (16384, 15_360),
+        (32_000, 15_360),
+    ]
+    small = ClaudeLLM(model="claude-sonnet-4-5", api_key="k", thinking_level="high")
+    capped = small._build_native_input(msgspec.structs.replace(request(), max_output_tokens=4000))
+    assert capped["thinking"] == {"type": "enabled", "budget_tokens": 2976}  # below max_tokens
+
+
+def test_the_breakpoints_mark_the_previous_request_and_the_turn_opening() -> None:
+    def text(t: str) -> dict[str, Any]:
+        return {"type": "text", "text": t}
+
+    def results(n: int) -> list[dict[str, Any]]:
+        return [{"type": "tool_result", "tool_use_id": f"t{k}", "content": "r"} for k in range(n)]
+
+    def calls(n: int) -> list[dict[str, Any]]:
+        return [{"type": "tool_use", "id": f"t{k}", "name": "n", "input": {}} for k in range(n)]
+
+    system, tools = [text("sys")], [{"name": "a"}, {"name": "b"}]
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": [text("q0")]},
+        {"role": "assistant", "content": [text("a0")]},
+        {"role": "user", "content": [text("q1")]},
+        {"role": "assistant", "content": [text("thinking about it"), *calls(12)]},
+        {"role": "user", "content": results(12)},
+    ]
+    marked = cache_breakpoints(system, tools, messages)
+    # The last block; the end of the previous request (q1, 25 blocks back: past the lookback); the
+    # system prompt; the opening of the turn is q1 again, so the tools take the last slot.
+    last, q1 = messages[-1]["content"][-1], messages[2]["content"][-1]
+    assert [id(b) for b in marked] == [id(last), id(q1), id(system[-1]), id(tools[-1])]
+    # The next turn: its message, the loop's last results, the system prompt, q1.
+    messages += [
+        {"role": "assistant", "content": [text("a1")]},
+        {"role": "user", "content": [text("q2")]},
+    ]
+    marked = cache_breakpoints(system, tools, messages)
+    assert [id(b) for b in marked] == [
+        id(messages[-1]["content"][-1]),
+        id(last),
+        id(system[-1]),
+        id(q1),
+    ]
+    assert cache_breakpoints([], [], [{"role": "user", "content": [text("q")]}]) == [text("q")]
+
+
+def test_the_fake_holds_manual_thinking_to_the_loop_rule_and_cache_limits() -> None:
+    think = {"type": "thinking", "thinking": "t", "signature": "s"}
+    call = {"type": "tool_use", "id": "t1", "name": "weather", "input": {}}
+    result = {"type": "tool_result", "tool_use_id": "t1", "content": "r"}
+    hi = {"role": "user", "content": [{"type": "text", "text": "hi"}]}
+    unsigned_loop = [
+        hi,
+        {"role": "assistant", "content": [call]},
+        {"role": "user", "content": [result]},
+    ]
+    base = {"model": "claude-sonnet-4-6", "max_tokens": 4096, "messages": unsigned_loop}
+    enabled = {**base, "thinking": {"type": "enabled", "budget_tokens": 2048}}
+    assert "must start with a thinking block" in str(validate(enabled, vertex=False))
+    assert validate({**base, "thinking": {"type": "adaptive"}}, vertex=False) is None
+    cached_thinking = [
+        hi,
+        {"role": "assistant", "content": [{**think, "cache_control": {"type": "ephemeral"}}, call]},
+        {"role": "user", "content": [result]},
+    ]
+    assert "cannot be cached" in str(validate({**base, "messages": cached_thinking}, vertex=False))
+    four = [
+        {"type": "text", "text": f"q{k}", "cache_control": {"type": "ephemeral"}} for k in range(4)
+    ]
+    full = {**base, "messages": [{"role": "user", "content": four}]}
+    assert validate(full, vertex=False) is None
+    automatic = {
+        **full,
+        "messages": [{"role": "user", "content": [*four, {"type": "text", "text": "x"}]}],
+    }
+    assert "A maximum of 4 blocks" in str(
+        validate({**automatic, "cache_control": {"type": "ephemeral"}}, vertex=False)
+    )
+
+
 def test_model_versions_choose_the_thinking_form() -> None:
     adaptive = [
         "claude-opus-4-6",
@@ -604,7 +728,6 @@ async def test_a_runtime_turn_with_a_tool_round_trip(tmp_path: Path) -> None:
                 "type": "object",
                 "properties": {"text": {"type": "string", "description": "What to repeat."}},
                 "required": ["text"],
-                "additionalProperties": False,
             },
         }
     ]

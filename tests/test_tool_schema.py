@@ -93,7 +93,7 @@ def test_a_signature_becomes_a_json_schema_with_descriptions() -> None:
             },
         },
         "required": ["query"],
-        "additionalProperties": False,
+        # no additionalProperties: unknown arguments are refused when the tool runs (UNKNOWN_PAGE)
     }
 
 
@@ -121,7 +121,6 @@ def test_structs_and_typed_dicts_are_inlined_objects_and_optional_means_not_requ
             "note": {"default": None},
         },
         "required": ["at"],
-        "additionalProperties": False,
     }
 
 
@@ -131,7 +130,7 @@ def test_no_parameters_and_no_docstring() -> None:
 
     assert schema_from_function(ping) == (
         "",
-        {"type": "object", "properties": {}, "additionalProperties": False},
+        {"type": "object", "properties": {}},
     )
 
 

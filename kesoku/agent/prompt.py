@@ -1,5 +1,10 @@
 """The system prompt of a turn: persona, rules, tool snippets, skills, project notes, cwd and date.
 
+The prompt is the head of every request, so it must not change between the turns of a session
+unless the session's setup changed: providers cache a request's prefix, and a prompt that changed
+every minute would make every turn rewrite the whole history to the cache (ARCHITECTURE.md, "A
+stable prefix"). The date is given to the day.
+
 Project notes are the AGENTS.md and CLAUDE.md files of the working directory, the convention coding
 agents share; each is capped at :data:`MAX_NOTES_BYTES` so a huge file cannot crowd out the history.
 """
@@ -20,22 +25,19 @@ MAX_NOTES_BYTES = 32 * 1024
 
 RULES = (
     "Rules:\n"
-    "- Act with your tools when that helps; never claim to have done what you did not do.\n"
-    "- A tool result carries its outcome: "
-    "completed, failed, timed_out, skipped (never started), killed\n"
-    "  (by the user or a shutdown; the result says why) or lost "
-    "(Kesoku restarted while it ran; its\n"
-    "  effect is unknown, check before repeating anything with side effects).\n"
-    "- A message ending in [interrupted] was cut off: "
-    "the user sent something new or stopped you. Read the\n"
-    "  newest message and answer that.\n"
-    "- To send a file from the workspace, write [file: /absolute/path] on its own line.\n"
-    "- To ask the user to choose, "
-    "write [question: Your question? | choice 1 | choice 2] on its own line.\n"
-    "- [redacted:…] stands for a secret (a key, token or password) hidden from you. "
-    "It is not the value:\n"
-    "  never write it into a file or a command; edit around it, or ask the user to set the value."
+    "- Never claim to have done what you did not do.\n"
+    "- Relative paths start at the working directory; writing outside the workspace asks the "
+    "user.\n"
+    "- A tool result that did not complete opens with [failed], [timed_out], [skipped], [killed] "
+    "or [lost] (effect unknown: check before repeating side effects).\n"
+    "- A message ending in [interrupted] was cut off: answer the newest.\n"
+    "- [file: /absolute/path] on its own line sends that workspace file.\n"
+    "- [question: Question? | choice 1 | choice 2] on its own line asks the user to choose.\n"
+    "- [redacted:…] hides a secret: never write it into a file or command; edit around it or ask "
+    "the user to set the value."
 )
+"""The rules of every prompt. Each word goes with every model call: a rule is here when the model
+needs it and no tool's description or result says it (bench/overhead_bench.py counts it)."""
 
 
 def read_notes(cwd: Path) -> list[tuple[str, str]]:
@@ -76,7 +78,7 @@ def build_system_prompt(
         skills: ``(name, description)`` of each available skill.
         notes: From :func:`read_notes`.
         cwd: The working directory.
-        now: The local date and time.
+        now: The local date (only the day and the time zone are used).
 
     Returns:
         The prompt text, valid UTF-8 (:func:`kesoku.vocab.text.valid_text`): a working directory
@@ -88,10 +90,9 @@ def build_system_prompt(
         parts.append("Tools:\n" + "\n".join(f"- {t.snippet}" for t in tools))
     if skills:
         parts.append(
-            "Skills (call use_skill with the name to read one):\n"
-            + "\n".join(f"- {n}: {d}" for n, d in skills)
+            "Skills (read one with use_skill):\n" + "\n".join(f"- {n}: {d}" for n, d in skills)
         )
     for name, text in notes:
         parts.append(f"<{name}>\n{text}\n</{name}>")
-    parts.append(f"Working directory: {cwd}\nDate: {now:%A %Y-%m-%d %H:%M %Z}".rstrip())
+    parts.append(f"Working directory: {cwd}\nDate: {now:%A %Y-%m-%d %Z}".rstrip())
     return valid_text("\n\n".join(parts))

@@ -13,10 +13,25 @@ Thinking (``claude.thinking_level``): models from Claude 4.6 on take ``{"type": 
 ``output_config.effort`` (minimal and low → ``low``, medium, high); the budget form is deprecated
 there and refused by later models. Older models take ``{"type": "enabled", "budget_tokens": N}``
 with N from :data:`THINKING_BUDGET_TOKENS` (minimal: thinking off), capped so at least
-:data:`MIN_ANSWER_TOKENS` of ``max_tokens`` remain for the answer, and off when that leaves less
-than the API's minimum budget of 1024. A tool loop runs in one thinking mode: when the assistant
-message that opened the current loop carries no signed thinking (it came from another backend, or
-thinking was off), thinking is left off for that request rather than refused by the API.
+:data:`MIN_ANSWER_TOKENS` of the configured ``max_output_tokens`` remain for the answer, and off
+when that leaves less than the API's minimum budget of 1024.
+
+The thinking parameters are the same for every request of a turn (a user message and its tool
+loop): changing them (enabled or disabled, the budget, adaptive or not) drops the cache of the
+messages part ("Prompt caching", "What invalidates the cache"; Adaptive thinking, "Prompt
+caching"), and a tool loop is one assistant turn that "must operate in a single thinking mode"
+(Extended thinking, "Toggling thinking modes in conversations"). So the adaptive parameters never
+change, even when the model skipped thinking at the loop's first step: adaptive thinking does not
+require earlier assistant turns to start with a thinking block (Adaptive thinking, "Validation
+changes"). The budget does not follow a request's larger ``max_tokens`` after a cut reply (see
+:meth:`ClaudeLLM._thinking`). The one change left is the documented one: with the budget form, a
+loop whose first assistant message carries no signed thinking (written by another backend of a
+fallback chain, or while thinking was off) must run without thinking, so the rest of that turn
+does; the next turn turns it back on, once, at its first request.
+
+Prompt caching: above ``context_caching_threshold`` estimated tokens, up to four breakpoints mark
+the blocks whose prefix the next requests share
+(:func:`~kesoku.llm.claude_convert.cache_breakpoints`).
 
 The mapping of turns, blocks and tools to ``messages``, and of the stream's events to IR events,
 lives in :mod:`kesoku.llm.claude_convert`.
@@ -41,6 +56,7 @@ from kesoku.llm.claude_convert import (
     _one_line,
     _SSEDecoder,
     _tool,
+    cache_breakpoints,
     tool_loop_opens_with_thinking,
     uses_adaptive_thinking,
 )
@@ -229,28 +245,34 @@ class ClaudeLLM(BaseLLM):
         native.update(self._thinking(messages, max_tokens))
         if _estimate_request_tokens(request) > self.context_caching_threshold:
             # Prompt caching: a breakpoint caches the prefix up to it; tools, system, then messages.
-            for blocks in (system, tools, messages[-1]["content"]):
-                if blocks:
-                    blocks[-1]["cache_control"] = {"type": "ephemeral"}
+            for block in cache_breakpoints(system, tools, messages):
+                block["cache_control"] = {"type": "ephemeral"}
         return native
 
     def _thinking(self, messages: Sequence[dict[str, Any]], max_tokens: int) -> dict[str, Any]:
-        """The ``thinking`` (and ``output_config``) arguments for this request."""
-        params: dict[str, Any] = {}
+        """The ``thinking`` (and ``output_config``) arguments for this request.
+
+        The same for every request of a turn (see the module docstring): adaptive thinking
+        whatever the loop's first step did; the budget from the configured ``max_output_tokens``,
+        not from this request's ``max_tokens``, which a cut reply raises for the rest of the loop
+        (:meth:`~kesoku.llm.base.BaseLLM.larger_output_limit`). Only a request whose own
+        ``max_tokens`` is below the configured one (none of a turn's) gets a smaller budget, as the
+        API requires ``budget_tokens`` < ``max_tokens`` (Extended thinking).
+        """
         if uses_adaptive_thinking(self.model):
-            params["output_config"] = {"effort": ADAPTIVE_EFFORT[self.thinking_level]}
-            thinking: dict[str, Any] = {"type": "adaptive"}
-        else:
-            budget = THINKING_BUDGET_TOKENS.get(self.thinking_level)
-            if budget is None:
-                return params
-            budget = min(budget, max_tokens - MIN_ANSWER_TOKENS)
-            if budget < MIN_THINKING_BUDGET_TOKENS:
-                return params
-            thinking = {"type": "enabled", "budget_tokens": budget}
-        if tool_loop_opens_with_thinking(messages):
-            params["thinking"] = thinking
-        return params
+            return {
+                "thinking": {"type": "adaptive"},
+                "output_config": {"effort": ADAPTIVE_EFFORT[self.thinking_level]},
+            }
+        budget = THINKING_BUDGET_TOKENS.get(self.thinking_level)
+        if budget is None:
+            return {}
+        budget = min(budget, min(max_tokens, self.max_output_tokens) - MIN_ANSWER_TOKENS)
+        if budget < MIN_THINKING_BUDGET_TOKENS or not tool_loop_opens_with_thinking(messages):
+            # A loop that opened without signed thinking runs without it to its end (the turn's
+            # only change of thinking parameters, needed: see the module docstring).
+            return {}
+        return {"thinking": {"type": "enabled", "budget_tokens": budget}}
 
     async def _call(self, native: dict[str, Any]) -> AsyncIterator[tuple[LLMEvent, ...]]:
         """Stream the response, one tuple of IR events per chunk read.

@@ -65,6 +65,9 @@ Adaptive thinking: Opus 4.6, Sonnet 4.6 and later.
 """
 IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 """Media types of a base64 image source (Messages API, ``Base64ImageSource.media_type``)."""
+MAX_BREAKPOINTS = 4
+"""Blocks with ``cache_control`` a request may have (Prompt caching, "When to use multiple
+breakpoints")."""
 REDACTED_PREFIX = b"redacted_thinking:"
 """Marks a ThoughtBlock signature that carries a ``redacted_thinking`` block's data."""
 
@@ -88,12 +91,15 @@ def uses_adaptive_thinking(model: str) -> bool:
 
 
 def tool_loop_opens_with_thinking(messages: Sequence[dict[str, Any]]) -> bool:
-    """Whether thinking may be on: true unless the current tool loop opened without signed thinking.
+    """Whether manual thinking may be on: true unless the current tool loop opened without it.
 
-    The loop is what follows the last user message without ``tool_result`` blocks; its first
-    assistant message must start with a ``thinking`` or ``redacted_thinking`` block when thinking is
-    on (Extended thinking, "Preserving thinking blocks": the API answers 400 "a final assistant
-    message must start with a thinking block").
+    The loop is what follows the last user message without ``tool_result`` blocks: one assistant
+    turn, which "must operate in a single thinking mode" (Extended thinking, "Toggling thinking
+    modes in conversations"). With ``{"type": "enabled"}`` its first assistant message must start
+    with a ``thinking`` or ``redacted_thinking`` block: the API answers 400 "a final assistant
+    message must start with a thinking block", or in its newer versions silently disables thinking
+    for the request. Adaptive thinking has no such rule (Adaptive thinking, "Validation changes":
+    earlier assistant turns need not start with thinking blocks).
     """
     start = 0
     for i, msg in enumerate(messages):
@@ -106,6 +112,54 @@ def tool_loop_opens_with_thinking(messages: Sequence[dict[str, Any]]) -> bool:
                 "redacted_thinking",
             )
     return True
+
+
+def cache_breakpoints(
+    system: Sequence[dict[str, Any]],
+    tools: Sequence[dict[str, Any]],
+    messages: Sequence[dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """The blocks to mark with ``cache_control``: at most 4, the API's limit, most useful first.
+
+    Prompt caching ("How automatic prefix checking works") writes an entry only at a breakpoint,
+    and a read looks for an earlier write at most 20 blocks back from each breakpoint. A session's
+    requests grow by whole steps, so the breakpoints are:
+
+    1. the last block: the entry the next request reads;
+    2. the end of the previous request (the user message before the last assistant message): the
+       entry that request wrote, read here whatever the number of blocks the step added (a step of
+       ten parallel calls adds 21 blocks or more, past the lookback of breakpoint 1);
+    3. the end of the system prompt (else of the tools): tools and system stay cached when the
+       messages part changes (another session, a compacted history);
+    4. the end of the last user message before the final one that is not only tool results (the
+       opening of the previous turn, or of the current tool loop): models that drop the thinking
+       blocks of earlier turns from the context (before Opus 4.5 and Sonnet 4.6, every Haiku;
+       "Extended thinking", "Thinking block context removal") change the prefix after it when a
+       new turn starts, and this is the last entry still shared;
+
+    then the end of the tools, if a slot is left. Each is the last block of its part: user messages
+    never hold thinking blocks, which cannot carry ``cache_control``.
+    """
+    candidates: list[dict[str, Any]] = []
+    if messages and messages[-1]["content"]:
+        candidates.append(messages[-1]["content"][-1])
+    if len(messages) >= 3 and messages[-3]["content"]:
+        candidates.append(messages[-3]["content"][-1])
+    if system:
+        candidates.append(system[-1])
+    elif tools:
+        candidates.append(tools[-1])
+    for msg in reversed(messages[:-1]):
+        if msg["role"] == "user" and any(b["type"] != "tool_result" for b in msg["content"]):
+            candidates.append(msg["content"][-1])
+            break
+    if tools:
+        candidates.append(tools[-1])
+    chosen: list[dict[str, Any]] = []
+    for block in candidates:
+        if len(chosen) < MAX_BREAKPOINTS and all(block is not c for c in chosen):
+            chosen.append(block)
+    return chosen
 
 
 def _messages(turns: Sequence[LLMTurn]) -> list[dict[str, Any]]:
@@ -361,14 +415,14 @@ class _Assembler:
         # the last cache breakpoint; the whole input is input + cache read + cache write.
         u = self.usage
         cache_read = u.get("cache_read_input_tokens") or 0
+        cache_write = u.get("cache_creation_input_tokens") or 0
         details = u.get("output_tokens_details") or {}
         return Usage(
-            input_tokens=(u.get("input_tokens") or 0)
-            + cache_read
-            + (u.get("cache_creation_input_tokens") or 0),
+            input_tokens=(u.get("input_tokens") or 0) + cache_read + cache_write,
             output_tokens=u.get("output_tokens") or 0,
             cached_tokens=cache_read,
             thinking_tokens=details.get("thinking_tokens") or 0,
+            cache_write_tokens=cache_write,
         )
 
 
@@ -391,4 +445,9 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-__all__ = ["stop_reason_of", "tool_loop_opens_with_thinking", "uses_adaptive_thinking"]
+__all__ = [
+    "cache_breakpoints",
+    "stop_reason_of",
+    "tool_loop_opens_with_thinking",
+    "uses_adaptive_thinking",
+]

@@ -8,15 +8,30 @@ credentials are loaded and refreshed here, in a worker thread: the SDK would do 
 ``asyncio.to_thread``.
 
 Context caching (Gemini API, "Context caching", https://ai.google.dev/gemini-api/docs/caching): once
-the part of a request that repeats on the next call (system instruction, tools and every turn but
-the last) is estimated at ``context_caching_threshold`` tokens or more, it is stored with
-``caches.create`` and the request names it in ``cached_content``, sending only the turns after it
-and no system instruction or tools (the API rejects a request that sets them beside a cache). A
-cache is used while its TTL has :data:`CACHE_MARGIN_S` left and the request starts with exactly the
-turns it holds; it is replaced, and the old one deleted, when the turns after it grow past the
-threshold again or the prefix changes. A failed cache never fails the turn: the request goes out
-uncached. Caching also bounds the CPU the SDK spends on each request: it converts every part on the
-event loop (about 0.6 ms a part, measured), and through a cache only the turns after it are sent.
+the part of a request that the next calls repeat (system instruction, tools and the turns before
+the last user message) is estimated at ``context_caching_threshold`` tokens or more, it is stored
+with ``caches.create`` and the request names it in ``cached_content``, sending only the turns after
+it and no system instruction or tools (the API rejects a request that sets them beside a cache).
+
+A cache ends on a complete turn: right before a user content that is not function responses (see
+:func:`cache_end`), so the request's own ``contents`` open with the user's message. The API checks
+those contents as a conversation of their own, against the turn-order rules of function calling
+(Gemini API, "Function calling", https://ai.google.dev/gemini-api/docs/function-calling): contents
+that open with function responses are answered 400 "function response turn comes immediately after
+a function call turn" (seen from a strict validator when a cache made mid-loop ended on the model's
+call), and contents that open with a function call 400 "function call turn comes immediately after
+a user turn or after a function response turn". So inside a tool loop the cache made for the loop's
+opening serves every step, and a longer one is made at the next user message.
+
+A cache is used while its TTL has :data:`CACHE_MARGIN_S` left and the request starts with exactly
+the turns it holds. A cache Kesoku stops using is deleted (best effort, after the next successful
+stream, and at :meth:`GeminiLLM.aclose`): one a longer cache of the same prefix replaces, the least
+recently used one past :data:`CACHE_SLOTS`, one whose TTL ran into the margin, and one a call
+failed through (that call is repeated uncached); a cache whose conversation changed under it (a
+compacted history) is left to the LRU and its TTL, as nothing tells it from another session's. A
+failed cache never fails the turn: the request goes out uncached. Caching also bounds the CPU the
+SDK spends on each request: it converts every part on the event loop (about 0.6 ms a part,
+measured), and through a cache only the turns after it are sent.
 
 The mapping of turns, tools, thinking levels and the stream lives in
 :mod:`kesoku.llm.gemini_convert`.
@@ -30,7 +45,7 @@ import logging
 import math
 import time
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -321,7 +336,8 @@ class GeminiLLM(BaseLLM):
                     cache.name,
                     reason,
                 )
-                self._caches.pop(cache.name, None)
+                # Not used again: deleted after this stream (the server may have lost it already).
+                self._retire(cache.name)
                 await stream.aclose()
                 stream = self._open(client, native, None)
                 chunk = await anext(stream, None)
@@ -425,7 +441,9 @@ class GeminiLLM(BaseLLM):
             return None
         keys = native.keys
         now = trio.current_time()
-        target = len(native.contents) - 1  # every turn but the last: what the next call repeats
+        # The turns before the last user message: what the next calls repeat, ending on a complete
+        # turn (a cache that covers target turns or fewer and holds this request's prefix does too).
+        target = cache_end(native.contents)
         for entry in [e for e in self._caches.values() if e.deadline <= now]:
             del self._caches[entry.name]
             if now < entry.deadline + CACHE_MARGIN_S:  # the server still holds it for a while
@@ -549,6 +567,24 @@ class GeminiLLM(BaseLLM):
         return BackendError(f"gemini: {type(exc).__name__}: {conv.one_line(exc)}")
 
 
+def cache_end(contents: Sequence[types.Content]) -> int:
+    """How many leading contents a context cache of this request may hold.
+
+    The index of the last user content after the first that holds no function response: the
+    user's message that opened the current turn, or the one just sent. A cache of the contents
+    before it ends on a complete turn, and the request's own contents open with that message, as
+    the API requires of them (see the module docstring). 0 when there is none: the cache then holds
+    the system instruction and tools only.
+    """
+    for k in range(len(contents) - 1, 0, -1):
+        content = contents[k]
+        if content.role == "user" and not any(
+            p.function_response is not None for p in content.parts or ()
+        ):
+            return k
+    return 0
+
+
 def _refresh(credentials: Credentials) -> None:
     """Refresh an OAuth token (blocking HTTP: run in a worker thread)."""
     import google.auth.transport.requests
@@ -576,4 +612,4 @@ def _retry_after_s(exc: genai_errors.APIError) -> float | None:
     return conv.retry_delay_s(exc.details)
 
 
-__all__ = ["CACHE_TTL_S", "GeminiInput", "GeminiLLM"]
+__all__ = ["CACHE_TTL_S", "GeminiInput", "GeminiLLM", "cache_end"]

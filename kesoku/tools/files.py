@@ -111,31 +111,21 @@ def file_tools(
             where = f" ({brief(str(exc.filename))})" if exc.filename else ""
             raise ToolError(f"{tool} failed: {os_problem(exc)}{where}") from None
 
-    # The docstrings' Args: are the schema's property texts; the descriptions are given below.
+    # The descriptions are given below, not taken from the docstrings: they go with every model
+    # call (bench/overhead_bench.py counts them), so each says only what the schema (argument
+    # names, types, defaults) and the system prompt's rules (how paths resolve, that a write outside
+    # the workspace asks the user) do not. The first sentence is the system prompt's snippet.
     async def read_file(
         ctx: ToolContext,
         path: _NonEmpty,
         start_line: _Positive = 1,
         max_lines: _Positive = READ_MAX_LINES,
     ) -> str:
-        """Read a text file's lines, numbered.
-
-        Args:
-            ctx: The call.
-            path: File path, relative to the working directory or absolute.
-            start_line: First line to return (1-based). Default 1.
-            max_lines: Lines to return at most. Default {max_lines}.
-        """
+        """Read a text file's lines, numbered."""
         return await in_thread("read_file", _read_file, ctx, path, start_line, max_lines)
 
     async def write_file(ctx: ToolContext, path: _NonEmpty, content: _Text) -> str:
-        """Write a whole text file, after the user's approval outside the workspace.
-
-        Args:
-            ctx: The call.
-            path: File path, relative to the working directory or absolute.
-            content: The whole new content of the file.
-        """
+        """Write a whole text file, after the user's approval outside the workspace."""
         approved = await approve_write("write_file", path, ctx, gates)
         return await in_thread(
             "write_file", _write_file, ctx, path, content, approved=approved, writes=True
@@ -144,36 +134,18 @@ def file_tools(
     async def edit_file(
         ctx: ToolContext, path: _NonEmpty, old_text: _NonEmpty, new_text: _Text
     ) -> str:
-        """Replace a text in a file, after the user's approval outside the workspace.
-
-        Args:
-            ctx: The call.
-            path: File path, relative to the working directory or absolute.
-            old_text: Text to replace, exactly as in the file.
-            new_text: The replacement text.
-        """
+        """Replace a text in a file, after the user's approval outside the workspace."""
         approved = await approve_write("edit_file", path, ctx, gates)
         return await in_thread(
             "edit_file", _edit_file, ctx, path, old_text, new_text, approved=approved, writes=True
         )
 
     async def list_dir(ctx: ToolContext, path: _NonEmpty = ".") -> str:
-        """List a folder.
-
-        Args:
-            ctx: The call.
-            path: Folder to list. Default: the working directory.
-        """
+        """List a folder."""
         return await in_thread("list_dir", _list_dir, ctx, path)
 
     async def glob(ctx: ToolContext, pattern: _NonEmpty, path: _NonEmpty = ".") -> str:
-        """Find files by name.
-
-        Args:
-            ctx: The call.
-            pattern: Glob pattern, relative.
-            path: Folder to search from. Default: the working directory.
-        """
+        """Find files by name."""
         return await in_thread("glob", _glob, ctx, pattern, path)
 
     async def grep(
@@ -183,56 +155,25 @@ def file_tools(
         glob: str = "",
         ignore_case: bool = False,
     ) -> str:
-        """Search file contents.
-
-        Args:
-            ctx: The call.
-            pattern: Regular expression.
-            path: File or folder to search. Default: the working directory.
-            glob: Only files whose path matches this glob (`*.py`).
-            ignore_case: Match without regard to case.
-        """
+        """Search file contents."""
         return await in_thread("grep", _grep, ctx, pattern, path, glob, ignore_case)
 
-    def tool(fn: Callable[..., Awaitable[str]], description: str, **doc_values: object) -> Tool:
-        return tool_from_function(
-            fn,
-            description=description,
-            doc_values=doc_values or None,
-            timeout_s=FILE_TOOL_TIMEOUT_S,
-        )
+    def tool(fn: Callable[..., Awaitable[str]], description: str) -> Tool:
+        return tool_from_function(fn, description=description, timeout_s=FILE_TOOL_TIMEOUT_S)
 
     return (
-        tool(
-            read_file,
-            "Read a text file, with line numbers (`N<tab>text`), "
-            "from start_line for at most max_lines lines.",
-            max_lines=READ_MAX_LINES,
-        ),
-        tool(
-            write_file,
-            "Create or overwrite a text file with the given content (folders are created). "
-            "Inside the workspace.",
-        ),
+        tool(read_file, "Read a text file. Lines come numbered: `N<tab>text`."),
+        tool(write_file, "Write a whole text file. Missing folders are created."),
         tool(
             edit_file,
-            "Replace one exact occurrence of old_text with new_text in a file; "
-            "old_text must match exactly once.",
+            "Edit a text file. `old_text` must occur exactly once; it becomes `new_text`.",
         ),
-        tool(
-            list_dir,
-            "List a folder: sub-folders end with /, symlinks show their target, "
-            "files their size in bytes.",
-        ),
-        tool(
-            glob,
-            "Find files by name pattern (`*.py`, `src/**/*.md`; ** spans folders), "
-            "relative to a folder.",
-        ),
+        tool(list_dir, "List a folder."),
+        tool(glob, "Find files by name. `pattern` is relative to `path`; `**` spans folders."),
         tool(
             grep,
-            "Search file contents with a regular expression (Python syntax); "
-            "prints path:line: text.",
+            "Search file contents. `pattern` is a Python regex; `path` a file or folder; `glob` a "
+            "file name filter.",
         ),
     )
 

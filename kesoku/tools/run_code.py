@@ -44,14 +44,10 @@ _Code = Annotated[
 ]
 
 DESCRIPTION = (
-    "Run a Python 3 snippet in a fresh, empty temporary folder "
-    "and return its output and exit code.\n"
-    "Use it for calculations, data processing and quick checks; print what you need to see. "
-    "The folder is deleted\n"
-    "afterwards: write files you want to keep with absolute paths into the workspace. "
-    "Runs without a terminal or\n"
-    "standard input; standard output and error come interleaved; "
-    "a long output keeps its head and tail."
+    "Run a Python 3 program in a fresh, empty temporary folder.\n"
+    "For calculations, data processing and quick checks: print what you need to see. No stdin; "
+    "stdout and stderr come interleaved. The folder is deleted afterwards: write files to keep "
+    "into the workspace, by absolute path."
 )
 
 
@@ -70,12 +66,7 @@ def run_code_tool(config: RunCodeConfig, sandbox: Sandbox, *, ask_always: bool) 
     """
 
     async def run_code(ctx: ToolContext, code: _Code) -> str:
-        """Run a Python snippet in a fresh folder, in the sandbox.
-
-        Args:
-            ctx: The call.
-            code: The Python 3 program to run.
-        """
+        """Run a Python snippet in a fresh folder, in the sandbox."""
         size = len(code.encode("utf-8", errors="surrogatepass"))
         if size > MAX_CODE_BYTES:
             raise ToolError(

@@ -16,6 +16,10 @@ the function as a :class:`~kesoku.tools.base.Tool` whose ``run`` converts the mo
 :class:`~kesoku.vocab.errors.ToolError` naming the argument, so the model reads what to fix. A
 parameter annotated with a :class:`Check` has its own test and its own message instead. A ``null``
 for a parameter that has a default but does not accept None means "not given".
+
+The schema leaves out ``additionalProperties: false``: ``run`` refuses an unknown argument anyway,
+naming the known ones, and the keyword would cost every tool 5 tokens on every model call
+(bench/overhead_bench.py). The local backend's llama.cpp grammar allows no other keys without it.
 """
 
 from __future__ import annotations
@@ -234,6 +238,9 @@ def _object_schema(
     defs: dict[str, Any] = generated.get("$defs", {})
     root: dict[str, Any] = _inline(defs[arguments.__name__], defs, (), where)
     root.pop("title", None)
+    # Unknown arguments are refused all the same (forbid_unknown_fields: the message names the known
+    # ones); the schema goes with every model call, whose model sends what `properties` lists.
+    root.pop("additionalProperties", None)
     if not root.get("required"):
         root.pop("required", None)
     properties: dict[str, Any] = root["properties"]
@@ -284,6 +291,7 @@ def schema_from_function(
         ``Literal[...]`` → enum, ``X | None`` → anyOf with null, msgspec Structs and TypedDicts →
         objects, ``msgspec.Meta`` constraints as their keywords; parameters with defaults, or
         ``X | None``, are not required, and a default JSON can show is the property's ``default``.
+        No ``additionalProperties`` (unknown arguments are refused when the tool runs).
 
     Raises:
         TypeError: Naming the parameter: a missing hint, a type JSON Schema cannot express (a class

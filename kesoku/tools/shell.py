@@ -50,24 +50,21 @@ _Seconds = Annotated[
 ]
 
 DESCRIPTION = (
-    "Run a shell command line in the working directory and return its output and exit code.\n"
-    "Standard output and error come interleaved; a long output keeps its head and tail. "
-    "The command is checked by\n"
-    "the shell policy first; a refused command is not run and the reason says which part "
-    "and which rule. Runs\n"
-    "without a terminal and without standard input; interactive programs fail. "
-    "Background processes are stopped\n"
-    "when the command ends."
+    "Run a command line in the working directory.\n"
+    "No terminal or stdin; stdout and stderr come interleaved; background processes are stopped "
+    "when it ends."
 )
-SANDBOXED = """ It runs in an OS sandbox: only the working directory (and a private /tmp) can be
-written, files outside it are read-only, secrets are hidden, and {network}."""
+SANDBOXED = (
+    " Sandboxed: only the working directory and a private /tmp are writable, secrets are hidden, "
+    "{network}."
+)
 
 
 def description(sandboxed: bool, network: bool) -> str:
     """The shell tool's description, saying what the sandbox allows when there is one."""
     if not sandboxed:
         return DESCRIPTION
-    network_text = "the network is reachable" if network else "there is no network"
+    network_text = "network allowed" if network else "no network"
     return DESCRIPTION + SANDBOXED.format(network=network_text)
 
 
@@ -83,15 +80,14 @@ def shell_tool(config: ShellConfig, sandbox: Sandbox) -> Tool:
         The tool; its ``timeout_s`` is ``config.timeout_s`` plus :data:`TIMEOUT_GRACE_S`.
     """
 
-    async def shell(
+    # The Args texts go to the model with every call: only those that add to the name and type.
+    async def shell(  # noqa: D417
         ctx: ToolContext, command: _Command, timeout_s: _Seconds = config.timeout_s
     ) -> str:
         """Run a command line: checked by the policy, confined by the sandbox.
 
         Args:
-            ctx: The call.
-            command: The command line to run.
-            timeout_s: Stop the command after this many seconds (at most {limit}).
+            timeout_s: At most {limit}.
         """
         if config.use_shell:
             argv = [SHELL, "-c", command]

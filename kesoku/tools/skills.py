@@ -58,36 +58,20 @@ def skill_tools(
     """
 
     async def list_skills() -> str:
-        """List the skills for this platform, and the ones that failed to load."""
+        """List the skills. Also their tags, and those that failed to load."""
         return await trio.to_thread.run_sync(_list, library, platform, abandon_on_cancel=True)
 
     async def use_skill(skill_name: _SkillName) -> str:
-        """Read a skill's instructions, under a header naming its folder and files.
-
-        Args:
-            skill_name: The skill's name, as listed.
-        """
+        """Read a skill's instructions."""
         return await trio.to_thread.run_sync(
             _use, library, skill_name, platform, max_output_bytes, abandon_on_cancel=True
         )
 
+    # The docstrings are the descriptions (sent with every model call: kept short). The system
+    # prompt lists the skills; use_skill's result says to run a skill's scripts by absolute path.
     return (
-        tool_from_function(
-            list_skills,
-            description="List the skills here (step-by-step procedures, some with scripts): "
-            "name, description, tags.\n"
-            "Read one with use_skill before a task it covers. "
-            "Skills that failed to load are listed with the reason.",
-            timeout_s=SKILL_TOOL_TIMEOUT_S,
-        ),
-        tool_from_function(
-            use_skill,
-            description="Read a skill's full instructions (names from list_skills or the system "
-            "prompt) and follow them.\n"
-            "The result starts with the skill folder's absolute path: "
-            "run its scripts by absolute path.",
-            timeout_s=SKILL_TOOL_TIMEOUT_S,
-        ),
+        tool_from_function(list_skills, timeout_s=SKILL_TOOL_TIMEOUT_S),
+        tool_from_function(use_skill, timeout_s=SKILL_TOOL_TIMEOUT_S),
     )
 
 

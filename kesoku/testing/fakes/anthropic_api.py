@@ -12,7 +12,8 @@ usage), ``message_stop``.
 Each request is recorded, then checked against the documented request rules; a broken rule is
 answered like the real API: HTTP 400 ``{"type": "error", "error": {"type": "invalid_request_error",
 "message": ...}}`` (https://docs.claude.com/en/api/errors). Responses are scripted per test: a queue
-of :class:`Reply` / :class:`ErrorReply`, or a ``handler(body) -> reply``.
+of :class:`Reply` / :class:`ErrorReply`, or a ``handler(body) -> reply``; ``input_usage`` may
+compute the input part of each reply's usage from the request body (a prompt-cache model).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import re
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import trio
@@ -207,6 +208,10 @@ class AnthropicFake:
         self.log = RequestLog()
         self.rejections: list[str] = []
         """The 400 messages sent, in order."""
+        self.input_usage: Callable[[dict[str, Any]], dict[str, int]] | None = None
+        """Computes the input part of each successful reply's usage from the request body (the
+        replies' own counts are replaced): a prompt-cache model such as the tests'
+        ``fakes.anthropic_cache.PromptCache``. None: the replies' counts go out as scripted."""
         vertex_path = (
             "/v1/projects/{project}/locations/{location}/publishers/anthropic/models/{target}"
         )
@@ -284,6 +289,8 @@ class AnthropicFake:
                     reply.status, reply.google_status, reply.message, reply.headers
                 )
             return _error(reply.status, reply.type, reply.message, reply.headers)
+        if self.input_usage is not None:
+            reply = replace(reply, usage={**reply.usage, **self.input_usage(body)})
         model = body.get("model", "claude-fake")
         if not body.get("stream"):
             return JSONResponse(_message_json(reply, model))
@@ -489,9 +496,11 @@ def validate(body: Any, *, vertex: bool) -> str | None:
     ``tool_result`` with its id at the start of the next user message, and no ``tool_result``
     without its ``tool_use`` in the previous message; ``tool_use`` only from the assistant,
     ``tool_result`` only from the user; thinking blocks signed; base64 images of a supported type;
-    tool names valid and unique; at most 4 ``cache_control`` breakpoints; thinking:
-    ``budget_tokens`` ≥ 1024 and < ``max_tokens``, and the assistant message that opens the current
-    tool loop starts with a thinking block.
+    tool names valid and unique; at most 4 ``cache_control`` breakpoints (a top-level
+    ``cache_control``, automatic caching, takes one), none on a thinking block; thinking:
+    ``budget_tokens`` ≥ 1024 and < ``max_tokens``, and with ``{"type": "enabled"}`` the assistant
+    message that opens the current tool loop starts with a thinking block (not with adaptive
+    thinking).
     """
     if not isinstance(body, dict):
         return "request body must be a JSON object"
@@ -565,6 +574,9 @@ def validate(body: Any, *, vertex: bool) -> str | None:
                     return f"{where}: tool_use blocks are only allowed in assistant messages"
                 if not isinstance(block.get("input"), dict):
                     return f"{where}.input: Input should be a valid dictionary"
+            elif kind in _THINKING_TYPES and "cache_control" in block:
+                # Prompt caching, "What cannot be cached" (the message is the fake's own).
+                return f"{where}.{kind}.cache_control: thinking blocks cannot be cached directly"
             elif kind == "thinking":
                 if role != "assistant":
                     return f"{where}: thinking blocks are only allowed in assistant messages"
@@ -619,6 +631,11 @@ def validate(body: Any, *, vertex: bool) -> str | None:
             return f"tools.{k}.custom.input_schema.type: Input should be 'object'"
     if len(set(names)) != len(names):
         return "tools: Tool names must be unique."
+    last = messages[-1].get("content")
+    if isinstance(body.get("cache_control"), dict) and not (
+        isinstance(last, list) and last and "cache_control" in last[-1]
+    ):  # automatic caching takes a slot, unless the last block already has a breakpoint
+        breakpoints += 1
     if breakpoints > 4:
         return f"A maximum of 4 blocks with cache_control may be provided. Found {breakpoints}."
     return _check_thinking(body, messages, max_tokens)
@@ -636,12 +653,20 @@ def _check_thinking(
             return "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"
         if budget >= max_tokens:
             return "`max_tokens` must be greater than `thinking.budget_tokens`."
-    elif thinking.get("type") != "adaptive":
+    elif thinking.get("type") == "adaptive":
+        # Adaptive thinking, "Validation changes": previous assistant turns need not start with
+        # thinking blocks (the model may skip thinking at any step).
+        return None
+    else:
         return (
             f"thinking.type: Input tag {thinking.get('type')!r} does not match any of the expected "
             "tags"
         )
-    # The current tool loop: what follows the last user message that holds no tool_result.
+    # The current tool loop: what follows the last user message that holds no tool_result. A loop
+    # is one assistant turn in one thinking mode (Extended thinking, "Toggling thinking modes in
+    # conversations"); newer API versions disable thinking for such a request instead of refusing
+    # it ("Graceful thinking degradation"), which would silently drop the thinking asked for and
+    # the messages' cache: the fake refuses it, as the API did, so a test sees the mistake.
     start = 0
     for i, msg in enumerate(messages):
         content = msg["content"] if isinstance(msg["content"], list) else []

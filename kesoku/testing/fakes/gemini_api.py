@@ -22,8 +22,12 @@ API's documented rules and a broken rule is answered like the real API, with ``4
 - thought signatures: every signature sent must be one this fake issued, byte for byte (or the
   documented placeholder); when thinking is on, the first function call of each model step of the
   current turn carries one if the fake issued one for it (always, for ``gemini-3*`` models);
+- contents do not open with a function call (the API answers "function call turn comes immediately
+  after a user turn or after a function response turn" when history starts with one);
 - ``cachedContent`` names a live cache of the same model, and the request then sets no
-  ``systemInstruction``, ``tools`` or ``toolConfig``;
+  ``systemInstruction``, ``tools`` or ``toolConfig``; the cache's contents and the request's make a
+  valid conversation, and the request's own contents do too (a strict validator: they may not open
+  with the function responses to calls the cache ends with);
 - API key (``x-goog-api-key``) on Gemini API paths, a bearer token on Vertex paths.
 
 ``POST /token`` stands in for Google's OAuth token endpoint (RFC 6749 §5.1 response), so Vertex
@@ -41,7 +45,7 @@ import json
 import re
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import trio
@@ -126,6 +130,11 @@ class GeminiFake:
         min_cache_tokens: The smallest cache accepted (estimated at 4 characters a token of its
             JSON); the real minimum is model-dependent (1024 or more).
         verify_signatures: Refuse signatures the fake did not issue.
+        count_tokens: Report the prompt's own token counts in each reply's ``usageMetadata``
+            (``promptTokenCount``, the cached part included, and ``cachedContentTokenCount``, the
+            tokens of the cache named), whatever the reply scripted; counted like caches, at 4
+            characters a token of the JSON of contents, system instruction and tools. Only the
+            explicit context cache is counted, not implicit caching.
 
     Attributes:
         log: Every request received.
@@ -143,12 +152,16 @@ class GeminiFake:
         api_keys: Iterable[str] | None = ("test-key",),
         min_cache_tokens: int = 0,
         verify_signatures: bool = True,
+        count_tokens: bool = False,
     ) -> None:
         self.replies: deque[Reply] = deque(replies)
         self.handler = handler
         self.api_keys = None if api_keys is None else set(api_keys)
         self.min_cache_tokens = min_cache_tokens
         self.verify_signatures = verify_signatures
+        self.count_tokens = count_tokens
+        self.counted: list[tuple[int, int]] = []
+        """``(promptTokenCount, cachedContentTokenCount)`` of each reply, with ``count_tokens``."""
         self.log = RequestLog()
         self.cache_failures: deque[Reply] = deque()
         self.caches: dict[str, CachedContent] = {}
@@ -242,6 +255,7 @@ class GeminiFake:
             raise _Invalid("* GenerateContentRequest.contents: contents is not specified")
         history = contents
         cache_name = _get(body, "cachedContent")
+        cached_tokens = 0
         if cache_name:
             for key in ("systemInstruction", "tools", "toolConfig"):
                 if _get(body, key) is not None:
@@ -256,7 +270,11 @@ class GeminiFake:
                     f"Model used by GenerateContent request (models/{model}) and CachedContent "
                     f"(models/{cache.model}) has to be the same."
                 )
+            # The request's own contents are a conversation of their own: they may not open with
+            # the function responses (or calls) of a step the cache ends in.
+            self._check_contents(contents, "GenerateContentRequest.contents")
             history = [*cache.contents, *contents]
+            cached_tokens = cache.tokens
         else:
             self._check_system(_get(body, "systemInstruction"))
             self._check_tools(_get(body, "tools"))
@@ -270,6 +288,14 @@ class GeminiFake:
         if scripted.status != 200:
             body = scripted.body or error_body(scripted.status, "error")
             return JSONResponse(body, scripted.status, scripted.headers)
+        if self.count_tokens:
+            own = _tokens(
+                [contents, _get(body, "systemInstruction"), _get(body, "tools")]
+                if not cache_name
+                else [contents, None, None]
+            )
+            scripted = _with_prompt_tokens(scripted, cached_tokens + own, cached_tokens)
+            self.counted.append((cached_tokens + own, cached_tokens))
         self._issue(scripted.chunks)
         if not stream:
             return JSONResponse(_merge(scripted.chunks), headers=scripted.headers)
@@ -400,7 +426,7 @@ class GeminiFake:
                             f"match function call {fc.get('name')!r} (id {fc.get('id')!r}) at the "
                             "same position."
                         )
-            if calls and i and contents[i - 1].get("role") != "user":
+            if calls and (i == 0 or contents[i - 1].get("role") != "user"):
                 raise _Invalid(
                     "Please ensure that function call turn comes immediately after a user turn or "
                     "after a function response turn."
@@ -487,7 +513,7 @@ class GeminiFake:
         system = _get(body, "systemInstruction")
         self._check_system(system)
         self._check_tools(_get(body, "tools"))
-        tokens = (len(json.dumps([contents, system, _get(body, "tools")])) + 3) // 4
+        tokens = _tokens([contents, system, _get(body, "tools")])
         if tokens < self.min_cache_tokens:
             raise _Invalid(
                 f"Cached content is too small. total_token_count={tokens}, "
@@ -548,6 +574,27 @@ def _thinking_on(body: dict[str, Any], model: str) -> bool:
         return "2.5" in model or model.startswith("gemini-3")  # thinking models think by default
     budget = _get(config, "thinkingBudget")
     return budget != 0 or _get(config, "thinkingLevel") is not None
+
+
+def _tokens(value: Any) -> int:
+    """The fake's token count: 4 characters a token of the JSON."""
+    return (len(json.dumps(value)) + 3) // 4
+
+
+def _with_prompt_tokens(scripted: Reply, prompt: int, cached: int) -> Reply:
+    """``scripted`` with these prompt counts in its usage (on its last chunk if it has none)."""
+    chunks = [dict(c) for c in scripted.chunks]
+    with_usage = [c for c in chunks if "usageMetadata" in c] or chunks[-1:]
+    for item in with_usage:
+        meta = dict(item.get("usageMetadata") or {})
+        output = meta.get("candidatesTokenCount", 0) + meta.get("thoughtsTokenCount", 0)
+        meta.update(promptTokenCount=prompt, totalTokenCount=prompt + output)
+        if cached:
+            meta["cachedContentTokenCount"] = cached
+        else:
+            meta.pop("cachedContentTokenCount", None)
+        item["usageMetadata"] = meta
+    return replace(scripted, chunks=chunks)
 
 
 def _call_key(fc: dict[str, Any]) -> str:
