@@ -45,6 +45,7 @@ from kesoku.store.locks import SessionLocks
 from kesoku.store.store import Inserted
 from kesoku.vocab.errors import OperatorError, StoreBusyError, StoreError
 from kesoku.vocab.model import Message, Session, check_message
+from kesoku.vocab.schedule import Schedule
 
 log = logging.getLogger(__name__)
 
@@ -420,6 +421,18 @@ class Gateway:
     def find_session(self, adapter: str, channel_id: str) -> Session | None:
         """The session of a platform thread or space, or None when there is none yet."""
         return self.store.find_session(adapter, channel_id)
+
+    def schedules_of(self, session: Session) -> list[Schedule]:
+        """The schedules a conversation made or runs in (``/schedules``), by name.
+
+        A schedule runs in it when its target names the session, or its chat channel
+        (``discord:<id>``, ``gchat:<space>``).
+        """
+        here = {f"session:{session.id}", f"discord:{session.channel_id}"}
+        here.add(f"gchat:{session.channel_id}")
+        return [
+            s for s in self.store.list_schedules() if s.created_by == session.id or s.target in here
+        ]
 
     def resolve_session(self, id_or_prefix: str) -> Session:
         """The session whose id is ``id_or_prefix`` or the only one starting with it.

@@ -11,7 +11,7 @@ import trio
 
 from kesoku.agent.runtime import Runtime
 from kesoku.config.redact import Redactor
-from kesoku.gateway import Gateway
+from kesoku.gateway import POLL_INTERVAL_S, Gateway
 from kesoku.llm.base import BaseLLM
 from kesoku.observe.spend import Budget
 from kesoku.store import Store
@@ -86,10 +86,11 @@ async def serve_runtime(
     tools: Sequence[Tool] = (),
     redactor: Redactor | None = None,
     budget: Callable[[Store], Budget] | None = None,
+    poll_interval_s: float = POLL_INTERVAL_S,
     **kwargs: Any,
 ) -> AsyncIterator[Harness]:
     store = Store(tmp / "kesoku.db")
-    gateway = Gateway(store, tmp / "sessions", redactor=redactor)
+    gateway = Gateway(store, tmp / "sessions", redactor=redactor, poll_interval_s=poll_interval_s)
     if budget is not None:
         kwargs["budget"] = budget(store)
     rt = Runtime(gateway, llm, tools=tools, **kwargs)

@@ -18,6 +18,7 @@ from kesoku.agent.compaction.compactor import CompactionPolicy
 from kesoku.agent.dispatcher import Dispatcher
 from kesoku.agent.questions import QUESTION_TIMEOUT_S, Questions
 from kesoku.agent.repeat import MAX_IDENTICAL_CALLS
+from kesoku.agent.schedule_tool import schedule_tool
 from kesoku.agent.turn import session_cwd
 from kesoku.config.settings import AgentConfig, Config
 from kesoku.observe.spend import Budget
@@ -26,6 +27,7 @@ from kesoku.tools.paths import PathGates
 from kesoku.vocab.events import EventHub
 
 if TYPE_CHECKING:
+    from kesoku.agent.scheduler import Scheduler
     from kesoku.gateway import Gateway
     from kesoku.llm.base import BaseLLM
     from kesoku.tools.base import Tool
@@ -83,6 +85,7 @@ class Runtime:
         turnlog: Writes ``llm-turn-{idx}.log.yaml``; None turns logging off.
         hub: Live turn events for adapters.
         question_timeout_s: How long a question to the user waits before it counts as Deny.
+        schedules: Offer the ``schedule`` tool (a process that runs schedules: the daemon).
         subagent_max_steps: Offer the ``subagent`` tool, whose child loops may make this many model
             calls; None: no subagent tool.
         tool_sources: Tools that come and go (MCP servers), served in the runtime's nursery.
@@ -111,6 +114,7 @@ class Runtime:
         hub: EventHub | None = None,
         question_timeout_s: float = QUESTION_TIMEOUT_S,
         subagent_max_steps: int | None = None,
+        schedules: bool = False,
         tool_sources: Sequence[ToolSource] = (),
         compaction: CompactionPolicy | None = None,
         gates: PathGates | None = None,
@@ -131,6 +135,8 @@ class Runtime:
             from kesoku.agent.subagent import subagent_tool
 
             self.tools += (subagent_tool(self, max_steps=subagent_max_steps),)
+        if schedules:
+            self.tools += (schedule_tool(self),)
         self.tools_by_name = {t.name: t for t in self.tools}
         if len(self.tools_by_name) != len(self.tools):
             raise ValueError("two tools share a name")
@@ -148,6 +154,8 @@ class Runtime:
         self.questions = Questions(gateway, self.hub, timeout_s=question_timeout_s)
         """Open questions to users; adapters answer with ``rt.questions.answer(id, choice)``."""
         self.dispatcher = Dispatcher(self)
+        self.scheduler: Scheduler | None = None
+        """The daemon's scheduler (set by it), which a schedule made in this process wakes."""
         self.sandbox: Sandbox | None = None
         """What confines tool processes (set by ``build_runtime``), for the start-up line and
         commands."""
@@ -163,6 +171,7 @@ class Runtime:
         skills: Callable[[], Sequence[tuple[str, str]]] = tuple,
         tool_sources: Sequence[ToolSource] = (),
         gates: PathGates | None = None,
+        schedules: bool = False,
     ) -> Runtime:
         """Build the runtime kesoku.toml describes.
 
@@ -178,6 +187,7 @@ class Runtime:
             gates: The path gates of the tools and the adapters (see
                 :func:`kesoku.host.build.runtime_gates`); None: the config's without its file,
                 which only the caller knows.
+            schedules: Offer the ``schedule`` tool.
 
         Raises:
             OperatorError: The chosen backend cannot be built (missing key, unknown name).
@@ -214,6 +224,7 @@ class Runtime:
             turnlog=turnlog,
             question_timeout_s=agent.question_timeout_s,
             subagent_max_steps=config.subagent.max_steps if config.subagent.enabled else None,
+            schedules=schedules,
             compaction=CompactionPolicy.from_config(config),
             tool_sources=tool_sources,
             gates=gates if gates is not None else PathGates.from_config(config),

@@ -37,6 +37,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
         "kesoku.cli.trace_cmd:trace",
         "Write a session's trajectory as an HTML page (works offline).",
     ),
+    ("schedule", "", "Add, list, run, pause, resume and remove scheduled tasks."),
     ("usage", "kesoku.cli.usage_cmd:usage", "What the model calls cost: per day, session, model."),
 )
 """(name, lazy import path, one-line help) of each top-level command; the sub-apps below."""
@@ -80,6 +81,18 @@ def build_app() -> App:
         function = "list_sessions" if name == "list" else name
         sessions_app.command(f"kesoku.cli.sessions_cmd:{function}", name=name, help=text)
     app.command(sessions_app)
+    schedule_app = App(name="schedule", help=dict((c[0], c[2]) for c in COMMANDS)["schedule"])
+    for name, text in (
+        ("add", "Add a schedule: --every, --cron or --at; --prompt; --session or --to."),
+        ("list", "List the schedules: next run, last run and its outcome."),
+        ("run", "Run a schedule once, now, and print the answer."),
+        ("pause", "Pause a schedule."),
+        ("resume", "Resume a paused schedule."),
+        ("remove", "Remove a schedule."),
+    ):
+        function = "list_schedules" if name == "list" else name
+        schedule_app.command(f"kesoku.cli.schedule_cmd:{function}", name=name, help=text)
+    app.command(schedule_app)
     return app
 
 

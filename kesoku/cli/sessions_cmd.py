@@ -35,8 +35,12 @@ CONTENT_WIDTH = 80
 
 
 @contextmanager
-def open_store(config: Path | None) -> Iterator[tuple[Config, Store]]:
+def open_store(config: Path | None, *, create: bool = False) -> Iterator[tuple[Config, Store]]:
     """Load the config and open its database; a missing database is an error, not a new empty one.
+
+    Args:
+        config: The TOML file (None: the default lookup).
+        create: Make the database when there is none (a command that stores something).
 
     Raises:
         OperatorError: A bad config, or no database at ``workspace.db_path``.
@@ -46,7 +50,7 @@ def open_store(config: Path | None) -> Iterator[tuple[Config, Store]]:
 
     cfg = load_config(config if config is not None else default_config_path())
     path = Path(cfg.workspace.db_path)
-    if not path.exists():
+    if not create and not path.exists():
         raise OperatorError(
             f"no database at {path} (workspace.db_path): nothing has been stored yet"
         )

@@ -219,6 +219,19 @@ class LocalConfig(_Section, frozen=True, kw_only=True):
     n_threads: Annotated[PositiveInt | None, _doc("CPU threads. Unset: llama.cpp decides.")] = None
 
 
+class HeartbeatConfig(_Section, frozen=True, kw_only=True):
+    """A periodic run that speaks only when something needs attention ([heartbeat])."""
+
+    every: Annotated[str, _doc("Period (30m, 2h). Empty: no heartbeat.")] = ""
+    target: Annotated[
+        str, _doc("Where it runs: own, session:ID, discord:CHANNEL_ID or gchat:SPACE.")
+    ] = "own"
+    prompt: Annotated[str, _doc("What each run says. Default: act on HEARTBEAT.md.")] = (
+        "Read HEARTBEAT.md in the working directory, if there is one, and do what it asks. "
+        "If nothing needs the user's attention, answer exactly HEARTBEAT_OK and nothing else."
+    )
+
+
 class BudgetConfig(_Section, frozen=True, kw_only=True):
     """Spend caps ([budget]), checked before every model call; 0 = no cap.
 
@@ -536,6 +549,7 @@ class Config(_Section, frozen=True, kw_only=True):
     turn_logs: TurnLogsConfig = msgspec.field(default_factory=TurnLogsConfig)
     pricing: PricingConfig = msgspec.field(default_factory=PricingConfig)
     budget: BudgetConfig = msgspec.field(default_factory=BudgetConfig)
+    heartbeat: HeartbeatConfig = msgspec.field(default_factory=HeartbeatConfig)
     mcp: McpConfig = msgspec.field(default_factory=McpConfig)
 
 

@@ -191,6 +191,7 @@ def build_runtime(
         skills=skills.summaries,
         tool_sources=sources,
         gates=gates,
+        schedules=not interactive,  # the daemon runs schedules; kesoku chat does not
     )
     rt.sandbox = sandbox
     if serves is not None:

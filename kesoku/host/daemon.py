@@ -25,6 +25,7 @@ import functools
 import logging
 import os
 import signal
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -86,6 +87,9 @@ def run(config_path: Path | None) -> int:
     store = Store(config.workspace.db_path)
     try:
         rt = build_runtime(config, store, config_file=path, serves=daemon_serves(store))
+        from kesoku.agent.scheduler import sync_heartbeat
+
+        sync_heartbeat(store, config.heartbeat, time.time())
         where = f"config {path.resolve()}" if path is not None else "no config file (defaults)"
         log.info(
             "kesoku %s starting: pid %d, %s, db %s",
@@ -190,10 +194,14 @@ class Daemon:
         *,
         entries: list[AdapterEntry] | None = None,
     ) -> None:
+        from kesoku.agent.scheduler import Scheduler, adapter_targets
+
         self.rt = rt
         self.config = config
         self.config_path = config_path
         self.entries = entries
+        self.scheduler = Scheduler(rt, adapter_targets(config))
+        rt.scheduler = self.scheduler
         self.stopping = trio.Event()
         self.runtime_done = trio.Event()
         self.running_adapters: set[str] = set()
@@ -294,6 +302,7 @@ class Daemon:
                     # Subscribed first: a turn recovered at start may end before serve() returns.
                     await nursery.start(self._log_turns)
                     await nursery.start(self.rt.serve)
+                    await nursery.start(self.scheduler.serve)
                     task_status.started(scope)
         finally:
             self.runtime_done.set()
