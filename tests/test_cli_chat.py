@@ -30,6 +30,7 @@ from kesoku.testing import ScriptedLLM
 from kesoku.vocab.events import TurnEnded
 from kesoku.vocab.metrics import TurnMetrics, TurnState
 from kesoku.vocab.model import Kind, Message, Role, Status
+from kesoku.vocab.schedule import new_schedule
 
 REPO = Path(__file__).resolve().parent.parent
 SCENARIOS = Path(__file__).resolve().parent / "data" / "scenarios"
@@ -547,6 +548,44 @@ def test_interactive_asks_and_y_allows(tmp_path: Path) -> None:
     assert (tmp_path / "outside.txt").read_text() == "written with consent\n"
     # an answer, not a message
     assert "y" not in [r[3] for r in history(tmp_path) if r[1] == Role.USER]
+
+
+def test_schedules_in_the_interactive_chat_lists_this_sessions_without_a_turn(
+    tmp_path: Path,
+) -> None:
+    setup(tmp_path, "answer.yaml")
+    term = Terminal(tmp_path)
+    try:
+        term.wait_for("Ctrl-D to exit")
+        term.wait_for("›")
+        term.type("/schedules\r")
+        term.wait_for("No schedules in this conversation. Make one with: kesoku schedule add NAME")
+        store = Store(tmp_path / "kesoku.db")
+        try:
+            (session,) = store.list_sessions(adapter="terminal")
+            now = time.time()
+            for name, target in (("standup", f"session:{session.id}"), ("elsewhere", "new")):
+                store.put_schedule(
+                    new_schedule(
+                        name,
+                        prompt=f"{name}: sum up",
+                        cron="0 9 * * 1-5",
+                        tz="Europe/Paris",
+                        target=target,
+                        now=now,
+                    )
+                )
+        finally:
+            store.close()
+        term.type("/schedules\r")
+        term.wait_for("standup: cron 0 9 * * 1-5 (Europe/Paris) · next ")
+        term.wait_for('· "standup: sum up"')
+        assert "elsewhere" not in term.screen
+        term.type("\x04")
+        assert term.wait_exit() == 0
+    finally:
+        term.kill()
+    assert history(tmp_path) == [], "no turn: nothing stored, no model call"
 
 
 def test_a_setup_error_leaves_no_database_behind(tmp_path: Path) -> None:

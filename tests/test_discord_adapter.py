@@ -9,12 +9,14 @@ from __future__ import annotations
 import functools
 import os
 import re
+import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import trio
 import yarl
@@ -36,7 +38,8 @@ from kesoku.testing import ScriptedLLM, Step, StepToolCall, StepUsage
 from kesoku.tools.base import Tool, ToolContext
 from kesoku.tools.paths import PathGates
 from kesoku.vocab.ir import LLMRequest, TextBlock, ToolResultBlock
-from kesoku.vocab.model import Role, Session
+from kesoku.vocab.model import Message, Metadata, Role, Session, user_text
+from kesoku.vocab.schedule import SCHEDULE_KEY, new_schedule
 from kesoku.vocab.spend import BUDGET_GROUP_KEY
 
 ALICE, BOB, CAROL = 5001, 5002, 5003
@@ -82,6 +85,7 @@ class Bot:
     carol: FakeUser
     llm: ScriptedLLM
     restarts: list[int] = field(default_factory=list)
+    config: Config | None = None
 
     def sessions(self) -> list[Session]:
         return self.h.store.list_sessions(adapter="discord")
@@ -101,10 +105,11 @@ class Bot:
         return self.fake.bot_messages(channel_id)
 
     def headers_done(self, channel_id: int) -> list[dict[str, Any]]:
+        """Finished headers: their last line (the first names a scheduled prompt) is the metrics."""
         return [
             m
             for m in self.fake.bot_messages(channel_id)
-            if m["content"].startswith(("⚡", "🛑", "⚠ turn"))
+            if m["content"].rpartition("\n")[2].startswith(("⚡", "🛑", "⚠ turn"))
         ]
 
 
@@ -154,12 +159,15 @@ async def discord_bot(
     tools: Sequence[Tool] = (),
     shared: Path | None = None,
     config_file: Path | None = None,
+    adapter: bool = True,
     **discord_options: Any,
 ) -> AsyncIterator[Bot]:
     """A runtime with the scripted model, the Discord fake, and the adapter logged into it.
 
     The runtime's path gates are the daemon's (:meth:`PathGates.from_config`): ``shared`` is the
-    shareable root (default ``tmp_path/shared``), ``config_file`` the protected config file.
+    shareable root (default ``tmp_path/shared``), ``config_file`` the protected config file. With
+    ``adapter=False`` the test runs the adapter itself (``running_adapter(bot, bot.config)``, as
+    often as it restarts it).
     """
     (tmp_path / "shared").mkdir(exist_ok=True)
     async with serve_discord() as fake:
@@ -179,7 +187,11 @@ async def discord_bot(
         gates = PathGates.from_config(config, config_file=config_file)
         budget = functools.partial(Budget.from_config, config)  # the daemon's caps
         async with serve_runtime(tmp_path, llm, tools=tools, gates=gates, budget=budget) as h:
-            bot = Bot(fake, h, None, general, quiet, *users, llm)  # type: ignore[arg-type]
+            no_adapter: Any = None  # set by running_adapter
+            bot = Bot(fake, h, no_adapter, general, quiet, *users, llm, config=config)
+            if not adapter:
+                yield bot
+                return
             async with running_adapter(bot, config):
                 yield bot
 
@@ -536,3 +548,254 @@ async def test_a_channel_spend_cap_stops_the_agent_there_with_one_line(
     header = bot.headers_done(bot.quiet)[-1]["content"]
     assert header.startswith("🛑") and header.endswith("(Spend cap)")
     assert "155% of discord.channels[quiet].budget.session_tokens" in header
+
+
+# -- turns no Discord message started (scheduled runs) ---------------------------------------------
+
+REPORT = "Daily report\nList what changed since yesterday, briefly."
+WEEKLY = "Weekly summary <@5002>\nThe week in three lines."
+
+
+async def post_scheduled(bot: Bot, channel_id: int, prompt: str, planned: int) -> Message:
+    """What the scheduler does: the channel's session, the prompt as the Scheduler's message."""
+    gateway = bot.h.gateway
+    session = gateway.open_session("discord", str(channel_id))
+    return await gateway.post(
+        user_text(session.id, prompt, sender="Scheduler", external_id=f"schedule:r:{planned}")
+    )
+
+
+def assert_only_own_messages_touched(fake: FakeDiscord) -> None:
+    """No call names a Discord message the bot did not send (a reply, reaction, edit, thread)."""
+    own = {int(m["id"]) for m in fake.messages.values() if m["author"]["id"] == str(BOT_ID)}
+    own |= set(fake.deleted)
+    for request in fake.log.requests:
+        found = re.match(r"/api/v10/channels/\d+/messages/(\d+)", request.path)
+        assert found is None or int(found[1]) in own, request.path
+        assert not request.path.endswith(("/threads", "/reactions")), request.path
+        if isinstance(request.body, dict):
+            assert "message_reference" not in request.body, request.body
+
+
+async def ended(bot: Bot, root: Message) -> None:
+    """Wait until the runtime has ended the turn of ``root`` (no adapter needed)."""
+
+    def done() -> bool:
+        stored = bot.h.gateway.get_message(root.id)
+        return stored is not None and stored.status == "done"
+
+    await bot.fake.wait_for(done)
+
+
+async def test_a_scheduled_run_into_a_text_channel_is_answered_there_once_across_restarts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = {
+        "Daily report": Step(text="Nothing changed."),
+        "Weekly summary": Step(text="A quiet week."),
+    }
+    async with discord_bot(tmp_path, monkeypatch, table, adapter=False) as bot:
+        fake, general, config = bot.fake, bot.general, bot.config
+        assert config is not None
+        async with running_adapter(bot, config):
+            await post_scheduled(bot, general, REPORT, 1)
+            header, answer = await bot.reply_in(general)
+            # In the channel itself (auto_thread is on there, but there is no message to open a
+            # thread on): the header names the schedule and the prompt's first line, then the
+            # metrics; the prompt is not echoed.
+            trigger, metrics = header["content"].split("\n")
+            assert trigger == "⏰ Scheduler: Daily report"
+            assert metrics.startswith("⚡ turn 1 · ")
+            assert header["allowed_mentions"]["parse"] == []
+            assert [i.split(":")[1] for i in custom_ids(header)] == ["trace", "clear"]
+            assert answer["content"] == "Nothing changed."
+            assert general in fake.typing
+            assert not [c for c in fake.channels.values() if c["type"] == 11], "no thread"
+            (session,) = bot.sessions()
+            assert session.channel_id == str(general)
+        # The adapter is down: the next run is answered by the runtime all the same.
+        weekly = await post_scheduled(bot, general, WEEKLY, 2)
+        await ended(bot, weekly)
+        async with running_adapter(bot, config):
+            await fake.wait_for(
+                lambda: any(m["content"] == "A quiet week." for m in fake.bot_messages(general))
+            )
+            # A third run with the adapter up again: the usual header, after the earlier ones.
+            await post_scheduled(bot, general, REPORT, 3)
+            messages = await bot.reply_in(general, 2)
+        texts = [m["content"] for m in messages]
+        assert texts[:2] == [header["content"], "Nothing changed."], "run 1 was not sent again"
+        # Run 2 ended while the adapter was away: its header says so, without figures it never
+        # saw; its mention quoted from the prompt notifies no one.
+        assert texts[2] == (
+            "⏰ Scheduler: Weekly summary <@5002>\n☑️ ended while the adapter was away"
+        )
+        assert messages[2]["allowed_mentions"]["parse"] == []
+        assert not any(i.startswith("kesoku:stop:") for i in custom_ids(messages[2]))
+        assert texts[3] == "A quiet week."
+        assert texts[4].startswith("⏰ Scheduler: Daily report\n⚡ turn 3 · ")
+        assert texts[5:] == ["Nothing changed."]
+        assert not any("yesterday" in t or "three lines" in t for t in texts)
+        assert_only_own_messages_touched(fake)
+        assert len(bot.sessions()) == 1
+
+
+async def test_a_scheduled_run_into_a_thread_is_answered_in_the_thread_once_across_restarts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with discord_bot(
+        tmp_path, monkeypatch, {"Daily report": Step(text="Nothing changed.")}, adapter=False
+    ) as bot:
+        fake, config = bot.fake, bot.config
+        assert config is not None
+        thread = fake.start_thread(bot.general, "reports", owner=ALICE)
+        async with running_adapter(bot, config):
+            await post_scheduled(bot, thread, REPORT, 1)
+            header, answer = await bot.reply_in(thread)
+            assert header["content"].startswith("⏰ Scheduler: Daily report\n⚡ turn 1 · ")
+            assert [i.split(":")[1] for i in custom_ids(header)] == ["trace"], "no ♻️ in a thread"
+            assert answer["content"] == "Nothing changed."
+        async with running_adapter(bot, config):  # restarted: resumes from its cursor
+            await post_scheduled(bot, thread, REPORT, 2)
+            messages = await bot.reply_in(thread, 2)
+        texts = [m["content"] for m in messages]
+        assert texts[:2] == [header["content"], "Nothing changed."], "run 1 was not sent again"
+        assert texts[2].startswith("⏰ Scheduler: Daily report\n⚡ turn 2 · ")
+        assert texts[3:] == ["Nothing changed."]
+        assert fake.bot_messages(bot.general) == [], "nothing in the thread's channel"
+        assert_only_own_messages_touched(fake)
+        (session,) = bot.sessions()
+        assert session.channel_id == str(thread)
+
+
+async def test_schedules_lists_the_conversations_schedules_without_a_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with discord_bot(tmp_path, monkeypatch) as bot:
+        fake, store = bot.fake, bot.h.store
+        thread = int(fake.user_says(bot.general, bot.alice, "hello there")["id"])
+        await bot.reply_in(thread)
+        (session,) = bot.sessions()
+        now = time.time()
+        for name, target, created_by in (
+            ("standup", "new", session.id),  # made by this conversation, runs elsewhere
+            ("check", f"discord:{thread}", "cli"),  # runs in this thread
+            ("elsewhere", f"discord:{bot.general}", "cli"),
+        ):
+            every = new_schedule(name, prompt=f"{name} prompt", every="1h", target=target, now=now)
+            store.put_schedule(msgspec.structs.replace(every, created_by=created_by))
+        calls = bot.llm.calls
+        fake.user_says(thread, bot.alice, "/schedules")
+        reply = await fake.wait_for(
+            lambda: next(
+                (m for m in fake.bot_messages(thread) if m["content"].startswith("check: ")), None
+            )
+        )
+        lines = reply["content"].split("\n")
+        assert [line.split(" · ")[0] for line in lines] == ["check: every 1h", "standup: every 1h"]
+        assert lines[0].endswith(' · "check prompt"') and " · next " in lines[0]
+        assert reply["allowed_mentions"]["parse"] == []
+        # With the bot's mention, in a channel that answers without threads: no session there.
+        fake.user_says(bot.quiet, bot.bob, f"{mention(BOT_ID)} /schedules", mentions=(fake.bot,))
+        (empty,) = await fake.wait_for(lambda: fake.bot_messages(bot.quiet))
+        assert empty["content"].startswith("No schedules in this conversation. Ask me to make one")
+        assert f"kesoku schedule add NAME --to discord:{bot.quiet} " in empty["content"]
+        # Neither was a turn: no model call, no user message, no header, no new session.
+        await trio.sleep(0.3)
+        assert bot.llm.calls == calls
+        assert [m.content for m in bot.h.history(session) if m.role is Role.USER] == ["hello there"]
+        assert len(fake.bot_messages(thread)) == 3 and len(fake.bot_messages(bot.quiet)) == 1
+        assert bot.sessions() == [session]
+
+
+# -- heartbeat runs --------------------------------------------------------------------------------
+
+
+async def post_heartbeat(bot: Bot, channel_id: int, prompt: str, planned: int) -> Message:
+    """What the scheduler does for ``[heartbeat]``: a run of the schedule named heartbeat."""
+    gateway = bot.h.gateway
+    session = gateway.open_session("discord", str(channel_id))
+    run = user_text(
+        session.id, prompt, sender="Scheduler", external_id=f"schedule:heartbeat:{planned}"
+    )
+    extra = {SCHEDULE_KEY: {"name": "heartbeat", "planned": planned, "manual": False}}
+    return await gateway.post(msgspec.structs.replace(run, metadata=Metadata(extra=extra)))
+
+
+def checks_then_answers(answer: str) -> Callable[[LLMRequest], Step]:
+    """A heartbeat that thinks and calls a tool first, then answers ``answer``."""
+
+    def step(request: LLMRequest) -> Step:
+        if tool_results(request):
+            return Step(text=answer)
+        call = StepToolCall(name="echo", arguments={"text": "HEARTBEAT.md"})
+        return Step(thought="checking the list", tool_calls=(call,))
+
+    return step
+
+
+async def test_a_heartbeat_run_is_shown_only_when_it_has_something_to_say(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table: dict[str, Callable[[LLMRequest], Step] | Step] = {
+        "All quiet?": checks_then_answers(" HEARTBEAT_OK\n"),
+        "Disk full?": Step(text="The disk is 95% full."),
+    }
+    async with discord_bot(tmp_path, monkeypatch, table, tools=[echo()], adapter=False) as bot:
+        fake, general, config = bot.fake, bot.general, bot.config
+        assert config is not None
+        async with running_adapter(bot, config):
+            quiet = await post_heartbeat(bot, general, "All quiet?", 1)
+            await ended(bot, quiet)
+            await post_heartbeat(bot, general, "Disk full?", 2)
+            await fake.wait_for(lambda: len(fake.bot_messages(general)) >= 2)
+            header, answer = fake.bot_messages(general)
+            # Shown once it ended: the header with its figures, then the answer.
+            assert header["content"].startswith("⏰ Scheduler: Disk full?\n⚡ turn 2 · ")
+            assert answer["content"] == "The disk is 95% full."
+        # The adapter is away while both kinds run; they had ended when it reads them.
+        await ended(bot, await post_heartbeat(bot, general, "All quiet?", 3))
+        await ended(bot, await post_heartbeat(bot, general, "Disk full?", 4))
+        async with running_adapter(bot, config):
+            await fake.wait_for(lambda: len(fake.bot_messages(general)) >= 4)
+            await trio.sleep(0.3)
+        texts = [m["content"] for m in fake.bot_messages(general)]
+        assert texts == [
+            header["content"],
+            "The disk is 95% full.",
+            "⏰ Scheduler: Disk full?\n☑️ ended while the adapter was away",
+            "The disk is 95% full.",
+        ]
+        # Nothing of the quiet runs, not even a typing indicator or a message deleted after.
+        assert general not in fake.typing and fake.deleted == []
+        assert not any(r.path.endswith("/typing") for r in fake.log.requests)
+        (session,) = bot.sessions()
+        answers = [m.content for m in bot.h.history(session) if m.role is Role.ASSISTANT]
+        assert answers.count(" HEARTBEAT_OK\n") == 2  # they ran, thought and called the tool
+
+
+async def test_a_heartbeat_run_that_asks_a_question_is_shown_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def step(request: LLMRequest) -> Step:
+        if tool_results(request):
+            return Step(text="HEARTBEAT_OK")
+        return Step(thought="a file to write", tool_calls=(StepToolCall(name="write_it"),))
+
+    async with discord_bot(
+        tmp_path, monkeypatch, {"Anything?": step}, tools=[confirming_tool()]
+    ) as bot:
+        fake, general = bot.fake, bot.general
+        await post_heartbeat(bot, general, "Anything?", 1)
+        question = await fake.wait_for(
+            lambda: next((m for m in fake.bot_messages(general) if "Allow?" in m["content"]), None)
+        )
+        header, *progress, _ = fake.bot_messages(general)
+        assert header["content"] == "⏰ Scheduler: Anything?\n⏳ working…"
+        assert progress and "a file to write" in progress[0]["content"]
+        assert general in fake.typing
+        fake.click(int(question["id"]), custom_ids(question)[1], bot.alice)  # Deny
+        texts = [m["content"] for m in await bot.reply_in(general)]
+        # Shown from the question on, it is shown to its end, whatever the answer.
+        assert texts[0].startswith("⏰ Scheduler: Anything?\n⚡ turn 1 · ")
+        assert texts[-1] == "HEARTBEAT_OK"

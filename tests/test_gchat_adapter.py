@@ -4,9 +4,11 @@ with a scripted model. Each test checks what Chat received and what the log hold
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import msgspec
 import pytest
 import trio
 from kesoku_gchat.events import ANSWER_FUNCTION, STOP_FUNCTION
@@ -25,7 +27,8 @@ from kesoku.testing import ScriptedLLM
 from kesoku.tools.base import Tool
 from kesoku.tools.files import file_tools
 from kesoku.tools.paths import PathGates
-from kesoku.vocab.model import Kind, Role, is_answer
+from kesoku.vocab.model import Kind, Message, Metadata, Role, Session, is_answer, user_text
+from kesoku.vocab.schedule import SCHEDULE_KEY, new_schedule
 from kesoku.vocab.spend import BUDGET_GROUP_KEY
 
 THREAD = "spaces/AAAA/threads/T1"
@@ -351,3 +354,244 @@ async def test_a_space_spend_cap_stops_the_agent_there_and_the_card_says_so(
         and "(gchat.spaces[Kesoku test].budget.session_tokens)" in t
         for t in bodies
     ), bodies
+
+
+# -- turns no Chat message started (scheduled runs) ------------------------------------------------
+
+REPORT = "Daily report\nList what changed since yesterday, briefly."
+WEEKLY = "Weekly summary\nThe week in three lines."
+SCHEDULED_THREAD = "spaces/AAAA/threads/T9"
+
+
+async def post_scheduled(run: GChatRun, channel: str, prompt: str, planned: int) -> Message:
+    """What the scheduler does: the space's (or thread's) session, the Scheduler's message."""
+    gateway = run.h.gateway
+    session = gateway.open_session("gchat", channel)
+    return await gateway.post(
+        user_text(session.id, prompt, sender="Scheduler", external_id=f"schedule:r:{planned}")
+    )
+
+
+async def turn_ended(run: GChatRun, root: Message) -> None:
+    def done() -> bool:
+        stored = run.h.gateway.get_message(root.id)
+        return stored is not None and stored.status == "done"
+
+    await run.until(done)
+
+
+def assert_only_own_messages_touched(run: GChatRun) -> None:
+    """No reaction, and no update of a Chat message the app did not create."""
+    assert run.chat.reactions() == []
+    for request in run.chat.patched():
+        assert request.path.removeprefix("/v1/") in run.chat.placed, request.path
+
+
+def final_texts(run: GChatRun, card_name: str) -> list[str]:
+    """The text of a card's last update (none yet: empty)."""
+    patches = run.chat.patched(card_name)
+    return texts(patches[-1].body) if patches else []
+
+
+async def test_a_scheduled_run_into_a_space_keeps_card_and_answer_in_one_thread_once(
+    tmp_path: Path, pubsub: FakePubSub
+) -> None:
+    llm = ScriptedLLM(
+        [
+            {"text": "Nothing changed."},
+            {"thought": "checking", "tool_calls": [{"name": "echo", "arguments": {"text": "w"}}]},
+            {"text": "A quiet week."},
+            {"text": "Still nothing."},
+        ]
+    )
+    async with gchat_running(tmp_path, llm, tools=[echo()]) as run:
+        chat = run.chat
+        first = await post_scheduled(run, "spaces/AAAA", REPORT, 1)
+        await chat.wait_for(lambda: len(chat.created()) >= 2)
+        card, answer = chat.created()
+        (session,) = run.sessions()
+        key = f"kesoku-{session.id}-{first.id}"
+        # The card starts the turn's own thread (keyed: the space has no message to answer), names
+        # the schedule and the prompt's first line, and the answer follows it into that thread.
+        assert card.body["thread"] == {"threadKey": key} == answer.body["thread"]
+        assert card.query["messageReplyOption"] in ("REPLY_MESSAGE_FALLBACK_TO_NEW_THREAD", "1")
+        assert texts(card.body)[:2] == ["⏰ Scheduler: Daily report", "⏳ Working…"]
+        assert card.body["fallbackText"] == "⏰ Scheduler: Daily report"
+        assert texts(answer.body) == ["Nothing changed."]
+        card_name, answer_name = chat.placed
+        thread = chat.placed[card_name]
+        assert chat.in_thread(thread) == [card_name, answer_name]
+        await chat.wait_for(lambda: "⚡" in " ".join(final_texts(run, card_name)))
+        trigger, metrics, *_ = final_texts(run, card_name)
+        assert trigger == "⏰ Scheduler: Daily report" and metrics.startswith("⚡ turn 1 · ")
+        # The adapter is down: the next run (a thought and a tool call) is answered all the same.
+        await run.stop()
+        weekly = await post_scheduled(run, "spaces/AAAA", WEEKLY, 2)
+        await turn_ended(run, weekly)
+        await run.start()
+        await chat.wait_for(lambda: len(chat.created()) >= 4)
+        card2, answer2 = chat.created()[2:4]
+        assert card2.body["thread"] == {"threadKey": f"kesoku-{session.id}-{weekly.id}"}
+        assert texts(card2.body)[:2] == [
+            "⏰ Scheduler: Weekly summary",
+            "☑️ Ended while the adapter was away",
+        ]
+        assert "buttonList" not in str(card2.body), "no stop button on a turn that is over"
+        assert texts(answer2.body) == ["A quiet week."]
+        card2_name, answer2_name = list(chat.placed)[2:4]
+        thread2 = chat.placed[card2_name]
+        assert thread2 != thread and chat.in_thread(thread2) == [card2_name, answer2_name]
+        # Its card took the lines of its thought and call, then its final state.
+        await chat.wait_for(lambda: len(final_texts(run, card2_name)) == 4)
+        assert final_texts(run, card2_name)[2:] == [
+            "💭 <i>checking</i>",
+            "🛠️ <b>echo</b> <code>w</code> ✅",
+        ]
+        # A run with the adapter up again: run 1 was not sent again.
+        await post_scheduled(run, "spaces/AAAA", REPORT, 3)
+        await chat.wait_for(lambda: len(chat.created()) >= 6)
+        await trio.sleep(0.3)
+        shown = [texts(r.body)[0] for r in chat.created()]
+        assert shown == [
+            "⏰ Scheduler: Daily report",
+            "Nothing changed.",
+            "⏰ Scheduler: Weekly summary",
+            "A quiet week.",
+            "⏰ Scheduler: Daily report",
+            "Still nothing.",
+        ]
+        assert not any("yesterday" in t for r in chat.log.requests if r.body for t in texts(r.body))
+        assert_only_own_messages_touched(run)
+        assert len(run.sessions()) == 1
+
+
+async def test_a_scheduled_run_into_a_thread_is_answered_in_the_thread_once_across_restarts(
+    tmp_path: Path, pubsub: FakePubSub
+) -> None:
+    llm = ScriptedLLM([{"text": "Nothing changed."}], loop=True)
+    async with gchat_running(tmp_path, llm) as run:
+        chat = run.chat
+        await post_scheduled(run, SCHEDULED_THREAD, REPORT, 1)
+        await chat.wait_for(lambda: len(chat.created()) >= 2)
+        card, answer = chat.created()
+        assert card.body["thread"] == {"name": SCHEDULED_THREAD} == answer.body["thread"]
+        assert texts(card.body)[:2] == ["⏰ Scheduler: Daily report", "⏳ Working…"]
+        assert texts(answer.body) == ["Nothing changed."]
+        card_name = next(iter(chat.placed))
+        await chat.wait_for(lambda: "⚡" in " ".join(final_texts(run, card_name)))
+        await run.stop()
+        await run.start()  # resumes from its cursor
+        await post_scheduled(run, SCHEDULED_THREAD, REPORT, 2)
+        await chat.wait_for(lambda: len(chat.created()) >= 4)
+        await trio.sleep(0.3)
+        assert [texts(r.body)[0] for r in chat.created()] == [
+            "⏰ Scheduler: Daily report",
+            "Nothing changed.",
+        ] * 2
+        assert len(chat.in_thread(SCHEDULED_THREAD)) == 4
+        assert_only_own_messages_touched(run)
+        (session,) = run.sessions()
+        assert isinstance(session, Session) and session.channel_id == SCHEDULED_THREAD
+
+
+async def test_schedules_lists_the_conversations_schedules_without_a_turn(
+    tmp_path: Path, pubsub: FakePubSub
+) -> None:
+    llm = ScriptedLLM([{"text": "hi"}])
+    async with gchat_running(tmp_path, llm) as run:
+        chat, store = run.chat, run.h.store
+        pubsub.publish(message_event("hello there"))
+        await chat.wait_for(lambda: len(chat.created()) >= 2)
+        (session,) = run.sessions()
+        now = time.time()
+        for name, target, created_by in (
+            ("standup", "new", session.id),  # made by this conversation, runs elsewhere
+            ("check", f"gchat:{THREAD}", "cli"),  # runs in this thread
+            ("space", "gchat:spaces/AAAA", "cli"),  # runs in the space
+        ):
+            every = new_schedule(name, prompt=f"{name} prompt", every="1h", target=target, now=now)
+            store.put_schedule(msgspec.structs.replace(every, created_by=created_by))
+        asked = pubsub.publish(message_event("/schedules", name="spaces/AAAA/messages/M2.M2"))
+        await acked(pubsub, asked)
+        reply = chat.created()[2]
+        assert reply.body["thread"] == {"name": THREAD}
+        lines = "\n".join(texts(reply.body)).split("\n")
+        assert [line.split(" · ")[0] for line in lines] == ["check: every 1h", "standup: every 1h"]
+        assert lines[0].endswith(' · "check prompt"') and " · next " in lines[0]
+        # A new thread in the space is no conversation yet: the space's schedules.
+        new_thread = {"name": "spaces/AAAA/threads/T2"}
+        top = message_event("/schedules", name="spaces/AAAA/messages/M3.M3", thread=new_thread)
+        await acked(pubsub, pubsub.publish(top))
+        assert texts(chat.created()[3].body)[0].startswith("space: every 1h · next ")
+        assert chat.created()[3].body["thread"] == new_thread
+        store.delete_schedule("space")
+        again = message_event("/schedules", name="spaces/AAAA/messages/M4.M4", thread=new_thread)
+        await acked(pubsub, pubsub.publish(again))
+        (empty,) = texts(chat.created()[4].body)
+        assert empty.startswith("No schedules in this conversation. Ask me to make one")
+        assert "kesoku schedule add NAME --to gchat:spaces/AAAA " in empty
+        # None was a turn: no model call, no user message, no card, no reaction, no new session.
+        await trio.sleep(0.3)
+        assert llm.calls == 1 and len(chat.created()) == 5
+        assert [m.content for m in run.user_messages()] == ["hello there"]
+        assert len(chat.reactions()) == 1
+        assert run.sessions() == [session]
+
+
+# -- heartbeat runs --------------------------------------------------------------------------------
+
+
+async def post_heartbeat(run: GChatRun, channel: str, prompt: str, planned: int) -> Message:
+    """What the scheduler does for ``[heartbeat]``: a run of the schedule named heartbeat."""
+    gateway = run.h.gateway
+    session = gateway.open_session("gchat", channel)
+    message = user_text(
+        session.id, prompt, sender="Scheduler", external_id=f"schedule:heartbeat:{planned}"
+    )
+    extra = {SCHEDULE_KEY: {"name": "heartbeat", "planned": planned, "manual": False}}
+    return await gateway.post(msgspec.structs.replace(message, metadata=Metadata(extra=extra)))
+
+
+async def test_a_heartbeat_run_is_shown_only_when_it_has_something_to_say(
+    tmp_path: Path, pubsub: FakePubSub
+) -> None:
+    quiet: list[dict[str, object]] = [
+        {"thought": "checking", "tool_calls": [{"name": "echo", "arguments": {"text": "list"}}]},
+        {"text": " HEARTBEAT_OK\n"},
+    ]
+    alert = {"text": "The disk is 95% full."}
+    llm = ScriptedLLM([*quiet, alert, *quiet, alert])
+    async with gchat_running(tmp_path, llm, tools=[echo()]) as run:
+        chat = run.chat
+        await turn_ended(run, await post_heartbeat(run, SCHEDULED_THREAD, "All quiet?", 1))
+        await post_heartbeat(run, SCHEDULED_THREAD, "Disk full?", 2)
+        await chat.wait_for(lambda: len(chat.created()) >= 2)
+        card, answer = chat.created()
+        assert card.body["thread"] == {"name": SCHEDULED_THREAD} == answer.body["thread"]
+        assert texts(card.body)[0] == "⏰ Scheduler: Disk full?"
+        assert texts(answer.body) == ["The disk is 95% full."]
+        card_name = next(iter(chat.placed))
+        await chat.wait_for(lambda: "⚡" in " ".join(final_texts(run, card_name)))
+        assert final_texts(run, card_name)[1].startswith("⚡ turn 2 · ")
+        # The adapter is away while both kinds run; they had ended when it reads them.
+        await run.stop()
+        await turn_ended(run, await post_heartbeat(run, SCHEDULED_THREAD, "All quiet?", 3))
+        await turn_ended(run, await post_heartbeat(run, SCHEDULED_THREAD, "Disk full?", 4))
+        await run.start()
+        await chat.wait_for(lambda: len(chat.created()) >= 4)
+        card2_name = list(chat.placed)[2]
+        await chat.wait_for(lambda: "Ended" in " ".join(final_texts(run, card2_name)))
+        assert final_texts(run, card2_name)[:2] == [
+            "⏰ Scheduler: Disk full?",
+            "☑️ Ended while the adapter was away",
+        ]
+        await trio.sleep(0.3)
+        assert [texts(r.body)[0] for r in chat.created()] == [
+            "⏰ Scheduler: Disk full?",
+            "The disk is 95% full.",
+        ] * 2
+        sent = [t for r in chat.log.requests if r.body for t in texts(r.body)]
+        assert not any("HEARTBEAT_OK" in t or "checking" in t or "echo" in t for t in sent)
+        assert_only_own_messages_touched(run)
+        history = run.h.store.history(run.session_id())
+        assert [m.content for m in history if m.kind is Kind.TEXT].count(" HEARTBEAT_OK\n") == 2

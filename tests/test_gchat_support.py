@@ -304,8 +304,8 @@ class GChatRun:
 
     async def start(self) -> GChatAdapter:
         """Start (or restart) the adapter over the same runtime and fakes."""
-        user = AnonymousCredentials() if self.gchat.reaction_emoji else None  # type: ignore[no-untyped-call]
         app = AnonymousCredentials()  # type: ignore[no-untyped-call]
+        user = app if self.gchat.reaction_emoji else None  # anonymous: one will do for both
         api = await ChatApi.connect(app, endpoint=self.base_url, user=user)
         puller = Puller(self.subscription, default_subscriber(None))
         adapter = GChatAdapter(

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 from kesoku.observe.trace import render_turn_page
 from kesoku.vocab.errors import OperatorError
-from kesoku.vocab.events import TurnEnded
+from kesoku.vocab.events import Subscription, TurnEnded
 from kesoku.vocab.markup import QuestionPart, parse_reply
 from kesoku.vocab.model import QUESTION_KEY, user_text
 
@@ -123,10 +123,14 @@ class DiscordAdapter:
                     async with trio.open_nursery() as work:
                         await client.ready.wait()
                         delivery = self.delivery = Delivery(self.ctx, self.config, client, work)
+                        # Subscribed before the delivery reads the log: a turn whose user message
+                        # it reads as running ends after this, so its end is seen (one that had
+                        # ended is shown as such: Delivery.open_turn).
+                        ends = self.ctx.hub.subscribe()
+                        work.start_soon(self._watch_turns, delivery, work, ends)
                         await work.start(delivery.serve)
                         inbound = Inbound(self.ctx, self.config, client)
                         work.start_soon(self._inbound_loop, inbound, receive)
-                        work.start_soon(self._watch_turns, delivery, work)
                         task_status.started()
             finally:
                 with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT_S):
@@ -156,9 +160,11 @@ class DiscordAdapter:
             except Exception:  # before it was known whether to answer (handle tells the user after)
                 log.exception("discord: message %s not taken in", message.id)
 
-    async def _watch_turns(self, delivery: Delivery, nursery: trio.Nursery) -> None:
+    async def _watch_turns(
+        self, delivery: Delivery, nursery: trio.Nursery, events: Subscription
+    ) -> None:
         adapter = self.config.discord.chatbot_id
-        with self.ctx.hub.subscribe() as events:
+        with events:
             async for event in events:
                 if not isinstance(event, TurnEnded):
                     continue

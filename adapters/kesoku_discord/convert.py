@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from kesoku.config.settings import DiscordChannel
-from kesoku.vocab.model import Message, Outcome
+from kesoku.vocab.model import Message, Outcome, Status
 
 MAX_MESSAGE_CHARS = 2000
 MAX_LABEL_CHARS = 80
@@ -28,6 +28,10 @@ MAX_TOOL_RESULT_CHARS = 1500
 glimpse."""
 MAX_THOUGHT_CHARS = 3800
 """Thoughts are shown at most this long (two messages): long reasoning would bury the answer."""
+MAX_TRIGGER_CHARS = 100
+"""A turn header shows at most this much of a prompt that no Discord message carried."""
+SCHEDULED = "schedule:"
+"""How the ``external_id`` of a scheduled run's user message starts (``schedule:<name>:<time>``)."""
 
 _FENCE = re.compile(r"^\s*(```|~~~)(\S*)")
 
@@ -297,6 +301,46 @@ def thread_name(text: str, *, fallback: str = "conversation") -> str:
     first = next((line.strip() for line in text.splitlines() if line.strip()), "")
     first = re.sub(r"<[@#][!&]?\d+>", "", first).strip() or fallback
     return button_label(first, MAX_THREAD_NAME_CHARS)
+
+
+# -- turn headers ---------------------------------------------------------------------------------
+
+_ENDED_UNSEEN = {
+    Status.DONE: "☑️ ended",
+    Status.INTERRUPTED: "🛑 interrupted",
+    Status.FAILED: "⚠ failed",
+}
+
+
+def trigger_line(root: Message) -> str:
+    """The header line naming what started a turn when no Discord message shows it, else ``""``.
+
+    A user message Kesoku took in from Discord (``external_id`` the Discord message's id) or a
+    ``[question: …]`` choice (``choice:<interaction>``, announced in the channel) is on screen
+    already. Any other was posted by Kesoku itself: a scheduled run (``external_id``
+    ``schedule:…``) reads ``⏰ Scheduler: <first line of the prompt>``, another program's message
+    ``📨 <sender>: <first line>``, at most :data:`MAX_TRIGGER_CHARS` characters.
+    """
+    external = root.external_id or ""
+    if (external.isascii() and external.isdigit()) or external.startswith("choice:"):
+        return ""
+    icon = "⏰" if external.startswith(SCHEDULED) else "📨"
+    first = next((line.strip() for line in root.content.splitlines() if line.strip()), "…")
+    return f"{icon} {button_label(f'{root.sender}: {first}', MAX_TRIGGER_CHARS)}"
+
+
+def header_text(trigger: str, status: str) -> str:
+    """A turn header: the trigger line (when there is one) above the status or the metrics."""
+    return f"{trigger}\n{status}" if trigger else status
+
+
+def ended_unseen(status: Status) -> str:
+    """The status of a turn that had ended when its user message was delivered.
+
+    It ran while the adapter was not following the log (a scheduled run while Discord was still
+    connecting, an adapter restart): its end event, and so its figures, were not seen.
+    """
+    return f"{_ENDED_UNSEEN.get(status, '☑️ ended')} while the adapter was away"
 
 
 def attachment_note(names: Iterable[tuple[str, str]]) -> str:

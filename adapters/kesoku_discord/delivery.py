@@ -8,6 +8,17 @@ over REST.
 
 Per turn (keyed by its root user message) the adapter keeps the header message, the intermediate
 messages (thoughts, tool calls and results, which 🛑 deletes) and the typing indicator.
+
+A turn no Discord message started (a scheduled run; any user message Kesoku posted itself) is
+answered in its session's channel as it is, a text channel or a thread (nothing to open a thread
+on, nothing to reply or react to); its header's first line says what started it
+(:func:`~kesoku_discord.convert.trigger_line`: ``⏰ Scheduler: <first line of the prompt>``).
+
+A heartbeat run (:func:`~kesoku.vocab.schedule.is_heartbeat_run`) speaks only when something needs
+attention: its turn is held, no header and no typing, its messages kept back, until it ends. Ended
+with the answer ``HEARTBEAT_OK`` it shows nothing at all; otherwise its header (with the figures)
+and its messages go out then. A question of a tool cannot wait for the end: it shows the turn at
+once, which then runs as any other.
 """
 
 from __future__ import annotations
@@ -15,6 +26,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,14 +49,18 @@ from kesoku.vocab.model import (
     is_answer,
     is_question,
 )
+from kesoku.vocab.schedule import HeldTurn, is_heartbeat_run
 
 from kesoku_discord._compat import discord, ui
 from kesoku_discord.client import NO_MASS_MENTIONS, aio, log_failure, tell
 from kesoku_discord.convert import (
+    ended_unseen,
+    header_text,
     render_thought,
     render_tool_call,
     render_tool_result,
     split_message,
+    trigger_line,
 )
 from kesoku_discord.views import answer_view, choice_view, disabled_copy, header_view
 
@@ -65,6 +81,12 @@ DEFAULT_UPLOAD_LIMIT = 10 * 1024 * 1024
 RETRY_CAP_S = 60.0
 """Longest pause between two tries of a send while Discord cannot be reached."""
 WORKING = "⏳ working…"
+ANSWERED_LATER = "⤵️ answered with the next message"
+UNMETERED_KEPT = 256
+"""Headers of turns that had ended when delivered, kept so that a late end event still edits them
+in (the oldest are forgotten)."""
+NO_MENTIONS = discord.AllowedMentions.none()
+"""A header quotes a prompt: it notifies no one."""
 
 
 @dataclass
@@ -77,6 +99,8 @@ class TurnView:
     header: discord.Message | None = None
     intermediate: list[int] = field(default_factory=list)
     stopped: bool = False
+    trigger: str = ""
+    """The header's first line when no Discord message started the turn (else empty)."""
 
 
 class Typing:
@@ -153,8 +177,13 @@ class Delivery:
         self.gateway = ctx.gateway
         self.adapter = config.discord.chatbot_id
         self.cursor = DeliveryCursor(self.gateway, f"adapter:{self.adapter}")
+        self.nursery = nursery
         self.typing = Typing(nursery)
         self.turns: dict[int, TurnView] = {}
+        self.held: dict[int, HeldTurn] = {}
+        """Heartbeat runs not shown (yet), by root message id."""
+        self.unmetered: OrderedDict[int, TurnView] = OrderedDict()
+        """Turns that had ended when their user message was delivered (see :meth:`open_turn`)."""
         self.questions: dict[int, discord.Message] = {}
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -256,9 +285,18 @@ class Delivery:
             return
         channel_id = int(session.channel_id)
         if message.role is Role.USER:
-            if message.status in (Status.PENDING, Status.PROCESSING):
+            if is_heartbeat_run(message):
+                self.hold(session, message)
+            else:
                 await self.open_turn(session, channel, message)
             return
+        held = self.held.get(message.root_id)
+        if held is not None:
+            if not is_question(message):
+                held.messages.append(message)
+                return
+            del self.held[held.root.id]  # a question waits for the user: show the turn now
+            await self.release(held, session, channel)
         turn = self.turns.get(message.root_id)
         if message.role is Role.ASSISTANT and message.kind is Kind.TEXT:
             await self.send_answer(session, channel, message)
@@ -284,13 +322,85 @@ class Delivery:
     async def open_turn(
         self, session: Session, channel: discord.abc.Messageable, root: Message
     ) -> None:
-        """A user message arrived: post the turn's header (with its buttons) and start typing."""
+        """A user message arrived: post the turn's header (with its buttons) and start typing.
+
+        The header's first line names a prompt that no Discord message shows
+        (:func:`~kesoku_discord.convert.trigger_line`). A turn that had ended already (it ran while
+        the adapter was not following the log: a scheduled run while Discord was connecting, a
+        restart) gets its header in its final form, without figures: its end event was not seen.
+        One that comes late after all still edits them in (:meth:`finish_turn`).
+        """
         channel_id = int(session.channel_id)
-        self.typing.start(channel, channel_id)
         in_thread = isinstance(channel, discord.Thread)
+        turn = TurnView(session.id, root.id, channel_id, trigger=trigger_line(root))
+        if root.status not in (Status.PENDING, Status.PROCESSING):
+            view = header_view(session.id, root.id, clear=not in_thread, running=False)
+            status = ended_unseen(root.status)
+            turn.header = await self.send_header(channel, header_text(turn.trigger, status), view)
+            self.unmetered[root.id] = turn
+            while len(self.unmetered) > UNMETERED_KEPT:
+                self.unmetered.popitem(last=False)
+            return
+        self.typing.start(channel, channel_id)
         view = header_view(session.id, root.id, clear=not in_thread)
-        header = await self.send(channel, WORKING, view=view)
-        self.turns[root.id] = TurnView(session.id, root.id, channel_id, header)
+        turn.header = await self.send_header(channel, header_text(turn.trigger, WORKING), view)
+        self.turns[root.id] = turn
+
+    def hold(self, session: Session, root: Message) -> None:
+        """Keep a heartbeat run's turn back (see the module's doc).
+
+        One that had ended already is decided once the delivery has passed its messages.
+        """
+        self.held[root.id] = HeldTurn(session.id, root)
+        if root.status not in (Status.PENDING, Status.PROCESSING):
+            self.nursery.start_soon(self._settle, root.id, session.id)
+
+    async def release(
+        self,
+        held: HeldTurn,
+        session: Session,
+        channel: discord.abc.Messageable,
+        header: str | None = None,
+    ) -> None:
+        """Show a held turn: its header, then its messages kept back.
+
+        Args:
+            held: The turn, no longer in :attr:`held`.
+            session: Its session.
+            channel: Its channel.
+            header: The header's final text (the turn ended); None: as :meth:`open_turn` posts it.
+        """
+        if header is None:
+            await self.open_turn(session, channel, held.root)
+        else:
+            in_thread = isinstance(channel, discord.Thread)
+            view = header_view(session.id, held.root.id, clear=not in_thread, running=False)
+            await self.send_header(channel, header, view)
+        for message in held.messages:
+            try:
+                await self.deliver(message)
+            except Exception as exc:  # as in serve: one message never stops the rest
+                log_failure(log, exc, "message %d not delivered", message.id)
+
+    async def _settle(self, root_id: int, session_id: str) -> None:
+        """A heartbeat run that had ended when delivered: shown or not once its messages are."""
+        try:
+            await self.cursor.delivered(session_id)
+            held = self.held.pop(root_id, None)
+            if held is None or held.quiet():
+                return
+            session = self.gateway.get_session(session_id)
+            channel = await self.channel_of(session) if session is not None else None
+            if session is not None and channel is not None:
+                await self.release(held, session, channel)
+        except Exception as exc:
+            log_failure(log, exc, "heartbeat run %d not shown", root_id)
+
+    async def send_header(
+        self, channel: discord.abc.Messageable, content: str, view: ui.View
+    ) -> discord.Message:
+        """Post a turn header (no mention in a quoted prompt notifies anyone)."""
+        return await self.send(channel, content, view=view, allowed_mentions=NO_MENTIONS)
 
     async def send_answer(
         self, session: Session, channel: discord.abc.Messageable, message: Message
@@ -361,10 +471,14 @@ class Delivery:
     # -- the end of a turn ----------------------------------------------------------------------
 
     async def finish_turn(self, metrics: TurnMetrics) -> None:
-        """After a turn's messages are delivered: edit its header with the metrics, stop typing."""
+        """After a turn's messages are delivered: edit its header with the metrics, stop typing.
+
+        A held heartbeat run is shown now, its header with the metrics, unless it was quiet.
+        """
         await self.cursor.delivered(metrics.session_id)
         session = self.gateway.get_session(metrics.session_id)
-        turn = self.turns.pop(metrics.root_id, None)
+        held = self.held.pop(metrics.root_id, None)
+        turn = self.turns.pop(metrics.root_id, None) or self.unmetered.pop(metrics.root_id, None)
         if session is None:
             return
         channel = await self.channel_of(session)
@@ -372,10 +486,30 @@ class Delivery:
             return
         in_thread = isinstance(channel, discord.Thread)
         view = header_view(session.id, metrics.root_id, clear=not in_thread, running=False)
-        if turn is not None and turn.header is not None:
-            await aio(turn.header.edit, content=metrics.render(), view=view)
-        else:  # the header was posted before a restart: post the metrics anew
-            await self.send(channel, metrics.render(), view=view)
+        if held is not None:
+            if not held.quiet():
+                header = header_text(trigger_line(held.root), metrics.render())
+                await self.release(held, session, channel, header)
+        else:
+            if turn is not None:
+                trigger = turn.trigger
+            else:
+                root = self.gateway.get_message(metrics.root_id)
+                trigger = trigger_line(root) if root is not None else ""
+            content = header_text(trigger, metrics.render())
+            if turn is not None and turn.header is not None:
+                await aio(
+                    turn.header.edit, content=content, view=view, allowed_mentions=NO_MENTIONS
+                )
+            else:  # the header was posted before a restart: post the metrics anew
+                await self.send_header(channel, content, view)
+        # A heartbeat run answered with this turn never gets a turn of its own: nothing to show.
+        for root_id in [
+            r
+            for r, h in self.held.items()
+            if h.session_id == session.id and r < metrics.root_id and not h.messages
+        ]:
+            del self.held[root_id]
         # User messages answered together with this turn never get a turn of their own.
         for older in [
             t
@@ -385,7 +519,12 @@ class Delivery:
             del self.turns[older.root_id]
             if older.header is not None:
                 done = header_view(session.id, older.root_id, clear=not in_thread, running=False)
-                await aio(older.header.edit, content="⤵️ answered with the next message", view=done)
+                await aio(
+                    older.header.edit,
+                    content=header_text(older.trigger, ANSWERED_LATER),
+                    view=done,
+                    allowed_mentions=NO_MENTIONS,
+                )
         if not any(t.session_id == session.id for t in self.turns.values()):
             self.typing.stop(int(session.channel_id))
 
@@ -395,7 +534,12 @@ class Delivery:
         for turn in gone:
             del self.turns[turn.root_id]
             self.typing.stop(turn.channel_id)
-        return gone
+        ended = [t for t in self.unmetered.values() if t.session_id == session_id]
+        for turn in ended:
+            del self.unmetered[turn.root_id]
+        for root_id in [r for r, h in self.held.items() if h.session_id == session_id]:
+            del self.held[root_id]
+        return gone + ended
 
 
 def no_view() -> ui.View:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import mimetypes
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,7 @@ import trio
 from kesoku.tools.attachments import display_name, save_attachment
 from kesoku.tools.paths import os_problem
 from kesoku.vocab.model import Attachment, Session, user_text
+from kesoku.vocab.schedule import SCHEDULES_COMMAND, schedule_lines, schedules_reply
 from kesoku.vocab.spend import BUDGET_GROUP_KEY
 from kesoku.vocab.text import valid_text
 
@@ -32,6 +34,8 @@ from kesoku_discord.convert import (
     channel_override,
     context_prompt,
     should_answer,
+    split_message,
+    strip_mention,
     thread_name,
 )
 
@@ -90,12 +94,37 @@ class Inbound:
         if not should_answer(self.author(message), self.config.discord.user_allowlist):
             return
         try:
-            await self.take_in(message)
+            if self.is_schedules_command(message):
+                await self.list_schedules(message)
+            else:
+                await self.take_in(message)
         except Exception as exc:
             log_failure(log, exc, "message %s not taken in", message.id)
             what = type(exc).__name__
             notice = f"⚠️ I could not take this message in ({what}); please send it again."
             await tell(message.channel, notice)
+
+    def is_schedules_command(self, message: discord.Message) -> bool:
+        """Whether the message is ``/schedules`` (the bot's mention aside)."""
+        me = self.client.user
+        text = strip_mention(message.content, me.id) if me is not None else message.content
+        return text.strip() == SCHEDULES_COMMAND
+
+    async def list_schedules(self, message: discord.Message) -> None:
+        """Answer ``/schedules`` where it was written; no turn, nothing stored.
+
+        The conversation is the thread or channel of the message. One that is no session yet (a
+        first message in a channel that would open a thread for it) still lists the schedules that
+        run in that channel (``discord:<id>``).
+        """
+        gateway = self.ctx.gateway
+        key = str(message.channel.id)
+        session = gateway.find_session(self.adapter, key) or Session(
+            id="", adapter=self.adapter, channel_id=key, created_at=0.0, workspace=""
+        )
+        lines = schedule_lines(gateway.schedules_of(session), now=time.time())
+        for chunk in split_message(schedules_reply(lines, f"discord:{key}")):
+            await aio(message.channel.send, chunk, allowed_mentions=discord.AllowedMentions.none())
 
     async def take_in(self, message: discord.Message) -> None:
         """Find the conversation, save the attachments, post the message (see :meth:`handle`)."""

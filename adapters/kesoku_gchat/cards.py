@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from kesoku.vocab.markup import FilePart, Part, QuestionPart, TextPart
+from kesoku.vocab.model import Message, Status
 from kesoku_gchat.events import ANSWER_FUNCTION, STOP_FUNCTION
 
 MAX_MESSAGE_BYTES = 32_000
@@ -37,6 +38,15 @@ ARGS_CHARS = 120
 """A tool call's argument suffix (inside ``<code>``) is cut to this many characters."""
 THOUGHTS_TITLE = "Thoughts & Tools"
 WORKING = "⏳ Working…"
+TRIGGER_CHARS = 100
+"""A turn card shows at most this much of a prompt that no Chat message carried."""
+SCHEDULED = "schedule:"
+"""How the ``external_id`` of a scheduled run's user message starts (``schedule:<name>:<time>``)."""
+_ENDED_UNSEEN = {
+    Status.DONE: "☑️ Ended",
+    Status.INTERRUPTED: "🛑 Interrupted",
+    Status.FAILED: "⚠ Failed",
+}
 
 Json = dict[str, Any]
 
@@ -85,6 +95,32 @@ def body_bytes(body: Json) -> int:
 # -- the turn card --------------------------------------------------------------------------------
 
 
+def trigger_line(root: Message) -> str:
+    """The card line naming what started a turn when no Chat message shows it, else ``""``.
+
+    A user message Kesoku took in from Chat has the Chat message's resource name
+    (``spaces/…/messages/…``) as its ``external_id``: it is on screen already. Any other was posted
+    by Kesoku itself: a scheduled run (``external_id`` ``schedule:…``) reads ``⏰ Scheduler: <first
+    line of the prompt>``, another program's message ``📨 <sender>: <first line>``, cut to
+    :data:`TRIGGER_CHARS`.
+    """
+    external = root.external_id or ""
+    if external.startswith("spaces/"):
+        return ""
+    icon = "⏰" if external.startswith(SCHEDULED) else "📨"
+    first = next((line.strip() for line in root.content.splitlines() if line.strip()), "…")
+    return f"{icon} {_cut(' '.join(f'{root.sender}: {first}'.split()), TRIGGER_CHARS)}"
+
+
+def ended_unseen(status: Status) -> str:
+    """The status of a turn that had ended when its user message was delivered.
+
+    It ran while the adapter was not following the log (a scheduled run while the adapter was
+    starting, a restart): its end event, and so its figures, were not seen.
+    """
+    return f"{_ENDED_UNSEEN.get(status, '☑️ Ended')} while the adapter was away"
+
+
 def turn_card(
     *,
     status: str,
@@ -92,6 +128,7 @@ def turn_card(
     hidden: int = 0,
     session_id: str = "",
     running: bool = True,
+    trigger: str = "",
 ) -> Json:
     """The card of one turn: its status, and a collapsed "Thoughts & Tools" section.
 
@@ -102,11 +139,15 @@ def turn_card(
         hidden: Older lines left out (shown as a count).
         session_id: The session, for the stop button.
         running: Show the stop button.
+        trigger: A line above the status naming what started the turn (:func:`trigger_line`);
+            also the notification's text.
 
     Returns:
         The message body.
     """
     top: list[Json] = [paragraph(html.escape(status, quote=False))]
+    if trigger:
+        top.insert(0, paragraph(html.escape(trigger, quote=False)))
     if running and session_id:
         top.append(
             {"buttonList": {"buttons": [button("🛑 Stop", STOP_FUNCTION, session_id=session_id)]}}
@@ -122,7 +163,7 @@ def turn_card(
         "uncollapsibleWidgetsCount": 0,  # folded: every line sits behind "show more"
         "widgets": widgets,
     }
-    return message_body("turn", [{"widgets": top}, thoughts], fallback=status)
+    return message_body("turn", [{"widgets": top}, thoughts], fallback=trigger or status)
 
 
 def thought_entry(text: str) -> str:

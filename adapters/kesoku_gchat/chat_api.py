@@ -2,7 +2,8 @@
 
 - ``spaces.messages.create`` (``POST /v1/{parent=spaces/*}/messages``) with ``messageReplyOption``
   ``REPLY_MESSAGE_FALLBACK_TO_NEW_THREAD`` and ``message.thread.name`` to answer in the user's
-  thread;
+  thread, or ``message.thread.threadKey`` to keep the messages of a turn that no Chat message
+  started in one thread (the first message with a key starts it; the key is the app's own);
 - ``spaces.messages.update`` (``PUT /v1/{message.name=spaces/*/messages/*}``,
   ``updateMask=cardsV2``; the client's ``update_message``) to update a turn card in place (the only
   way to change a card from a Pub/Sub app: "Build a Google Chat app behind a firewall with
@@ -192,16 +193,29 @@ class ChatApi:
 
         return await trio.to_thread.run_sync(build)
 
-    async def create_message(self, space: str, body: dict[str, Any], *, thread: str = "") -> str:
-        """Post a message in a space, in ``thread`` when given; returns the new message's name."""
+    async def create_message(
+        self, space: str, body: dict[str, Any], *, thread: str = "", thread_key: str = ""
+    ) -> str:
+        """Post a message in a space; returns the new message's name.
+
+        Args:
+            space: ``spaces/…``.
+            body: The ``Message`` body (cards).
+            thread: A thread's name (``spaces/…/threads/…``) to answer in.
+            thread_key: Else, the app's key of a thread: the first message with it starts the
+                thread, the next ones answer in it. Neither: the message starts a thread of its own
+                (in a space without threads, it is simply the next message).
+        """
 
         def call() -> str:
             from google.apps import chat_v1
 
             message = chat_v1.Message.from_json(json.dumps(body))
             request = chat_v1.CreateMessageRequest(parent=space, message=message)
-            if thread:
-                request.message.thread = chat_v1.Thread(name=thread)
+            if thread or thread_key:
+                request.message.thread = (
+                    chat_v1.Thread(name=thread) if thread else chat_v1.Thread(thread_key=thread_key)
+                )
                 request.message_reply_option = getattr(
                     chat_v1.CreateMessageRequest.MessageReplyOption, REPLY_OPTION
                 )

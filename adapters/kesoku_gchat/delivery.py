@@ -10,6 +10,17 @@ at most once per ``card_interval_s``, because Chat allows about one write per se
 (Chat API, "Usage limits": 60 writes per minute per space, shared by all apps). When the turn ends
 (``TurnEnded`` on the event hub) the card shows ``TurnMetrics.render()``. Answers are separate
 Markdown cards; a tool's Allow/Deny question is a card with buttons.
+
+A turn no Chat message started (a scheduled run; any user message Kesoku posted itself) has
+nothing to react or reply to: its card's first line says what started it
+(:func:`~kesoku_gchat.cards.trigger_line`: ``⏰ Scheduler: <first line of the prompt>``). In a
+thread session its messages go to the thread; in a space session each turn keeps its own thread,
+which its card starts (:func:`turn_place`).
+
+A heartbeat run (:func:`~kesoku.vocab.schedule.is_heartbeat_run`) speaks only when something needs
+attention: its turn is held, no card, its messages kept back, until it ends. Ended with the answer
+``HEARTBEAT_OK`` it shows nothing at all; otherwise its card and its messages go out then. A
+question of a tool cannot wait for the end: it shows the turn at once, which then runs as any other.
 """
 
 from __future__ import annotations
@@ -20,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import trio
 
 from kesoku.gateway import DeliveryCursor
@@ -38,6 +50,7 @@ from kesoku.vocab.model import (
     is_answer,
     is_question,
 )
+from kesoku.vocab.schedule import HeldTurn, is_heartbeat_run
 from kesoku_gchat import cards
 from kesoku_gchat.chat_api import ChatApi, ChatApiError
 
@@ -53,6 +66,9 @@ EVENT_BUFFER = 1024
 """Hub events the delivery may fall behind before some are lost (they only refine the cards)."""
 FILE_NOTE = "📎 `{name}` (files are not sent to Google Chat; it stays in the session folder)"
 RUNNING_MARK = "⏳"
+THREAD_KEY = "kesoku-{session}-{root}"
+"""The thread key of a turn in a space session (Chat API ``Thread.threadKey``: up to 4,000
+characters, the app's own)."""
 
 
 def place(session: Session) -> tuple[str, str]:
@@ -65,6 +81,19 @@ def place(session: Session) -> tuple[str, str]:
     return space, channel if sep else ""
 
 
+def turn_place(session: Session, root_id: int) -> tuple[str, str, str]:
+    """``(space, thread, thread key)`` of the messages of a turn.
+
+    A thread session's turns go to its thread. A space session's (a scheduled run into a space: no
+    Chat message to answer) each keep a thread of their own, keyed by the session and the turn's
+    root message (:data:`THREAD_KEY`): the card starts it and the answer and questions follow it,
+    after a restart too. In a space without threads the key changes nothing.
+    """
+    space, thread = place(session)
+    key = "" if thread else THREAD_KEY.format(session=session.id, root=root_id)
+    return space, thread, key
+
+
 @dataclass
 class TurnCard:
     """One turn's card and what it shows."""
@@ -73,9 +102,16 @@ class TurnCard:
     root_id: int
     space: str
     thread: str
+    key: str = ""
+    """The thread key of a turn in a space session (:func:`turn_place`)."""
+    trigger: str = ""
+    """The card's first line when no Chat message started the turn (else empty)."""
     name: str | None = None
     status: str = cards.WORKING
     running: bool = True
+    waiting: bool = False
+    """The turn had ended when its user message was delivered: the card takes the lines of its
+    messages until the delivery has passed them, then shows its final state."""
     entries: list[str] = field(default_factory=list)
     hidden: int = 0
     calls: dict[int, tuple[int, Message]] = field(default_factory=dict)
@@ -127,6 +163,7 @@ class TurnCard:
             hidden=self.hidden,
             session_id=self.session_id,
             running=self.running,
+            trigger=self.trigger,
         )
 
 
@@ -157,6 +194,8 @@ class Delivery:
         self.cards: dict[int, TurnCard] = {}
         self.questions: dict[int, tuple[str, str]] = {}
         """An open question's id → (its Chat message name, its text)."""
+        self.held: dict[int, HeldTurn] = {}
+        """Heartbeat runs not shown (yet), by root message id."""
         self._nursery: trio.Nursery | None = None
         self._ours: dict[str, bool] = {}
 
@@ -199,9 +238,9 @@ class Delivery:
             session = self.gateway.get_session(message.session_id)
             if session is None:
                 return
-            space, thread = place(session)
+            space, thread, key = turn_place(session, message.root_id)
             for body in cards.answer_bodies([TextPart(text)]):
-                await self.api.create_message(space, body, thread=thread)
+                await self.api.create_message(space, body, thread=thread, thread_key=key)
         except Exception as exc:
             log.warning("gchat: notice about message %d not sent: %s", message.id, exc)
 
@@ -213,9 +252,18 @@ class Delivery:
         if session is None:
             return  # deleted since it was posted
         if message.role is Role.USER:
-            if message.status in (Status.PENDING, Status.PROCESSING):
-                await self.open_turn(session, message.id)
+            if is_heartbeat_run(message):
+                self.hold(session, message)
+            else:
+                await self.open_turn(session, message.id, message)
             return
+        held = self.held.get(message.root_id)
+        if held is not None:
+            if not is_question(message):
+                held.messages.append(message)
+                return
+            del self.held[held.root.id]  # a question waits for the user: show the turn now
+            await self.release(held, session)
         if message.role is Role.ASSISTANT and message.kind is Kind.TEXT:
             await self.send_answer(session, message)
         elif message.role is Role.SYSTEM:
@@ -237,17 +285,79 @@ class Delivery:
                 message.parent_id, cards.OUTCOME_MARKS.get(outcome.value if outcome else "", "")
             )
 
-    async def open_turn(self, session: Session, root_id: int) -> TurnCard:
-        """A user message arrived: post its turn card (⏳ Working…) in the thread."""
-        space, thread = place(session)
-        card = self.cards[root_id] = TurnCard(session.id, root_id, space, thread)
+    async def open_turn(
+        self, session: Session, root_id: int, root: Message | None = None
+    ) -> TurnCard:
+        """A user message arrived: post its turn card (⏳ Working…) in the thread.
+
+        Its first line names a prompt that no Chat message shows (:func:`cards.trigger_line`). A
+        turn that had ended already (it ran while the adapter was not following the log: a
+        scheduled run while the adapter was starting, a restart) gets a card without figures (its
+        end event was not seen), which takes its lines until the delivery has passed them.
+
+        Args:
+            session: The turn's session.
+            root_id: Its user message's id.
+            root: That message, if at hand (else it is read from the log).
+        """
+        root = root if root is not None else self.gateway.get_message(root_id)
+        space, thread, key = turn_place(session, root_id)
+        trigger = cards.trigger_line(root) if root is not None else ""
+        card = TurnCard(session.id, root_id, space, thread, key=key, trigger=trigger)
+        self.cards[root_id] = card
+        if root is not None and root.status not in (Status.PENDING, Status.PROCESSING):
+            card.status, card.running, card.waiting = cards.ended_unseen(root.status), False, True
+            if self._nursery is not None:
+                self._nursery.start_soon(self._settle, card)
         try:
-            card.name = await self.api.create_message(space, card.body(), thread=thread)
+            card.name = await self.api.create_message(
+                space, card.body(), thread=thread, thread_key=key
+            )
         except ChatApiError as exc:
             log.warning("gchat: turn card of message %d not posted: %s", root_id, exc)
         if self._nursery is not None:
             self._nursery.start_soon(self._keep_updated, card)
         return card
+
+    def hold(self, session: Session, root: Message) -> None:
+        """Keep a heartbeat run's turn back (see the module's doc).
+
+        One that had ended already is decided once the delivery has passed its messages.
+        """
+        self.held[root.id] = HeldTurn(session.id, root)
+        if root.status not in (Status.PENDING, Status.PROCESSING) and self._nursery is not None:
+            self._nursery.start_soon(self._settle_held, root.id, session.id)
+
+    async def release(self, held: HeldTurn, session: Session) -> TurnCard:
+        """Show a held turn (no longer in :attr:`held`): its card, then its messages kept back.
+
+        The card is opened as running whatever the turn's state (a final one would close before
+        the messages are in it); the caller that knows the end sets it.
+        """
+        running = msgspec.structs.replace(held.root, status=Status.PROCESSING)
+        card = await self.open_turn(session, held.root.id, running)
+        for message in held.messages:
+            try:
+                await self.deliver(message)
+            except Exception:  # as in serve: one message never stops the rest
+                log.exception("gchat: message %d not delivered", message.id)
+        return card
+
+    async def _settle_held(self, root_id: int, session_id: str) -> None:
+        """A heartbeat run that had ended when delivered: shown or not once its messages are."""
+        try:
+            await self.cursor.delivered(session_id)
+            held = self.held.pop(root_id, None)
+            session = self.gateway.get_session(session_id)
+            if held is None or held.quiet() or session is None:
+                return
+            card = await self.release(held, session)
+            if self.cards.get(root_id) is card:
+                del self.cards[root_id]
+            card.status, card.running = cards.ended_unseen(held.root.status), False
+            card.changed.set()
+        except Exception:  # one turn: the delivery of every other message goes on
+            log.exception("gchat: heartbeat run %d not shown", root_id)
 
     async def card_for(self, session: Session, root_id: int) -> TurnCard:
         """The card of a turn; one is opened when its user message came before a restart."""
@@ -259,9 +369,9 @@ class Delivery:
 
         ``[question: …]`` is shown as a list, ``[file: …]`` as a note.
         """
-        space, thread = place(session)
+        space, thread, key = turn_place(session, message.root_id)
         for body in cards.answer_bodies(await self.shown_parts(session, message.content)):
-            await self.api.create_message(space, body, thread=thread)
+            await self.api.create_message(space, body, thread=thread, thread_key=key)
 
     async def shown_parts(self, session: Session, text: str) -> list[Part]:
         """The parts of a reply with each ``[file: …]`` as the note Chat shows for it.
@@ -287,12 +397,11 @@ class Delivery:
 
         A notice is a line of the turn card.
         """
-        space, thread = place(session)
+        space, thread, key = turn_place(session, message.root_id)
         if is_question(message):
             options = [str(o) for o in message.metadata.extra[QUESTION_KEY].get("options", ())]
-            name = await self.api.create_message(
-                space, cards.question_body(message.id, message.content, options), thread=thread
-            )
+            body = cards.question_body(message.id, message.content, options)
+            name = await self.api.create_message(space, body, thread=thread, thread_key=key)
             self.questions[message.id] = (name, message.content)
             return
         if is_answer(message):
@@ -311,7 +420,7 @@ class Delivery:
             card.add(cards.system_entry(message.content))
         elif not is_answer(message):  # a notice of its own turn (a restart, a compaction record)
             for body in cards.answer_bodies(await self.shown_parts(session, message.content)):
-                await self.api.create_message(space, body, thread=thread)
+                await self.api.create_message(space, body, thread=thread, thread_key=key)
 
     # -- turn events ------------------------------------------------------------------------------
 
@@ -354,18 +463,42 @@ class Delivery:
             log.exception("gchat: end of turn %d not shown", metrics.root_id)
 
     async def finish_turn(self, metrics: TurnMetrics) -> None:
-        """Once a turn's messages are delivered: its card shows the metrics and its final state."""
+        """Once a turn's messages are delivered: its card shows the metrics and its final state.
+
+        A held heartbeat run is shown now, unless it was quiet.
+        """
         await self.cursor.delivered(metrics.session_id)
+        held = self.held.pop(metrics.root_id, None)
+        if held is not None and not held.quiet():
+            session = self.gateway.get_session(metrics.session_id)
+            if session is not None:
+                await self.release(held, session)
         card = self.cards.pop(metrics.root_id, None)
         if card is not None:
-            card.status, card.running = metrics.render(), False
+            card.status, card.running, card.waiting = metrics.render(), False, False
             card.changed.set()
         # User messages answered together with this turn never get a turn of their own.
         for older in [c for c in self.cards.values() if c.session_id == metrics.session_id]:
             if older.root_id < metrics.root_id:
                 del self.cards[older.root_id]
                 older.status, older.running = "⤵️ answered with the next message", False
+                older.waiting = False
                 older.changed.set()
+        # A heartbeat run answered with this turn never gets a turn of its own: nothing to show.
+        for root_id in [
+            r
+            for r, h in self.held.items()
+            if h.session_id == metrics.session_id and r < metrics.root_id and not h.messages
+        ]:
+            del self.held[root_id]
+
+    async def _settle(self, card: TurnCard) -> None:
+        """A turn that had ended when delivered: once its messages are, its card is final."""
+        await self.cursor.delivered(card.session_id)
+        if self.cards.get(card.root_id) is card:
+            del self.cards[card.root_id]
+        card.waiting = False
+        card.changed.set()
 
     async def _keep_updated(self, card: TurnCard) -> None:
         """Patch a turn card whenever it changed, until it is final.
@@ -375,7 +508,7 @@ class Delivery:
         while not card.closed:
             await card.changed.wait()
             card.changed = trio.Event()
-            final = not card.running
+            final = not card.running and not card.waiting
             if card.name is not None:
                 try:
                     await self.api.update_message(card.name, card.body())

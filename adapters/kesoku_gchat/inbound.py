@@ -14,6 +14,7 @@ told in one line in its thread; the adapter goes on with the next event either w
 from __future__ import annotations
 
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +26,7 @@ from kesoku.tools.attachments import display_name, save_attachment
 from kesoku.tools.paths import os_problem
 from kesoku.vocab.markup import TextPart
 from kesoku.vocab.model import Attachment, Session, parse_answer, user_text
+from kesoku.vocab.schedule import SCHEDULES_COMMAND, schedule_lines, schedules_reply
 from kesoku.vocab.spend import BUDGET_GROUP_KEY
 from kesoku_gchat import cards
 from kesoku_gchat.chat_api import ChatApi, ChatApiError
@@ -145,6 +147,9 @@ class Inbound:
         """A user wrote: answer an open question with it, or post it (attachments saved first)."""
         if event.sender_type == "BOT" or not event.channel_id or not event.message_name:
             return
+        if event.text == SCHEDULES_COMMAND:
+            await self.list_schedules(event)
+            return
         entry = space_override(self.gchat.spaces, event.space, event.space_display_name)
         session = self.ctx.gateway.open_session(
             self.adapter,
@@ -178,6 +183,26 @@ class Inbound:
             self.nursery.start_soon(self.react, event.message_name, self.gchat.reaction_emoji)
         if notes:
             self.nursery.start_soon(self.tell, session, "\n".join(f"⚠️ {n}" for n in notes))
+
+    async def list_schedules(self, event: ChatEvent) -> None:
+        """Answer ``/schedules`` in its thread (or space); no turn, nothing stored.
+
+        The conversation is the thread's session, else the space's (a new thread in a space, where
+        scheduled runs into the space go). None yet: the schedules that run in the space
+        (``gchat:<space>``).
+        """
+        gateway = self.ctx.gateway
+        session = gateway.find_session(self.adapter, event.channel_id) or gateway.find_session(
+            self.adapter, event.space
+        )
+        if session is None:
+            session = Session(
+                id="", adapter=self.adapter, channel_id=event.space, created_at=0.0, workspace=""
+            )
+        lines = schedule_lines(gateway.schedules_of(session), now=time.time())
+        text = schedules_reply(lines, f"gchat:{session.channel_id}")
+        for body in cards.answer_bodies([TextPart(text)]):
+            await self.api.create_message(event.space, body, thread=event.thread)
 
     def answers_question(self, session: Session, event: ChatEvent) -> bool:
         """A typed ``allow``/``deny`` while a tool waits answers it instead of being posted."""

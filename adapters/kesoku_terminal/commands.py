@@ -102,6 +102,22 @@ async def _usage(chat: ChatUI, args: str) -> None:
         chat.sink.notice(line, "")
 
 
+async def _schedules(chat: ChatUI, args: str) -> None:
+    import time
+
+    from kesoku.vocab.schedule import schedule_lines
+
+    lines = schedule_lines(chat.rt.gateway.schedules_of(chat.session), now=time.time())
+    for line in lines:
+        chat.sink.notice(line, "")
+    if not lines:
+        chat.sink.notice(
+            "No schedules in this conversation. Make one with: kesoku schedule add NAME "
+            f'--session {chat.session.id} --every 1h --prompt "…" (kesoku start runs them)',
+            "",
+        )
+
+
 async def _context(chat: ChatUI, args: str) -> None:
     from kesoku.agent.prompt import build_system_prompt, read_notes
     from kesoku.observe.usage import context_lines, context_parts
@@ -174,6 +190,7 @@ COMMANDS: dict[str, tuple[Handler, str]] = {
     "clear": (_clear, "delete this session (messages and workspace) and start a new one"),
     "compact": (_compact, "compact the history now (old tool results, then old turns)"),
     "usage": (_usage, "tokens used in this session"),
+    "schedules": (_schedules, "the schedules this session made or that run in it"),
     "context": (_context, "what the model works with: backend, history, folder, tools"),
     "sessions": (_sessions, "recent terminal sessions"),
     "mcp": (mcp_command, f"MCP servers' prompts; one is sent as your message: {MCP_USAGE}"),

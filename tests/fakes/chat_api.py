@@ -1,7 +1,11 @@
 """A loopback fake of the Google Chat REST endpoints the adapter calls, recording every request.
 
 - ``POST /v1/spaces/{space}/messages`` (spaces.messages.create): answers the message with a new name
-  (``spaces/{space}/messages/m{n}``) and the thread it went to (``spaces/{space}/threads/{...}``);
+  (``spaces/{space}/messages/m{n}``) and the thread it went to (``spaces/{space}/threads/{...}``):
+  with ``messageReplyOption`` ``REPLY_MESSAGE_FALLBACK_TO_NEW_THREAD`` (or
+  ``REPLY_MESSAGE_OR_FAIL``) the thread of ``thread.name``, or of ``thread.threadKey`` (the first
+  message with a key starts its thread); otherwise, or with neither, a new thread (the API's
+  ``MESSAGE_REPLY_OPTION_UNSPECIFIED`` ignores the thread given);
 - ``PUT /v1/spaces/{space}/messages/{message}?updateMask=...`` (spaces.messages.update, what the
   client's ``update_message`` calls; ``PATCH`` is spaces.messages.patch, the same): answers the
   message;
@@ -38,6 +42,10 @@ class ChatFake:
     fail_next: list[int] = field(default_factory=list)
     """Statuses to answer the next requests with (a 503 to test retries), one each."""
     changed: trio.Event = field(default_factory=trio.Event)
+    placed: dict[str, str] = field(default_factory=dict)
+    """A created message's name → the thread it went to."""
+    keyed: dict[tuple[str, str], str] = field(default_factory=dict)
+    """(space, thread key) → the thread the key started."""
     _count: int = 0
 
     def created(self) -> list[Recorded]:
@@ -54,6 +62,10 @@ class ChatFake:
 
     def reactions(self) -> list[Recorded]:
         return [r for r in self.log.requests if r.path.endswith("/reactions")]
+
+    def in_thread(self, thread: str) -> list[str]:
+        """The names of the messages created in a thread, in order."""
+        return [name for name, where in self.placed.items() if where == thread]
 
     async def wait_for(self, predicate: Any, *, timeout_s: float = 20.0) -> None:
         """Wait until ``predicate()`` holds (checked after each request)."""
@@ -80,10 +92,22 @@ class ChatFake:
             space = request.path_params["space"]
             self._count += 1
             body = dict(rec.body or {})
-            thread = (body.get("thread") or {}).get(
-                "name"
-            ) or f"spaces/{space}/threads/t{self._count}"
-            body.update(name=f"spaces/{space}/messages/m{self._count}", thread={"name": thread})
+            given = body.get("thread") or {}
+            option = rec.query.get("messageReplyOption", "")
+            replying = option in ("REPLY_MESSAGE_FALLBACK_TO_NEW_THREAD", "1")
+            replying |= option in ("REPLY_MESSAGE_OR_FAIL", "2")
+            new = f"spaces/{space}/threads/t{self._count}"
+            key = given.get("threadKey", "") if replying else ""
+            if replying and given.get("name"):
+                thread = given["name"]
+            elif key:
+                thread = self.keyed.setdefault((space, key), new)
+            else:
+                thread = new
+            name = f"spaces/{space}/messages/m{self._count}"
+            self.placed[name] = thread
+            answer = {"name": thread, **({"threadKey": key} if key else {})}
+            body.update(name=name, thread=answer)
             return JSONResponse(body)
 
         async def patch(request: Request) -> Response:
