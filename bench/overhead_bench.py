@@ -29,26 +29,28 @@ each, as compact JSON. The OpenAI backend wraps each in ``{"type": "function", "
 Kesoku's own estimate (:func:`kesoku.vocab.ir.head_tokens`, 4 characters a token) is printed too.
 
 Last measured (2026-12-02, o200k_base, default config: 10 tools, the 3 bundled skills), before and
-after issue 20 item 3 (shorter rules, tool texts and snippets; no ``additionalProperties`` in the
-schemas; the persona ``You are Kesoku, an autonomous agent: act with your tools, check your work,
-answer briefly and truthfully.``; the subagent's description in two sentences):
+after issue 20 item 3 (shorter rules, tool texts, snippets and bundled skill descriptions; no
+``additionalProperties`` in the schemas; the persona ``You are Kesoku, an autonomous agent: act with
+your tools, check your work, answer briefly and truthfully.``; the subagent's description in two
+sentences):
 
     part                                before  after
     persona                                 27     24
-    rules                                  219    162
+    rules                                  219    141
     tool snippets (10 lines, header)       261     98
-    skills (bundled SKILL.md texts)        180    176
+    skills (bundled SKILL.md texts)        180    103
     working directory and date              39     39
-    system prompt, whole                   726    499
+    system prompt, whole                   726    405
     read_file / write_file / edit_file  124/85/108  70/49/72
     list_dir / glob / grep              69/87/124   32/59/88
     shell                                  199    102
     list_skills / use_skill              68/86  36/37
     subagent                               126     84
     tools, whole                         1,078    630
-    fixed overhead                       1,804  1,129   (target <= 1,200)
+    fixed overhead                       1,804  1,035   (target <= 1,200)
     as OpenAI sends the tools            1,128    681   (tools only)
     run_code, when enabled             133+25  89+18   (schema + snippet)
+    the daemon (--daemon: + schedule)        -  1,199   (schedule: 145 + a 19-token snippet)
 """
 
 from __future__ import annotations
@@ -127,6 +129,9 @@ def main() -> None:
     parser.add_argument("--persona", help="measure this agent.persona instead of the config's")
     parser.add_argument("--run-code", action="store_true", help="with run_code (off by default)")
     parser.add_argument("--show", action="store_true", help="print the prompt and the tools' JSON")
+    parser.add_argument(
+        "--daemon", action="store_true", help="the daemon's tools (schedule too), not kesoku chat's"
+    )
     args = parser.parse_args()
     count = tokenizer(args.tokenizer)
     with tempfile.TemporaryDirectory() as tmp:
@@ -139,7 +144,9 @@ def main() -> None:
         config = load_config(folder / "kesoku.toml", env={})
         store = Store(folder / "kesoku.db")
         try:
-            rt = build_runtime(config, store, config_file=folder / "kesoku.toml", interactive=True)
+            rt = build_runtime(
+                config, store, config_file=folder / "kesoku.toml", interactive=not args.daemon
+            )
             if args.persona is not None:
                 rt.persona = args.persona
             session = store.create_session(

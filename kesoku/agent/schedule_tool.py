@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 def schedule_tool(rt: Runtime) -> Tool:
     """The ``schedule`` tool of a runtime (its store, and the scheduler it wakes)."""
 
-    async def schedule(
+    async def schedule(  # noqa: D417 (the names say it; every word goes with each call)
         ctx: ToolContext,
         action: Literal["create", "list", "remove"],
         name: str = "",
@@ -33,15 +33,12 @@ def schedule_tool(rt: Runtime) -> Tool:
         prompt: str = "",
         tz: str = "",
     ) -> str:
-        """Plan a prompt to run later in this conversation; create asks the user.
+        """Plan a prompt to run later here (create replaces, and asks the user).
 
         Args:
-            ctx: The call.
-            action: create (or replace), list, remove.
-            name: The schedule.
             when: every 30m | cron 0 9 * * 1-5 | at 2026-12-24T17:00
-            prompt: What you will be told at each run.
-            tz: IANA zone, e.g. Europe/Paris (default: the server's).
+            prompt: Said to you at each run.
+            tz: IANA zone (default: the server's).
         """
         store = rt.store
         session_id = ctx.session.id
