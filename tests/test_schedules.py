@@ -252,6 +252,10 @@ def test_the_schedule_commands(tmp_path: Path) -> None:
     (tmp_path / "kesoku.toml").write_text(
         '[agent]\nllm = "scripted"\n[scripted]\npath = "scenario.yaml"\n'
     )
+    for command in (("schedule", "list"), ("usage",)):  # nothing stored yet: said, no database made
+        empty = kesoku(tmp_path, *command)
+        assert empty.returncode == 0 and empty.stdout.startswith("no "), empty.stderr
+    assert not (tmp_path / "kesoku.db").exists()
     added = kesoku(tmp_path, "schedule", "add", "report", "--every", "1h", "--prompt", "report")
     assert added.returncode == 0, added.stderr
     assert added.stdout.startswith("added report: every 1h → new; next run ")

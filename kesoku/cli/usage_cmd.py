@@ -34,6 +34,14 @@ def usage(
         top: Sessions shown, the most expensive first.
         config: The TOML file. Default: $KESOKU_CONFIG, else ./kesoku.toml, else built-in defaults.
     """
+    from pathlib import Path
+
+    from kesoku.config.settings import default_config_path, load_config
+
+    cfg = load_config(config if config is not None else default_config_path())
+    if not Path(cfg.workspace.db_path).exists():
+        print(f"no model calls yet (no database at {cfg.workspace.db_path})")
+        return
     with open_store(config) as (cfg, store):
         budget = Budget.from_config(cfg, store)
         start = day_bounds(time.time() - max(days - 1, 0) * 86_400)[0]
