@@ -21,14 +21,25 @@ from test_cli_chat import kesoku
 from test_questions import next_question
 
 from kesoku.agent.runtime import Runtime
-from kesoku.agent.scheduler import Scheduler, run_external_id, sync_heartbeat
-from kesoku.config.settings import BudgetConfig, HeartbeatConfig
+from kesoku.agent.scheduler import Scheduler, adapter_targets, run_external_id, sync_heartbeat
+from kesoku.config.settings import (
+    BudgetConfig,
+    CapOverrides,
+    Config,
+    DiscordChannel,
+    DiscordConfig,
+    GChatConfig,
+    GChatSpace,
+    HeartbeatConfig,
+)
 from kesoku.gateway import Gateway
+from kesoku.llm.base import BaseLLM
 from kesoku.observe.spend import Budget
 from kesoku.store import Store
 from kesoku.testing import ScriptedLLM, Step
+from kesoku.vocab.errors import OperatorError
 from kesoku.vocab.ir import LLMRequest, TextBlock
-from kesoku.vocab.model import Message, Role, Status, Usage
+from kesoku.vocab.model import Message, Role, Session, Status, Usage
 from kesoku.vocab.schedule import (
     RUN_SENDER,
     SCHEDULE_KEY,
@@ -38,6 +49,7 @@ from kesoku.vocab.schedule import (
     parse_duration,
     schedule_lines,
 )
+from kesoku.vocab.spend import BUDGET_GROUP_KEY
 
 T0 = 1_800_000_000.0  # 2027-01-15 08:00 UTC: the wall clock at virtual time 0
 PARIS = zoneinfo.ZoneInfo("Europe/Paris")
@@ -340,3 +352,55 @@ async def test_a_broken_schedule_row_stops_itself_not_the_scheduler(tmp_path: Pa
     assert posted == 1 and broken is not None and broken.next_run is None
     assert broken.last_note.startswith("failed: could not convert string to float")
     store.close()
+
+
+def test_a_channel_run_gets_the_channel_entrys_caps_and_backend(tmp_path: Path) -> None:
+    config = Config(
+        discord=DiscordConfig(
+            channels=(
+                DiscordChannel(channels=("123",), llm="openai", budget=CapOverrides(day_tokens=20)),
+            )
+        ),
+        gchat=GChatConfig(spaces=(GChatSpace(spaces=("spaces/AAA",), llm="claude"),)),
+    )
+    store, rt = build(tmp_path, answering())
+    scheduler = Scheduler(rt, adapter_targets(config), config=config)
+    now = time.time()
+    channel = new_schedule("c", every="1h", prompt="p", target="discord:123", now=now)
+    thread = new_schedule("t", every="1h", prompt="p", target="gchat:spaces/AAA/threads/T", now=now)
+    session = scheduler.session_for(channel, now)
+    assert session.metadata[BUDGET_GROUP_KEY] == "123" and session.llm == "openai"
+    session = scheduler.session_for(thread, now)
+    assert session.metadata[BUDGET_GROUP_KEY] == "spaces/AAA" and session.llm == "claude"
+    store.close()
+
+
+async def test_a_session_whose_backend_cannot_be_built_gets_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def no_backend(session: Session) -> BaseLLM:
+        raise OperatorError("claude.api_key: not set (or ANTHROPIC_API_KEY)")
+
+    async with serve_runtime(tmp_path, no_backend) as h:
+        await h.say("hello")
+        metrics = await h.turn_end()
+        last = h.history()[-1]
+    assert metrics.state.value == "failed"
+    assert last.content == (
+        "⚠ This session's model cannot be used: claude.api_key: not set (or ANTHROPIC_API_KEY)"
+    )
+    assert not [r for r in caplog.records if r.exc_info]  # a line, not a traceback
+
+
+def test_schedule_add_refuses_what_would_never_run(tmp_path: Path) -> None:
+    (tmp_path / "kesoku.toml").write_text("")
+    six = kesoku(tmp_path, "schedule", "add", "s", "--cron", "* * * * * *", "--prompt", "p")
+    assert six.returncode == 2 and "5 fields (minute hour day month weekday), not 6" in six.stderr
+    days = kesoku(tmp_path, "usage", "--days", "0")
+    assert days.returncode == 2 and "--days 0: from 1 to 3660" in days.stderr
+    first = kesoku(tmp_path, "schedule", "add", "s", "--every", "1h", "--prompt", "p")
+    again = kesoku(
+        tmp_path, "schedule", "add", "s", "--every", "2h", "--to", "discord:1", "--prompt", "p"
+    )
+    assert first.stdout.startswith("added s:") and again.stdout.startswith("replaced s:")
+    assert "[discord] is not enabled in kesoku.toml" in again.stderr

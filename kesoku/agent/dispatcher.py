@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from kesoku.agent.worker import SessionWorker
-from kesoku.vocab.errors import StoreError
+from kesoku.vocab.errors import OperatorError, StoreError
 from kesoku.vocab.events import TurnEnded
 from kesoku.vocab.metrics import TurnMetrics, TurnState
 from kesoku.vocab.model import Kind, Role, Status, in_turn
@@ -187,7 +187,9 @@ class Dispatcher:
         except Exception as exc:
             worker.turn = None
             starved = self._out_of_files(sid, exc)
-            if isinstance(exc, StoreError):  # a database locked too long: the operator's, one line
+            # A database locked too long, a session's backend that cannot be built (no key, no
+            # extra): the operator's to fix, one line.
+            if isinstance(exc, OperatorError):
                 log.error("session %s: %s", sid, exc)
                 await self._report_crash(worker.current_roots, exc)
             elif not starved:
@@ -232,6 +234,8 @@ class Dispatcher:
         root = roots[-1]
         if isinstance(exc, StoreError):
             text = f"⚠ Kesoku could not store this turn and gave up on it: {exc}."
+        elif isinstance(exc, OperatorError):
+            text = f"⚠ This session's model cannot be used: {exc}"
         else:
             text = (
                 "⚠ Kesoku hit an internal error and gave up on this turn "

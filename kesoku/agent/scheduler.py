@@ -30,7 +30,7 @@ from kesoku.vocab.schedule import (
     new_schedule,
     next_run,
 )
-from kesoku.vocab.spend import BudgetExceeded
+from kesoku.vocab.spend import BUDGET_GROUP_KEY, BudgetExceeded
 
 if TYPE_CHECKING:
     from kesoku.agent.runtime import Runtime
@@ -41,8 +41,9 @@ log = logging.getLogger(__name__)
 
 LATE_S = 60.0
 """A run this late was missed (downtime), and follows the schedule's ``missed`` rule."""
-IDLE_S = 60.0
-"""Longest sleep between two looks at the schedules (another process may have added one)."""
+IDLE_S = 5.0
+"""Longest sleep between two looks at the schedules: one ``kesoku schedule add`` (another process)
+made is seen within it. A look is one indexed query."""
 NEW_SESSION_ADAPTER = "schedule"
 """The adapter of the sessions the targets ``new`` (one per run) and ``own`` (one per schedule)
 open: no chat platform delivers them; their answers stay in the store."""
@@ -61,6 +62,8 @@ class Scheduler:
         adapters: Target prefix → the adapter's chatbot id (``{"discord": "discord", "gchat":
             "gchat"}``).
         clock: Wall time, UNIX seconds (tests tie it to trio's clock).
+        config: The channel entries (``[[discord.channels]]``, ``[[gchat.spaces]]``) whose backend
+            and spend caps a channel session the scheduler opens gets; None: none.
     """
 
     def __init__(
@@ -69,9 +72,11 @@ class Scheduler:
         adapters: Mapping[str, str],
         *,
         clock: Callable[[], float] = time.time,
+        config: Config | None = None,
     ) -> None:
         self.rt = rt
         self.adapters = dict(adapters)
+        self.config = config
         self.clock = clock
         self._wake = trio.Event()
 
@@ -193,7 +198,30 @@ class Scheduler:
         adapter = self.adapters.get(kind)
         if adapter is None or not where:
             raise OperatorError(f"unknown target {schedule.target!r}")
-        return gateway.open_session(adapter, where, llm=schedule.llm)
+        llm, group = self._channel_entry(kind, where)
+        metadata = {BUDGET_GROUP_KEY: group} if group else None
+        return gateway.open_session(adapter, where, llm=schedule.llm or llm, metadata=metadata)
+
+    def _channel_entry(self, kind: str, where: str) -> tuple[str | None, str]:
+        """The backend and spend-cap group a channel entry gives a session it opens.
+
+        As the adapter would: the first ``[[discord.channels]]`` entry naming the channel by id, or
+        ``[[gchat.spaces]]`` entry naming the space (a thread's space). Names the adapter matches
+        through the platform (a Discord channel's name) are not known here.
+        """
+        config = self.config
+        if config is None:
+            return None, ""
+        if kind == "discord":
+            for channel in config.discord.channels:
+                if where in channel.channels:
+                    return channel.llm, channel.label
+            return None, ""
+        space = "/".join(where.split("/")[:2])
+        for entry in config.gchat.spaces:
+            if space in entry.spaces:
+                return entry.llm or config.gchat.llm, entry.label
+        return config.gchat.llm, ""
 
 
 def adapter_targets(config: Config) -> dict[str, str]:

@@ -82,16 +82,10 @@ def build_app() -> App:
         sessions_app.command(f"kesoku.cli.sessions_cmd:{function}", name=name, help=text)
     app.command(sessions_app)
     schedule_app = App(name="schedule", help=dict((c[0], c[2]) for c in COMMANDS)["schedule"])
-    for name, text in (
-        ("add", "Add a schedule: --every, --cron or --at; --prompt; --session or --to."),
-        ("list", "List the schedules: next run, last run and its outcome."),
-        ("run", "Run a schedule once, now, and print the answer."),
-        ("pause", "Pause a schedule."),
-        ("resume", "Resume a paused schedule."),
-        ("remove", "Remove a schedule."),
-    ):
+    for name in ("add", "list", "run", "pause", "resume", "remove"):
         function = "list_schedules" if name == "list" else name
-        schedule_app.command(f"kesoku.cli.schedule_cmd:{function}", name=name, help=text)
+        # No help=: each command's --help shows its whole docstring (examples, what moves).
+        schedule_app.command(f"kesoku.cli.schedule_cmd:{function}", name=name)
     app.command(schedule_app)
     return app
 

@@ -6,6 +6,7 @@ The schedules live in the database; ``kesoku start`` runs them (kesoku/agent/sch
 from __future__ import annotations
 
 import datetime as dt
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
@@ -16,6 +17,7 @@ from cyclopts import Parameter
 from kesoku.cli.sessions_cmd import ConfigOption, open_store
 from kesoku.config.settings import Backend
 from kesoku.vocab.errors import OperatorError
+from kesoku.vocab.model import Status
 
 if TYPE_CHECKING:
     from kesoku.config.settings import Config
@@ -71,18 +73,25 @@ def add(
         missed: After downtime, catchup (one run for all missed) or skip (none).
         config: The TOML file. Default: $KESOKU_CONFIG, else ./kesoku.toml, else built-in defaults.
     """
+    from kesoku.host.build import INTERACTIVE_ADAPTER
     from kesoku.vocab.errors import AmbiguousSessionError, UnknownSessionError
     from kesoku.vocab.schedule import ScheduleError, new_schedule
 
     if session is not None and to is not None:
         raise OperatorError("schedule add: give --session or --to, not both")
-    with open_store(config, create=True) as (_, store):
+    with open_store(config, create=True) as (cfg, store):
         target = "new" if to is None else to
         if session is not None:
             try:
-                target = f"session:{store.resolve_session(session).id}"
+                found = store.resolve_session(session)
             except (AmbiguousSessionError, UnknownSessionError) as exc:
-                raise OperatorError(f"--session {session}: {exc}") from None
+                raise OperatorError(f"schedule add: --session {session}: {exc}") from None
+            if found.adapter == INTERACTIVE_ADAPTER:
+                raise OperatorError(
+                    f"schedule add: --session {session}: a terminal session, which only kesoku "
+                    "chat answers (the daemon does not): use no target, or --to a chat"
+                )
+            target = f"session:{found.id}"
         try:
             schedule = new_schedule(
                 name,
@@ -98,8 +107,18 @@ def add(
             )
         except ScheduleError as exc:
             raise OperatorError(f"schedule add: {exc}") from None
+        replaced = store.get_schedule(name) is not None
         store.put_schedule(schedule)
-    print(f"added {name}: {schedule.describe()} → {schedule.target}; next run {_when(schedule)}")
+    verb = "replaced" if replaced else "added"
+    print(f"{verb} {name}: {schedule.describe()} → {schedule.target}; next run {_when(schedule)}")
+    kind = schedule.target.partition(":")[0]
+    enabled = {"discord": cfg.discord.enabled, "gchat": cfg.gchat.enabled}.get(kind, True)
+    if not enabled:
+        print(
+            f"warning: [{kind}] is not enabled in kesoku.toml: its runs will be answered but not "
+            "delivered to the chat",
+            file=sys.stderr,
+        )
 
 
 def list_schedules(*, config: ConfigOption = None) -> None:
@@ -148,27 +167,36 @@ def run(name: str, /, *, config: ConfigOption = None) -> None:
         schedule = _get(store, name)
         session_ids: set[str] = set()
         rt = build_runtime(cfg, store, serves=session_ids.__contains__)
-        raise SystemExit(trio.run(_run_now, rt, cfg, schedule, session_ids))
+        roots: list[int] = []
+        try:
+            code = trio.run(_run_now, rt, cfg, schedule, session_ids, roots)
+        except KeyboardInterrupt:
+            # The run is over: a restart must not take it up again and pay for it.
+            store.set_status(roots, Status.INTERRUPTED)
+            print("interrupted: the run was stopped", file=sys.stderr)
+            code = 130
+        raise SystemExit(code)
 
 
-async def _run_now(rt: object, cfg: Config, schedule: Schedule, session_ids: set[str]) -> int:
-    import sys
-
+async def _run_now(
+    rt: object, cfg: Config, schedule: Schedule, session_ids: set[str], roots: list[int]
+) -> int:
     import trio
 
     from kesoku.agent.runtime import Runtime
     from kesoku.agent.scheduler import Scheduler, adapter_targets
-    from kesoku.vocab.model import Kind, Role, Status
+    from kesoku.vocab.model import Kind, Role
 
     assert isinstance(rt, Runtime)
     open_ = (Status.PENDING, Status.PROCESSING)
     now = time.time()
-    scheduler = Scheduler(rt, adapter_targets(cfg))
+    scheduler = Scheduler(rt, adapter_targets(cfg), config=cfg)
     async with trio.open_nursery() as nursery:
         await nursery.start(rt.serve)
         session = scheduler.session_for(schedule, now)
         session_ids.add(session.id)
         root = await scheduler.post_run(schedule, session, planned=now, manual=True)
+        roots.append(root.id)
         # The daemon, when one holds the session, runs the turn: its end is only in the store.
         get = rt.store.get_message
         while (current := get(root.id)) is not None and current.status in open_:  # noqa: ASYNC110

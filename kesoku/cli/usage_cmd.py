@@ -12,9 +12,14 @@ from cyclopts import Parameter
 from kesoku.cli.sessions_cmd import ConfigOption, open_store
 from kesoku.observe.spend import Budget, day_bounds, usd
 from kesoku.observe.usage import cap_lines
+from kesoku.vocab.errors import OperatorError
 
 if TYPE_CHECKING:
     from kesoku.vocab.spend import SpendTotals
+
+
+MAX_DAYS = 3660
+"""The furthest ``--days`` looks back (ten years)."""
 
 
 def usage(
@@ -37,6 +42,11 @@ def usage(
     from pathlib import Path
 
     from kesoku.config.settings import default_config_path, load_config
+
+    if not 1 <= days <= MAX_DAYS:
+        raise OperatorError(f"usage: --days {days}: from 1 to {MAX_DAYS}")
+    if top < 0:
+        raise OperatorError(f"usage: --top {top}: 0 or more")
 
     cfg = load_config(config if config is not None else default_config_path())
     if not Path(cfg.workspace.db_path).exists():

@@ -231,6 +231,18 @@ class HeartbeatConfig(_Section, frozen=True, kw_only=True):
         "If nothing needs the user's attention, answer exactly HEARTBEAT_OK and nothing else."
     )
 
+    def __post_init__(self) -> None:
+        # Checked here, so `kesoku config check` refuses what `kesoku start` would.
+        from kesoku.vocab.schedule import ScheduleError, check_target, parse_duration
+
+        try:
+            if self.every:
+                parse_duration(self.every)
+            check_target(self.target)
+        except ScheduleError as exc:
+            key, _, problem = str(exc).partition(": ")
+            raise _invalid(key, problem) from None
+
 
 class BudgetConfig(_Section, frozen=True, kw_only=True):
     """Spend caps ([budget]), checked before every model call; 0 = no cap.
@@ -460,10 +472,10 @@ class ModelPrice(_Section, frozen=True, kw_only=True):
     input_usd_per_mtok: Annotated[float, _doc("Input tokens (not cached).", ge=0)]
     output_usd_per_mtok: Annotated[float, _doc("Output tokens, thinking included.", ge=0)]
     cached_input_usd_per_mtok: Annotated[
-        float | None, _doc("Cached input tokens. Unset: the input price.")
+        Usd | None, _doc("Cached input tokens. Unset: the input price.")
     ] = None
     cache_write_usd_per_mtok: Annotated[
-        float | None, _doc("Input tokens written to the cache. Unset: the input price.")
+        Usd | None, _doc("Input tokens written to the cache. Unset: the input price.")
     ] = None
 
 

@@ -200,7 +200,7 @@ class Daemon:
         self.config = config
         self.config_path = config_path
         self.entries = entries
-        self.scheduler = Scheduler(rt, adapter_targets(config))
+        self.scheduler = Scheduler(rt, adapter_targets(config), config=config)
         rt.scheduler = self.scheduler
         self.stopping = trio.Event()
         self.runtime_done = trio.Event()

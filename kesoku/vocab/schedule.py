@@ -154,6 +154,11 @@ def check_cron(expr: str) -> None:
     """Raise :class:`ScheduleError` naming what is wrong with a cron expression."""
     from cronsim import CronSim, CronSimError
 
+    fields = len(expr.split())
+    if fields != 5:  # cronsim also takes a sixth field, seconds: not what a user means here
+        raise ScheduleError(
+            f"cron: {expr!r}: 5 fields (minute hour day month weekday), not {fields}"
+        )
     try:
         CronSim(expr, dt.datetime.now(dt.UTC))
     except CronSimError as exc:
@@ -186,6 +191,14 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _TARGET = re.compile(r"new|own|(session|discord|gchat):\S+")
 
 
+def check_target(target: str) -> None:
+    """Raise :class:`ScheduleError` unless ``target`` is a schedule's target."""
+    if not _TARGET.fullmatch(target):
+        raise ScheduleError(
+            f"target: {target!r}: expected new, own, session:ID, discord:CHANNEL_ID or gchat:SPACE"
+        )
+
+
 def new_schedule(
     name: str,
     *,
@@ -211,10 +224,7 @@ def new_schedule(
         raise ScheduleError(f"name: {name!r}: use letters, digits, '.', '_' or '-' (64 at most)")
     if not prompt.strip():
         raise ScheduleError("prompt: empty; a run posts it as the user's message")
-    if not _TARGET.fullmatch(target):
-        raise ScheduleError(
-            f"target: {target!r}: expected new, own, session:ID, discord:CHANNEL_ID or gchat:SPACE"
-        )
+    check_target(target)
     given = [(k, v) for k, v in (("every", every), ("cron", cron), ("at", at)) if v is not None]
     if len(given) != 1:
         raise ScheduleError("give exactly one of every, cron or at")
