@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import signal
+import subprocess
+import sys
 import time
 import zoneinfo
 from collections.abc import Callable
@@ -17,7 +20,7 @@ import pytest
 import trio
 import trio.testing
 from runtime_harness import Harness, serve_runtime
-from test_cli_chat import kesoku
+from test_cli_chat import environ, kesoku, wait_for_turn
 from test_questions import next_question
 
 from kesoku.agent.runtime import Runtime
@@ -404,3 +407,33 @@ def test_schedule_add_refuses_what_would_never_run(tmp_path: Path) -> None:
     )
     assert first.stdout.startswith("added s:") and again.stdout.startswith("replaced s:")
     assert "[discord] is not enabled in kesoku.toml" in again.stderr
+
+
+def test_ctrl_c_during_schedule_run_exits_130_and_the_run_is_not_taken_up_again(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "scenario.yaml").write_text("steps:\n  - text: slow\n    delay_s: 30\n")
+    (tmp_path / "kesoku.toml").write_text(
+        '[agent]\nllm = "scripted"\n[scripted]\npath = "scenario.yaml"\n'
+    )
+    added = kesoku(tmp_path, "schedule", "add", "slow", "--every", "1h", "--prompt", "p")
+    assert added.returncode == 0
+    command = [sys.executable, "-m", "kesoku", "schedule", "run", "slow"]
+    proc = subprocess.Popen(
+        [*command, "-c", str(tmp_path / "kesoku.toml")],
+        cwd=tmp_path,
+        env=environ(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for_turn(tmp_path)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and err == "interrupted: the run was stopped\n"
+    store = Store(tmp_path / "kesoku.db")
+    assert [m.status for m in runs(store)] == [Status.INTERRUPTED]
+    store.close()

@@ -168,13 +168,13 @@ def run(name: str, /, *, config: ConfigOption = None) -> None:
         session_ids: set[str] = set()
         rt = build_runtime(cfg, store, serves=session_ids.__contains__)
         roots: list[int] = []
+        code = 130
         try:
             code = trio.run(_run_now, rt, cfg, schedule, session_ids, roots)
-        except KeyboardInterrupt:
+        except* KeyboardInterrupt:  # raised in the task that was running: inside a nursery's group
             # The run is over: a restart must not take it up again and pay for it.
             store.set_status(roots, Status.INTERRUPTED)
             print("interrupted: the run was stopped", file=sys.stderr)
-            code = 130
         raise SystemExit(code)
 
 
