@@ -426,6 +426,8 @@ def test_ctrl_c_during_schedule_run_exits_130_and_the_run_is_not_taken_up_again(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # As at a terminal: a test run started in the background inherits SIGINT ignored.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         wait_for_turn(tmp_path)
