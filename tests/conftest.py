@@ -5,7 +5,9 @@ long."""
 from __future__ import annotations
 
 import inspect
+import os
 import sys
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,6 +22,12 @@ from kesoku.vocab.model import Session
 
 if TYPE_CHECKING:
     from test_gchat_support import FakePubSub
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Every `kesoku` command reads ~/.config/kesoku/kesoku.env (kesoku init's keys): the tests and
+    # the commands they run must not see the keys of whoever runs them.
+    os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="kesoku-tests-config-")
 
 
 @pytest.fixture

@@ -13,10 +13,13 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from kesoku.config.envfile import KEY_VARIABLES, parse_env_file
 from kesoku.config.settings import load_config
+from kesoku.host.service import is_secret
 from kesoku.host.service_sandbox import state_paths, user_namespaces_work
 
 REPO = Path(__file__).resolve().parent.parent
@@ -31,8 +34,8 @@ CLEARED = (
     "GOOGLE_API_KEY",
     "GOOGLE_CLOUD_PROJECT",
     "GOOGLE_CLOUD_LOCATION",
-    "GOOGLE_GENAI_USE_VERTEXAI",
-    "DISCORD_TOKEN",
+    "NO_PROXY",
+    *KEY_VARIABLES,
 )
 FAKE = """#!/bin/sh
 echo "$(basename "$0") $*" >> "$FAKE_LOG"
@@ -222,8 +225,9 @@ def test_dry_run_prints_the_exact_unit_and_keeps_secrets_out(
     assert "# - MemoryDenyWriteExecute=: every tool inherits it" in result.stdout
     assert "secret" not in result.stdout + result.stderr  # names only, never values
     assert result.stderr == (
-        f"# would write {home}/.config/kesoku/kesoku.env (mode 0600) with: DISCORD_TOKEN, EXTRA, "
-        "GOOGLE_API_KEY, HTTPS_PROXY\n"
+        "# the service's environment: DISCORD_TOKEN, EXTRA, GOOGLE_API_KEY, GOOGLE_CLOUD_PROJECT, "
+        f"HTTPS_PROXY, PATH\n# would write {home}/.config/kesoku/kesoku.env (mode 0600) with: "
+        "DISCORD_TOKEN, EXTRA, GOOGLE_API_KEY, HTTPS_PROXY\n"
     )
     assert not (home / ".config").exists()  # a dry run writes nothing and calls no systemctl
     assert not log.exists()
@@ -236,7 +240,9 @@ def test_dry_run_without_secrets_has_no_environment_file(config: Path, home: Pat
     assert settings(result.stdout) == expected_user_unit(
         config, home, path="/usr/bin:/bin", env_file=False
     )
-    assert result.stderr == ""
+    first = result.stderr.splitlines()[0]
+    assert first == "# the service's environment: GOOGLE_CLOUD_PROJECT, PATH"
+    assert "would write" not in result.stderr
 
 
 def test_system_unit_runs_as_the_invoking_user_after_the_network(config: Path, home: Path) -> None:
@@ -293,7 +299,7 @@ def test_the_unit_writes_where_the_config_keeps_state_and_install_makes_those_fo
         if line.startswith(("ReadWritePaths", "ReadOnlyPaths"))
     ]
     assert rules == [f"ReadWritePaths=-{root}/state", f"ReadWritePaths=-{root}/work/repo"]
-    assert dry.stderr.splitlines() == [
+    assert [line for line in dry.stderr.splitlines() if "would create" in line] == [
         f"# would create {root}/state (the service writes there)",
         f"# would create {root}/work/repo (the service writes there)",
     ]
@@ -379,9 +385,8 @@ def test_where_user_namespaces_are_refused_the_unit_keeps_what_works_without_and
             home=home, path="/usr/bin:/bin", prefix=NO_NAMESPACES, SUDO_USER="alice",
         )  # fmt: skip
         assert result.returncode == 0, result.stderr
-        assert (
-            result.stderr
-            == note.format("its file system sandbox is off" if user else "no PrivateUsers=") + "\n"
+        assert result.stderr.splitlines()[0] == note.format(
+            "its file system sandbox is off" if user else "no PrivateUsers="
         )
         expected = sandbox(**mounts, user=user, namespaces=False)
         body = settings(result.stdout)
@@ -421,9 +426,16 @@ def test_install_writes_the_unit_and_a_private_secrets_file_then_enables(
     assert f"installed {unit} (user unit, enabled at boot, not started)" in result.stdout
     assert "key-1" not in result.stdout + result.stderr
 
-    # Reinstalling without secrets leaves no secrets file behind.
+    # Reinstalling from a shell without them keeps the file's: it is the keys' home (kesoku init).
+    before = secrets.read_text()
     again = kesoku("install", "-c", str(config), home=home, path=path, FAKE_LOG=str(log))
     assert again.returncode == 0, again.stderr
+    assert secrets.read_text() == before
+    assert "EnvironmentFile=" + str(secrets) in unit.read_text()
+    # An emptied file (the user removed every key) is not referenced, and goes.
+    secrets.write_text("# nothing\n")
+    third = kesoku("install", "-c", str(config), home=home, path=path, FAKE_LOG=str(log))
+    assert third.returncode == 0, third.stderr
     assert not secrets.exists()
     assert "EnvironmentFile" not in unit.read_text()
 
@@ -443,7 +455,9 @@ def test_uninstall_stops_disables_removes_and_reloads(
     result = kesoku("uninstall", home=home, path=path, FAKE_LOG=str(log))
     assert result.returncode == 0, result.stderr
     assert not (home / ".config/systemd/user/kesoku.service").exists()
-    assert not (home / ".config/kesoku/kesoku.env").exists()
+    # The user's secrets file stays: kesoku chat reads its keys too.
+    assert (home / ".config/kesoku/kesoku.env").read_text().splitlines()[1:] == ["A='1'"]
+    assert f"kept {home}/.config/kesoku/kesoku.env" in result.stdout
     assert log.read_text().splitlines() == [
         "systemctl --user show --property=Version",
         "systemctl --user stop kesoku.service",
@@ -537,3 +551,48 @@ def test_install_without_a_config_file_says_how_to_get_one(home: Path, tmp_path:
     assert result.stderr.startswith(
         f"kesoku: service install: {missing} does not exist; give the daemon's config"
     )
+
+
+def test_every_key_the_readme_names_is_carried_and_secrets_stay_in_the_private_file(
+    config: Path, home: Path, fake_bin: Path, tmp_path: Path
+) -> None:
+    log = tmp_path / "calls.log"
+    values = {name: f"value-of-{name.lower()}" for name in KEY_VARIABLES}
+    env: dict[str, Any] = {"FAKE_LOG": str(log), **values}  # Any: kesoku()'s prefix= is a tuple
+    result = kesoku("install", "-c", str(config), home=home, path=f"{fake_bin}:/usr/bin:/bin",
+                    **env)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    unit = (home / ".config/systemd/user/kesoku.service").read_text()
+    secrets = parse_env_file((home / ".config/kesoku/kesoku.env").read_text())
+    for name, value in values.items():
+        in_unit = f'Environment="{name}={value}"' in unit
+        # Each one reaches the service exactly once: a key in the 0600 file, the rest in the unit.
+        assert in_unit != (secrets.get(name) == value), name
+        assert in_unit == (not is_secret(name, value)), name
+    assert {"ANTHROPIC_API_KEY", "OPENAI_API_KEY", "DISCORD_TOKEN"} <= set(secrets)
+    assert "value-of-anthropic_api_key" not in result.stdout + result.stderr  # names only
+    assert "ANTHROPIC_API_KEY" in result.stdout  # "secrets in FILE (mode 0600): NAMES"
+    assert "offline model" not in result.stderr
+
+
+def test_keys_from_the_keys_file_are_carried_and_a_keyless_service_is_announced(
+    config: Path, home: Path
+) -> None:
+    dry = kesoku("install", "-c", str(config), "--dry-run", home=home, path="/usr/bin:/bin")
+    assert dry.returncode == 0, dry.stderr
+    assert "the service will answer with the small offline model" in dry.stderr
+    # The keys `kesoku init` stores reach the service without being exported.
+    keys = home / ".config/kesoku/kesoku.env"
+    keys.parent.mkdir(parents=True)
+    keys.write_text("# by kesoku init\nANTHROPIC_API_KEY='sk-ant-secret'\nMCP_TOKEN='t-secret'\n")
+    dry = kesoku("install", "-c", str(config), "--dry-run", home=home, path="/usr/bin:/bin")
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stderr.splitlines()[0] == (
+        "# the service's environment: ANTHROPIC_API_KEY, MCP_TOKEN, PATH"
+    )
+    assert "offline model" not in dry.stderr
+    assert "secret" not in dry.stdout + dry.stderr
+    # The shell still wins over the file, as for every command.
+    dry = kesoku("install", "-c", str(config), "--dry-run", home=home, path="/usr/bin:/bin",
+                 ANTHROPIC_API_KEY="")  # fmt: skip
+    assert "ANTHROPIC_API_KEY" in dry.stderr.splitlines()[0]  # empty counts as unset: the file's

@@ -139,9 +139,12 @@ def _run(args: list[str]) -> None:
     if args == ["--version"]:
         print(__version__)
         return
+    from kesoku.config.envfile import apply_env_file
     from kesoku.vocab.errors import OperatorError
 
     try:
+        # The keys `kesoku init` stored (~/.config/kesoku/kesoku.env); the shell's own win.
+        apply_env_file()
         build_app()(args)
     except OperatorError as exc:
         print(f"kesoku: {exc}", file=sys.stderr)

@@ -7,14 +7,18 @@ systemctl, journalctl) is in :mod:`kesoku.host.service`. Without systemd every c
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from cyclopts import App, Parameter
 
 from kesoku.host import service as svc
 from kesoku.host.service import UNIT_NAME, Scope
+
+if TYPE_CHECKING:
+    from kesoku.config.settings import Config
 
 service_app = App(
     name="service", help="Install and control Kesoku as a systemd service (kesoku.service)."
@@ -47,11 +51,15 @@ def install_cmd(
     and agent.project_dir (created now when missing), without capabilities; a system unit runs as
     the user who ran sudo, never root. --dry-run shows every setting and why.
 
-    PATH, HTTP_PROXY, HTTPS_PROXY, GOOGLE_API_KEY, GOOGLE_CLOUD_PROJECT, GOOGLE_CLOUD_LOCATION,
-    GOOGLE_GENAI_USE_VERTEXAI and DISCORD_TOKEN are copied from this shell when set. Secrets (every
-    -e value, and variables whose name contains KEY, TOKEN, SECRET or PASSWORD) go to an
+    The service gets every credential and endpoint variable that is set here: ANTHROPIC_API_KEY,
+    GEMINI_API_KEY, GOOGLE_API_KEY, OPENAI_API_KEY, OPENAI_BASE_URL, DISCORD_TOKEN,
+    GOOGLE_APPLICATION_CREDENTIALS, GOOGLE_CLOUD_PROJECT, GOOGLE_CLOUD_LOCATION and
+    GOOGLE_GENAI_USE_VERTEXAI, with PATH and the proxies; "here" is this shell, else the keys file
+    `kesoku init` wrote (~/.config/kesoku/kesoku.env), whose other variables are kept too. Secrets
+    (every -e value, and variables whose name contains KEY, TOKEN, SECRET or PASSWORD) go to an
     EnvironmentFile readable only by its owner (~/.config/kesoku/kesoku.env, or
-    /etc/kesoku/kesoku.env), never into the unit.
+    /etc/kesoku/kesoku.env), never into the unit. The names carried are printed, never the values,
+    and a service that would fall back to the offline model for want of a key says so.
 
     Args:
         config: The config file the service reads; resolved to an absolute path.
@@ -78,6 +86,9 @@ def install_cmd(
             f"# this machine refuses user namespaces: {note} (the unit says more)", file=sys.stderr
         )
     if dry_run:
+        carried = ", ".join(sorted({*unit.public_env, *unit.secret_env}))
+        print(f"# the service's environment: {carried}", file=sys.stderr)
+        _warn_local(cfg)
         sys.stdout.write(unit.render())
         for folder in unit.paths.writable:
             if not folder.exists():
@@ -91,17 +102,39 @@ def install_cmd(
     if unit.secret_env:
         print(f"secrets in {unit.env_file} (mode 0600): {', '.join(sorted(unit.secret_env))}")
     print(f"start it with: kesoku service start{'' if user else ' --system'}")
+    _warn_local(cfg)
+
+
+def _warn_local(cfg: Config) -> None:
+    """One stderr line when the service would answer with the offline model for want of a key."""
+    from kesoku.llm.factory import default_backend
+
+    backend, _ = default_backend(cfg)
+    if cfg.agent.llm is None and backend == "local":
+        print(
+            "# no model API key is set here, in the keys file or in the config: the service will "
+            "answer with the small offline model (`kesoku init` sets one up, or export "
+            "ANTHROPIC_API_KEY / GEMINI_API_KEY / OPENAI_API_KEY and install again)",
+            file=sys.stderr,
+        )
 
 
 @service_app.command(name="uninstall")
 def uninstall_cmd(*, user: UserFlag = True) -> None:
-    """Stop and disable the service, remove its unit and secrets file, and reload systemd.
+    """Stop and disable the service, remove its unit, and reload systemd.
+
+    A system unit's secrets file (/etc/kesoku/kesoku.env) is removed too. A user unit's
+    (~/.config/kesoku/kesoku.env) is kept: every kesoku command reads its keys from it.
 
     Args:
         user: See `kesoku service install --help`.
     """
-    removed = svc.uninstall(Scope(user))
+    scope = Scope(user)
+    removed = svc.uninstall(scope)
     print(f"removed {removed}")
+    secrets = scope.env_file_path(os.environ)
+    if user and secrets.exists():
+        print(f"kept {secrets} (your keys: kesoku chat reads them too)")
 
 
 def _control(action: str, user: bool) -> None:

@@ -32,6 +32,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from kesoku.config.envfile import (
+    KEY_VARIABLES,
+    config_home,
+    env_file_path,
+    read_env_file,
+    render_env_file,
+    write_private,
+)
 from kesoku.host.service_sandbox import StatePaths, sandbox_lines, state_paths, user_namespaces_work
 from kesoku.vocab.errors import OperatorError
 
@@ -39,18 +47,9 @@ if TYPE_CHECKING:
     from kesoku.config.settings import Config
 
 UNIT_NAME = "kesoku.service"
-ENV_FILE_NAME = "kesoku.env"
-INHERITED_ENV = (
-    "PATH",
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "GOOGLE_API_KEY",
-    "GOOGLE_CLOUD_PROJECT",
-    "GOOGLE_CLOUD_LOCATION",
-    "GOOGLE_GENAI_USE_VERTEXAI",
-    "DISCORD_TOKEN",
-)
-"""Variables copied from the installing shell when set (the seed's list)."""
+INHERITED_ENV = ("PATH", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", *KEY_VARIABLES)
+"""Variables copied from the installing shell when set: every credential and endpoint Kesoku reads
+(:data:`~kesoku.config.envfile.KEY_VARIABLES`), the search path and the proxies."""
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 RESTART_S = 5
 STOP_TIMEOUT_S = 210
@@ -90,14 +89,14 @@ class Scope:
     def unit_path(self, env: Mapping[str, str]) -> Path:
         """``~/.config/systemd/user/kesoku.service`` or ``/etc/systemd/system/kesoku.service``."""
         if self.user:
-            return _config_home(env) / "systemd" / "user" / UNIT_NAME
+            return config_home(env) / "systemd" / "user" / UNIT_NAME
         return Path("/etc/systemd/system") / UNIT_NAME
 
     def env_file_path(self, env: Mapping[str, str]) -> Path:
         """``~/.config/kesoku/kesoku.env`` or ``/etc/kesoku/kesoku.env``: the secrets, mode 0600."""
         if self.user:
-            return _config_home(env) / "kesoku" / ENV_FILE_NAME
-        return Path("/etc/kesoku") / ENV_FILE_NAME
+            return env_file_path(env)
+        return Path("/etc/kesoku") / env_file_path(env).name
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,8 +174,8 @@ class Unit:
 
     def render_env_file(self) -> str:
         """The EnvironmentFile's text (secrets: write it with mode 0600 only)."""
-        body = "".join(f"{k}={_env_file_value(v)}\n" for k, v in sorted(self.secret_env.items()))
-        return f"# Secrets of {UNIT_NAME}, written by `kesoku service install` (mode 0600).\n{body}"
+        header = f"Secrets of {UNIT_NAME}, written by `kesoku service install` (mode 0600)."
+        return render_env_file(self.secret_env, header=header)
 
 
 def plan_unit(
@@ -213,10 +212,13 @@ def plan_unit(
             f"{path}: no such config file (-c); `kesoku config check -c FILE` validates one"
         )
     public: dict[str, str] = {}
-    secret: dict[str, str] = {}
+    # What the secrets file already holds stays (variables added by hand, for an MCP server say);
+    # the shell overrides it, as it does for every kesoku command.
+    secret = read_env_file(env_file_path(env))
     for key in INHERITED_ENV:
         value = env.get(key)
         if value:
+            secret.pop(key, None)
             (secret if is_secret(key, value) else public)[key] = value
     for item in extra_env:
         key, sep, value = item.partition("=")
@@ -300,7 +302,10 @@ def install(unit: Unit, env: Mapping[str, str] | None = None) -> None:
 
 
 def uninstall(scope: Scope, env: Mapping[str, str] | None = None) -> Path:
-    """Stop and disable the service, remove its unit and secrets file, reload systemd.
+    """Stop and disable the service, remove its unit, reload systemd.
+
+    A system unit's secrets file (``/etc/kesoku/kesoku.env``) goes too; a user unit's is kept: it is
+    also the file every ``kesoku`` command of that user reads its keys from (``kesoku init``).
 
     Returns:
         The removed unit file.
@@ -320,7 +325,8 @@ def uninstall(scope: Scope, env: Mapping[str, str] | None = None) -> Path:
     _call(systemctl, scope, "disable", UNIT_NAME, check=False)
     try:
         path.unlink()
-        scope.env_file_path(env).unlink(missing_ok=True)
+        if not scope.user:
+            scope.env_file_path(env).unlink(missing_ok=True)
     except OSError as exc:
         raise ServiceError(
             f"cannot remove {exc.filename}: {exc.strerror}{_sudo_hint(scope)}"
@@ -445,25 +451,6 @@ def make_folders(paths: Sequence[Path], *, owner: str | None = None) -> list[Pat
     return made
 
 
-def write_private(path: Path, text: str) -> None:
-    """Write a file only its owner can read, never readable by others even for an instant.
-
-    The folder is created with mode 0700; the file is written to a temporary sibling opened with
-    mode 0600 and renamed over the target (so an existing file with looser permissions is replaced,
-    not reused).
-    """
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            os.fchmod(handle.fileno(), 0o600)  # the umask cannot loosen it, but make it explicit
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
 
 def _call(systemctl: str, scope: Scope, *args: str, check: bool = True) -> None:
     argv = [systemctl, *scope.flags, *args]
@@ -506,22 +493,6 @@ def _exec_arg(arg: str) -> str:
     return _word(arg.replace("$", "$$"))
 
 
-def _env_file_value(value: str) -> str:
-    r"""An EnvironmentFile value, read back by systemd exactly as given (systemd.exec(5)).
-
-    Single quotes keep everything verbatim; a value holding one is double-quoted instead, with
-    ``\``, ``"``, ``$`` and backquote escaped.
-    """
-    if "'" not in value:
-        return f"'{value}'"
-    return '"' + re.sub(r'([\\"$`])', r"\\\1", value) + '"'
-
-
-def _config_home(env: Mapping[str, str]) -> Path:
-    home = env.get("XDG_CONFIG_HOME")
-    if home:
-        return Path(home)
-    return Path(env.get("HOME") or os.path.expanduser("~")) / ".config"
 
 
 def _first_line(text: str) -> str:
