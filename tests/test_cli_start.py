@@ -124,7 +124,10 @@ def test_the_daemon_answers_other_processes_and_logs_one_plain_line_per_event(
     setup(tmp_path, "echo.yaml")
     daemon = Daemon(tmp_path)
     try:
-        daemon.wait_line("ready: backend scripted")
+        ready = daemon.wait_line("ready: backend scripted")
+        # Nothing enabled: it says so, and what it still does (answering the posts below).
+        assert "no chat adapter is enabled ([discord] or [gchat] enabled = true)" in ready
+        assert "it still runs schedules and the heartbeat" in ready
         sandbox = daemon.wait_line("daemon: sandbox")  # one line saying what confines the tools
         assert (
             sandbox.endswith("tools write only their workspace, no network")

@@ -126,6 +126,9 @@ async def test_a_failing_adapter_is_restarted_with_backoff_and_the_others_go_on(
     ]
     failures = [r for r in caplog.records if "adapter flaky failed" in r.getMessage()]
     assert all(r.exc_info for r in failures), "each restart line carries the traceback"
+    # Adapters with no [name] enabled key decide for themselves: the ready line counts them.
+    (ready,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("ready:")]
+    assert ready.endswith("; chat adapters flaky, steady, misconfigured; waiting for messages")
     assert any(
         r.getMessage()
         == "adapter misconfigured failed: OperatorError: misconfigured: set [misconfigured] token; "

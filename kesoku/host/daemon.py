@@ -224,7 +224,7 @@ class Daemon:
             await nursery.start(self._watch_signals)
             runtime_scope: trio.CancelScope = await nursery.start(self._serve_runtime)
             adapters_scope: trio.CancelScope = await nursery.start(self._serve_adapters)
-            log.info("ready: backend %s; waiting for messages", self._backend_name())
+            log.info("ready: backend %s; %s", self._backend_name(), self._reach())
             task_status.started()
             await self.stopping.wait()
             runtime_scope.cancel()
@@ -233,6 +233,26 @@ class Daemon:
             nursery.cancel_scope.cancel()
         log.info("stopped")
         return 0
+
+    def _reach(self) -> str:
+        """Who can reach this daemon, for the ready line."""
+        from kesoku.host.adapters import section_enabled
+
+        chats = [
+            e.name
+            for e in self.entries or ()
+            # None: no [name] enabled key, an adapter that decides itself (not the terminal's).
+            if section_enabled(e.name, self.config) or (
+                section_enabled(e.name, self.config) is None and e.name != "terminal"
+            )
+        ]
+        if chats:
+            return f"chat adapters {', '.join(chats)}; waiting for messages"
+        return (
+            "no chat adapter is enabled ([discord] or [gchat] enabled = true), so no chat reaches "
+            "it; it still runs schedules and the heartbeat, resumes turns cut by a restart, and "
+            "answers sessions other processes store (not kesoku chat's: that runs its own)"
+        )
 
     def request_stop(self) -> None:
         """Begin a graceful stop (what SIGTERM and SIGINT do)."""
