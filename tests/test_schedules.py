@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import re
 import signal
 import subprocess
 import sys
@@ -227,7 +228,12 @@ async def test_a_capped_target_skips_its_runs_and_says_so_once(
             store.put_schedule(msgspec.structs.replace(current, next_run=time.time() - 1))
     assert runs(store) == []
     noted = store.get_schedule("tick")
-    assert noted is not None and noted.last_note.startswith("not run: Spend cap reached")
+    # Steady (no count-down frozen in it): the date of the next midnight, local time.
+    assert noted is not None
+    assert noted.last_note == time.strftime(
+        "not run: spend cap budget.day_tokens reached until %Y-%m-%d 00:00",
+        time.localtime(time.time() + 86_400),
+    )
     warnings = [r for r in caplog.records if "schedule tick" in r.getMessage()]
     assert len(warnings) == 1
     store.close()
@@ -247,7 +253,31 @@ def test_bad_schedules_are_refused_with_the_field_named() -> None:
         new_schedule("a", every="1h", cron="0 8 * * *", prompt="p", now=now)
     with pytest.raises(ScheduleError, match="target: 'slack:x'"):
         new_schedule("a", every="1h", prompt="p", target="slack:x", now=now)
+    with pytest.raises(ScheduleError, match="tz: applies to cron and at; every is a period"):
+        new_schedule("a", every="1d", tz="Europe/Paris", prompt="p", now=now)
+    with pytest.raises(ScheduleError, match="name: 'café': use ASCII letters"):
+        new_schedule("café", every="1h", prompt="p", now=now)
     assert parse_duration("1h30m") == 5400
+
+
+async def test_two_daemons_due_at_once_post_one_run_and_only_the_poster_logs_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    now = time.time()
+    stores = [Store(tmp_path / "kesoku.db") for _ in range(2)]
+    runtimes = [Runtime(Gateway(store, tmp_path / "sessions"), answering()) for store in stores]
+    stores[0].put_schedule(new_schedule("tick", every="10s", prompt="t", now=now - 15))
+    schedulers = [Scheduler(rt, {}) for rt in runtimes]
+    # Both saw it due: the second one posts the same run (stored once) after the first moved it.
+    (due,) = stores[1].list_schedules()
+    with caplog.at_level(logging.INFO):
+        assert await schedulers[0].fire(due, now)
+        assert not await schedulers[1].fire(due, now)
+    assert len(runs(stores[0])) == 1
+    posted = [r for r in caplog.records if "run posted" in r.getMessage()]
+    assert len(posted) == 1
+    for store in stores:
+        store.close()
 
 
 def test_the_heartbeat_follows_its_config_section(tmp_path: Path) -> None:
@@ -284,7 +314,8 @@ def test_the_schedule_commands(tmp_path: Path) -> None:
     assert ran.stdout == "the report\n"
     listed = kesoku(tmp_path, "schedule", "list")
     assert "report: every 1h → new" in listed.stdout
-    assert "last: never" in listed.stdout  # a manual run does not count as the planned one
+    assert '  prompt: "report"' in listed.stdout
+    assert re.search(r"last: \d{4}-\d\d-\d\d \d\d:\d\d \(done\)", listed.stdout)  # the manual run
     assert kesoku(tmp_path, "schedule", "pause", "report").stdout == "paused report\n"
     assert "report (paused)" in kesoku(tmp_path, "schedule", "list").stdout
     assert kesoku(tmp_path, "schedule", "resume", "report").stdout.startswith("resumed report")
@@ -419,23 +450,24 @@ def test_ctrl_c_during_schedule_run_exits_130_and_the_run_is_not_taken_up_again(
     added = kesoku(tmp_path, "schedule", "add", "slow", "--every", "1h", "--prompt", "p")
     assert added.returncode == 0
     command = [sys.executable, "-m", "kesoku", "schedule", "run", "slow"]
-    proc = subprocess.Popen(
-        [*command, "-c", str(tmp_path / "kesoku.toml")],
-        cwd=tmp_path,
-        env=environ(tmp_path),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        # As at a terminal: a test run started in the background inherits SIGINT ignored.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
-    try:
-        wait_for_turn(tmp_path)
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        proc.kill()
-    assert proc.returncode == 130 and err == "interrupted: the run was stopped\n"
-    store = Store(tmp_path / "kesoku.db")
-    assert [m.status for m in runs(store)] == [Status.INTERRUPTED]
-    store.close()
+    for signum, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+        proc = subprocess.Popen(
+            [*command, "-c", str(tmp_path / "kesoku.toml")],
+            cwd=tmp_path,
+            env=environ(tmp_path),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            # As at a terminal: a test run started in the background inherits SIGINT ignored.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+        try:
+            wait_for_turn(tmp_path)
+            proc.send_signal(signum)
+            _, err = proc.communicate(timeout=30)
+        finally:
+            proc.kill()
+        assert proc.returncode == code and err == "interrupted: the run was stopped\n"
+        store = Store(tmp_path / "kesoku.db")
+        assert {m.status for m in runs(store)} == {Status.INTERRUPTED}
+        store.close()

@@ -22,11 +22,13 @@ from kesoku.config.settings import (
     DiscordConfig,
     ModelPrice,
     PricingConfig,
+    load_config,
 )
 from kesoku.observe.spend import Budget, call_cost_usd, day_bounds
 from kesoku.observe.usage import usage_lines
 from kesoku.store import Store
 from kesoku.testing import ScriptedLLM
+from kesoku.vocab.errors import ConfigError
 from kesoku.vocab.metrics import TurnState
 from kesoku.vocab.model import Kind, Role, Session, Usage
 from kesoku.vocab.spend import BUDGET_GROUP_KEY, BudgetExceeded, SpendKind, SpendRecord
@@ -208,11 +210,23 @@ def test_day_caps_count_today_only_and_channel_caps_their_own_sessions(tmp_path:
     with pytest.raises(BudgetExceeded) as caught:
         budget.check(second)
     assert str(caught.value).startswith(
-        "Spend cap reached: the channels general have used $1.05 of $1.00 today "
+        "Spend cap reached: the sessions of discord channel entry general have used $1.05 of "
+        "$1.00 today "
         "(discord.channels[general].budget.day_usd); it resets at midnight, in "
     )
     budget.check(terminal)
     store.close()
+
+
+def test_a_dollar_cap_must_be_finite(tmp_path: Path) -> None:
+    path = tmp_path / "kesoku.toml"
+    path.write_text("[budget]\nsession_usd = 1\n\n[gchat]\nbudget = { day_usd = inf }\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value) == (
+        f"{path}:5: gchat.budget.day_usd: expected a finite number of US dollars (0: no cap), "
+        "not inf"
+    )
 
 
 def test_cache_reads_and_writes_are_priced_as_the_provider_prices_them() -> None:

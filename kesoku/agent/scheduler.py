@@ -135,6 +135,10 @@ class Scheduler:
             self.rt.budget.check(session)
         except (OperatorError, BudgetExceeded) as exc:
             note = f"not run: {exc}"
+            if isinstance(exc, BudgetExceeded):  # its notice counts down: keep the note steady
+                at = exc.resets_at
+                until = time.strftime(" until %Y-%m-%d %H:%M", time.localtime(at)) if at else ""
+                note = f"not run: spend cap {exc.cap} reached{until}"
             if note != schedule.last_note:
                 log.warning("schedule %s: %s", schedule.name, note)
             store.advance_schedule(
@@ -142,13 +146,15 @@ class Scheduler:
             )
             return False
         stored = await self.post_run(schedule, session, planned=planned)
-        store.advance_schedule(
+        moved = store.advance_schedule(
             schedule.name,
             planned=planned,
             next_run=following,
             last_run=now,
             last_message_id=stored.id,
         )
+        if not moved:  # another daemon on this database posted the same run first (one stored)
+            return False
         late = now - planned
         log.info(
             "schedule %s: run posted to session %s%s",

@@ -6,15 +6,15 @@ The schedules live in the database; ``kesoku start`` runs them (kesoku/agent/sch
 from __future__ import annotations
 
 import datetime as dt
+import signal
 import sys
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import msgspec
 from cyclopts import Parameter
 
-from kesoku.cli.sessions_cmd import ConfigOption, open_store
+from kesoku.cli.sessions_cmd import ConfigOption, no_database, open_store
 from kesoku.config.settings import Backend
 from kesoku.vocab.errors import OperatorError
 from kesoku.vocab.model import Status
@@ -60,12 +60,14 @@ def add(
     posted once, even across restarts and several processes.
 
     Args:
-        name: Letters, digits, '.', '_' or '-'.
+        name: ASCII letters and digits, '.', '_' or '-'.
         prompt: What each run says to the agent.
-        every: A period: 30s, 15m, 2h, 1d, 1h30m (the first run is one period from now).
+        every: A period of elapsed time: 30s, 15m, 2h, 1d, 1h30m (the first run is one period from
+            now; 1d is 24 h, so it drifts by an hour across a daylight saving change: for a time
+            of day use --cron).
         cron: Five cron fields (minute hour day month weekday), in --tz.
         at: One time, ISO 8601 (2026-12-24T17:00), in --tz unless it has an offset.
-        tz: An IANA time zone (Europe/Paris). Default: this machine's.
+        tz: An IANA time zone (Europe/Paris) for --cron and --at. Default: this machine's.
         session: Run in this session (id or unique prefix).
         to: Run in a chat: discord:CHANNEL_OR_THREAD_ID or gchat:SPACE (spaces/AAAA, or a thread).
             Default (no --session, no --to): a new session per run, answered in the database only.
@@ -122,15 +124,14 @@ def add(
 
 
 def list_schedules(*, config: ConfigOption = None) -> None:
-    """List the schedules: when each runs, where, its next run, its last run and outcome.
+    """List the schedules: when each runs, where, its prompt, next run, last run and outcome.
 
     Args:
         config: The TOML file. Default: $KESOKU_CONFIG, else ./kesoku.toml, else built-in defaults.
     """
-    from kesoku.config.settings import default_config_path, load_config
+    from kesoku.vocab.schedule import short_prompt
 
-    cfg = load_config(config if config is not None else default_config_path())
-    if not Path(cfg.workspace.db_path).exists():
+    if no_database(config) is not None:
         print(_NONE)
         return
     with open_store(config) as (_, store):
@@ -141,6 +142,7 @@ def list_schedules(*, config: ConfigOption = None) -> None:
         for s in schedules:
             state = "" if s.enabled else " (paused)"
             print(f"{s.name}{state}: {s.describe()} → {s.target}")
+            print(f'  prompt: "{short_prompt(s, 90)}"')
             print(f"  next: {_when(s)} · last: {_last(store, s)}")
             if s.last_note:
                 print(f"  note: {s.last_note}")
@@ -150,8 +152,9 @@ def run(name: str, /, *, config: ConfigOption = None) -> None:
     """Run a schedule once, now, and print the answer (its next planned run does not move).
 
     The run is posted like a planned one: into its target session, where a running daemon's
-    adapter delivers the answer as well. If no daemon answers the session, this process does.
-    Exit 0 when the turn answered, 1 otherwise.
+    adapter delivers the answer as well. If no daemon answers the session, this process does. It
+    counts as the schedule's last run. Exit 0 when the turn answered, 1 otherwise, 130 after
+    Ctrl-C and 143 after SIGTERM (the run is then marked interrupted: no restart takes it up).
 
     Args:
         name: The schedule.
@@ -172,10 +175,15 @@ def run(name: str, /, *, config: ConfigOption = None) -> None:
         try:
             code = trio.run(_run_now, rt, cfg, schedule, session_ids, roots)
         except* KeyboardInterrupt:  # raised in the task that was running: inside a nursery's group
+            code = 130
+        if code in (130, _TERMINATED):
             # The run is over: a restart must not take it up again and pay for it.
             store.set_status(roots, Status.INTERRUPTED)
             print("interrupted: the run was stopped", file=sys.stderr)
         raise SystemExit(code)
+
+
+_TERMINATED = 128 + 15  # SIGTERM's exit code, as a shell reports it
 
 
 async def _run_now(
@@ -191,17 +199,31 @@ async def _run_now(
     open_ = (Status.PENDING, Status.PROCESSING)
     now = time.time()
     scheduler = Scheduler(rt, adapter_targets(cfg), config=cfg)
+    terminated = False
+
+    async def on_sigterm(task_status: trio.TaskStatus[None]) -> None:
+        nonlocal terminated
+        with trio.open_signal_receiver(signal.SIGTERM) as signals:
+            task_status.started()
+            async for _ in signals:
+                terminated = True
+                nursery.cancel_scope.cancel()
+
     async with trio.open_nursery() as nursery:
+        await nursery.start(on_sigterm)
         await nursery.start(rt.serve)
         session = scheduler.session_for(schedule, now)
         session_ids.add(session.id)
         root = await scheduler.post_run(schedule, session, planned=now, manual=True)
         roots.append(root.id)
+        rt.store.note_run(schedule.name, last_run=now, last_message_id=root.id)
         # The daemon, when one holds the session, runs the turn: its end is only in the store.
         get = rt.store.get_message
         while (current := get(root.id)) is not None and current.status in open_:  # noqa: ASYNC110
             await trio.sleep(0.2)
         nursery.cancel_scope.cancel()
+    if terminated:
+        return _TERMINATED
     for m in rt.store.history(session.id):
         if m.root_id == root.id and m.kind is Kind.TEXT and m.role is Role.ASSISTANT:
             print(m.content)

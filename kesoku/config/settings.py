@@ -260,6 +260,9 @@ class BudgetConfig(_Section, frozen=True, kw_only=True):
     )
     day_tokens: Annotated[int, _doc("Tokens all sessions may use a day. 0: no cap.", ge=0)] = 0
 
+    def __post_init__(self) -> None:
+        _finite_usd(self)
+
 
 class CapOverrides(_Section, frozen=True, kw_only=True):
     """Caps of an adapter or of some channels; an unset key keeps [budget]'s (0 = no cap).
@@ -272,6 +275,16 @@ class CapOverrides(_Section, frozen=True, kw_only=True):
     session_tokens: Annotated[Tokens | None, _doc("Tokens one session may use.")] = None
     day_usd: Annotated[Usd | None, _doc("US dollars these sessions may spend a day.")] = None
     day_tokens: Annotated[Tokens | None, _doc("Tokens these sessions may use a day.")] = None
+
+    def __post_init__(self) -> None:
+        _finite_usd(self)
+
+
+def _finite_usd(caps: BudgetConfig | CapOverrides) -> None:
+    # TOML has inf and nan; "no cap" is 0, and a cap must be a sum the ledger can reach.
+    for key, value in (("session_usd", caps.session_usd), ("day_usd", caps.day_usd)):
+        if value is not None and not math.isfinite(value):
+            raise _invalid(key, f"expected a finite number of US dollars (0: no cap), not {value}")
 
 
 class DiscordChannel(_Section, frozen=True, kw_only=True):

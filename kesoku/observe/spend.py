@@ -132,7 +132,8 @@ class _AdapterCaps(NamedTuple):
         for group in groups:
             if group in self.groups:
                 key = f"{self.section}.{self.entries}[{group}].budget"
-                out.append(_Level(key, f"the {self.entries} {group}", self.groups[group], group))
+                label = f"the sessions of {self.section} {self.entries[:-1]} entry {group}"
+                out.append(_Level(key, label, self.groups[group], group))
         return out
 
     def day_caps(self, adapter: str, levels: Sequence[_Level]) -> list[Cap]:
@@ -315,7 +316,8 @@ class Budget:
         """
         for cap, spent in self.status(session):
             if spent >= cap.limit:
-                raise BudgetExceeded(self._notice(cap, spent), cap=cap.key)
+                resets_at = day_bounds(self.clock())[1] if cap.daily else None
+                raise BudgetExceeded(self._notice(cap, spent), cap=cap.key, resets_at=resets_at)
 
     def summary(self, session: Session) -> str:
         """The session's spend for a turn's metrics line: ``$0.042`` or ``$0.042 · 61% of a cap``.

@@ -685,6 +685,14 @@ class Store:
         return cur.fetchone() is not None
 
     @_writes
+    def note_run(self, name: str, *, last_run: float, last_message_id: int) -> None:
+        """Record an extra run (``kesoku schedule run``) as the last one; the next stays put."""
+        self._conn.execute(
+            "UPDATE schedules SET last_run = ?, last_message_id = ?, last_note = '' WHERE name = ?",
+            (last_run, last_message_id, name),
+        )
+
+    @_writes
     def delete_schedule(self, name: str) -> bool:
         """Remove a schedule; False when there was none of that name."""
         row = self._conn.execute(

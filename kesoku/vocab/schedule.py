@@ -221,7 +221,9 @@ def new_schedule(
         ScheduleError: A field is wrong (the message names it), or an ``at`` time is past.
     """
     if not _NAME.fullmatch(name):
-        raise ScheduleError(f"name: {name!r}: use letters, digits, '.', '_' or '-' (64 at most)")
+        raise ScheduleError(
+            f"name: {name!r}: use ASCII letters and digits, '.', '_' or '-' (64 at most)"
+        )
     if not prompt.strip():
         raise ScheduleError("prompt: empty; a run posts it as the user's message")
     check_target(target)
@@ -229,6 +231,11 @@ def new_schedule(
     if len(given) != 1:
         raise ScheduleError("give exactly one of every, cron or at")
     kind, value = given[0]
+    if kind == "every" and tz:
+        raise ScheduleError(
+            "tz: applies to cron and at; every is a period of elapsed time (for a time of day, "
+            "across daylight saving changes too, use cron)"
+        )
     zone(tz)  # a wrong zone is an error now, not at the first run
     if kind == "every":
         spec = repr(parse_duration(value))
@@ -270,11 +277,15 @@ def schedule_lines(schedules: list[Schedule], *, now: float) -> list[str]:
         else:
             local = dt.datetime.fromtimestamp(s.next_run, zone(s.tz))
             when = f"next {local:%a %Y-%m-%d %H:%M %Z}"
-        prompt = " ".join(s.prompt.split())
-        prompt = prompt if len(prompt) <= 60 else prompt[:59] + "…"
         note = f" · {s.last_note}" if s.last_note else ""
-        lines.append(f'{s.name}: {s.describe()} · {when} · "{prompt}"{note}')
+        lines.append(f'{s.name}: {s.describe()} · {when} · "{short_prompt(s)}"{note}')
     return lines
+
+
+def short_prompt(schedule: Schedule, width: int = 60) -> str:
+    """The schedule's prompt on one line, cut to ``width`` characters with "…"."""
+    prompt = " ".join(schedule.prompt.split())
+    return prompt if len(prompt) <= width else prompt[: width - 1] + "…"
 
 
 def is_heartbeat_run(message: Message) -> bool:

@@ -91,11 +91,13 @@ class BudgetExceeded(KesokuError):
 
     Attributes:
         cap: The config key of the cap (``budget.day_usd``).
+        resets_at: When a day cap resets (local midnight, UNIX seconds); None for a session cap.
     """
 
-    def __init__(self, notice: str, *, cap: str) -> None:
+    def __init__(self, notice: str, *, cap: str, resets_at: float | None = None) -> None:
         super().__init__(notice)
         self.cap = cap
+        self.resets_at = resets_at
 
 
 class Meter(Protocol):
