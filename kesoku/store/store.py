@@ -1,5 +1,9 @@
 """The store: every query Kesoku runs against SQLite, each write one short transaction.
 
+This module holds sessions, messages, cursors, taint and view states; the spend ledger
+(:mod:`kesoku.store.ledger`) and schedules (:mod:`kesoku.store.schedules`) are mixins of
+:class:`Store` over :class:`~kesoku.store.base.StoreBase`.
+
 The store is synchronous and lives on the trio thread: a single-row commit takes about 26 µs and
 reading a 10,000-message history about 15 ms (bench/history_bench.py), both well inside the 20 ms a
 step of the event loop may take. It is not thread-safe; give each process (or thread) its own Store.
@@ -13,20 +17,22 @@ platform, a tool or a model.
 
 from __future__ import annotations
 
-import functools
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
 
 import apsw
 import msgspec
 
+from kesoku.store.base import StoreBase, writes
 from kesoku.store.checkpoint import WAL_LIMIT_PAGES, Checkpointer
-from kesoku.store.db import BUSY_TIMEOUT_MS, open_connection, write_lock_holder
+from kesoku.store.db import BUSY_TIMEOUT_MS, open_connection
 from kesoku.store.filters import MessageFilter
-from kesoku.vocab.errors import AmbiguousSessionError, StoreBusyError, UnknownSessionError
+from kesoku.store.ledger import SpendTable
+from kesoku.store.schedules import ScheduleTable
+from kesoku.vocab.errors import AmbiguousSessionError, UnknownSessionError
 from kesoku.vocab.model import (
     EMPTY_METADATA,
     Kind,
@@ -38,12 +44,8 @@ from kesoku.vocab.model import (
     TaintSource,
     valid_message,
 )
-from kesoku.vocab.schedule import Schedule
-from kesoku.vocab.spend import SpendRecord, SpendTotals
 from kesoku.vocab.text import valid_data, valid_text
 
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
 _ROLES = {r.value: r for r in Role}
 _KINDS = {k.value: k for k in Kind}
 _STATUSES = {s.value: s for s in Status}
@@ -135,27 +137,8 @@ def _row_to_session(row: tuple[Any, ...]) -> Session:
     )
 
 
-def _writes(method: Callable[Concatenate[Store, _P], _R]) -> Callable[Concatenate[Store, _P], _R]:
-    """Mark a write of the store, whose lock wait may run out.
-
-    SQLite's ``BusyError`` (another connection held the write lock past the busy timeout) becomes
-    :class:`~kesoku.vocab.errors.StoreBusyError` naming the database and the lock's holder, so no
-    caller shows a raw apsw traceback.
-    """
-
-    @functools.wraps(method)
-    def write(self: Store, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-        try:
-            return method(self, *args, **kwargs)
-        except apsw.BusyError as exc:
-            holder = self._holder()
-            raise StoreBusyError(f"{self.path}: {exc} (held by {holder})", holder=holder) from None
-
-    return write
-
-
-class Store:
-    """Sessions, the message log, listener cursors and view states in one SQLite file.
+class Store(ScheduleTable, SpendTable, StoreBase):
+    """Sessions, the message log, cursors, view states, spend and schedules in one SQLite file.
 
     A file database checkpoints its WAL from a background thread (:mod:`kesoku.store.checkpoint`),
     so that commits on the caller's thread never copy the WAL into the database or fsync.
@@ -202,7 +185,7 @@ class Store:
 
     # -- sessions ---------------------------------------------------------------------------------
 
-    @_writes
+    @writes
     def create_session(
         self,
         adapter: str,
@@ -293,14 +276,14 @@ class Store:
         )
         return [_row_to_session(r) for r in rows]
 
-    @_writes
+    @writes
     def set_session_title(self, session_id: str, title: str) -> None:
         """Set a session's title."""
         self._conn.execute(
             "UPDATE sessions SET title = ? WHERE id = ?", (valid_text(title), session_id)
         )
 
-    @_writes
+    @writes
     def delete_session(self, session_id: str) -> Session | None:
         """Delete a session with its messages and view states (foreign-key cascade).
 
@@ -316,7 +299,7 @@ class Store:
 
     # -- messages ---------------------------------------------------------------------------------
 
-    @_writes
+    @writes
     def insert_messages(
         self, messages: Sequence[Message], *, busy_timeout_ms: int | None = None
     ) -> list[Inserted]:
@@ -355,14 +338,6 @@ class Store:
             if busy_timeout_ms is not None:
                 self._conn.set_busy_timeout(self.busy_timeout_ms)
         return inserted
-
-    def _holder(self) -> str:
-        """Who holds the write lock: ``pid N?`` when /proc/locks names it.
-
-        See :func:`write_lock_holder`.
-        """
-        pid = None if self.path == ":memory:" else write_lock_holder(self.path)
-        return f"pid {pid}?" if pid is not None else "another connection"
 
     def _insert(self, msg: Message, now: float) -> Inserted:
         msg = valid_message(msg)
@@ -480,7 +455,7 @@ class Store:
         ).fetchone()
         return int(row[0]) if row else 0
 
-    @_writes
+    @writes
     def set_status(self, message_ids: Iterable[int], status: Status) -> None:
         """Set the status of messages, in one transaction.
 
@@ -520,7 +495,7 @@ class Store:
         ).fetchone()
         return int(row[0]) if row else None
 
-    @_writes
+    @writes
     def set_cursor(self, name: str, message_id: int) -> None:
         """Save a listener's cursor (last message id handled)."""
         self._conn.execute(
@@ -532,7 +507,7 @@ class Store:
 
     # -- taint ------------------------------------------------------------------------------------
 
-    @_writes
+    @writes
     def add_taint(self, session_id: str, sources: Iterable[TaintSource]) -> None:
         """Record taint sources of a session; a (kind, label) already recorded is kept as it was."""
         now = time.time()
@@ -550,156 +525,6 @@ class Store:
         )
         return [TaintSource(kind, label) for kind, label in rows]
 
-    # -- spend ------------------------------------------------------------------------------------
-
-    @_writes
-    def record_spend(self, record: SpendRecord) -> None:
-        """Append one model call to the spend ledger (:mod:`kesoku.vocab.spend`)."""
-        u = record.usage
-        self._conn.execute(
-            "INSERT INTO spend (ts, session_id, adapter, budget_group, kind, provider, model,"
-            " input_tokens, output_tokens, cached_tokens, cache_write_tokens, thinking_tokens,"
-            " cost_usd) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                record.ts,
-                record.session_id,
-                record.adapter,
-                record.group,
-                record.kind,
-                record.provider,
-                record.model,
-                u.input_tokens,
-                u.output_tokens,
-                u.cached_tokens,
-                u.cache_write_tokens,
-                u.thinking_tokens,
-                record.cost_usd,
-            ),
-        )
-
-    def spend_totals(
-        self,
-        *,
-        session_id: str | None = None,
-        since: float | None = None,
-        adapter: str | None = None,
-        group: str | None = None,
-    ) -> SpendTotals:
-        """Sum the ledger's calls that match every filter given.
-
-        Args:
-            session_id: One session's calls.
-            since: Calls that ended at or after this UNIX time.
-            adapter: One adapter's calls.
-            group: One channel entry's calls (with ``adapter``).
-        """
-        where, args = _spend_filter(session_id, since, adapter, group)
-        row = self._conn.execute(f"SELECT {_SPEND_SUMS} FROM spend{where}", args).fetchone()
-        return _spend_totals(row)
-
-    def spend_breakdown(
-        self, by: str, *, since: float | None = None, session_id: str | None = None
-    ) -> list[tuple[str, SpendTotals]]:
-        """Sum the ledger per value of one column, most expensive first.
-
-        Args:
-            by: ``day`` (local calendar day), ``session_id``, ``model``, ``adapter`` or ``kind``.
-            since: Calls that ended at or after this UNIX time.
-            session_id: One session's calls.
-        """
-        column = {"day": "date(ts, 'unixepoch', 'localtime')"}.get(by, by)
-        if column not in ("session_id", "model", "adapter", "kind") and by != "day":
-            raise ValueError(f"spend_breakdown: unknown column {by!r}")
-        where, args = _spend_filter(session_id, since, None, None)
-        order = "1 DESC" if by == "day" else "3 DESC, 1"
-        rows = self._conn.execute(
-            f"SELECT {column}, {_SPEND_SUMS} FROM spend{where} GROUP BY 1 ORDER BY {order}", args
-        )
-        return [(str(row[0]), _spend_totals(row[1:])) for row in rows]
-
-    # -- schedules --------------------------------------------------------------------------------
-
-    @_writes
-    def put_schedule(self, schedule: Schedule) -> None:
-        """Add a schedule, or replace the one of the same name."""
-        row = msgspec.structs.astuple(schedule)
-        self._conn.execute(
-            f"INSERT OR REPLACE INTO schedules ({_SCHEDULE_COLUMNS})"
-            f" VALUES ({', '.join('?' * len(row))})",
-            tuple(int(v) if isinstance(v, bool) else v for v in row),
-        )
-
-    def get_schedule(self, name: str) -> Schedule | None:
-        """The schedule of this name, or None."""
-        row = self._conn.execute(
-            f"SELECT {_SCHEDULE_COLUMNS} FROM schedules WHERE name = ?", (name,)
-        ).fetchone()
-        return None if row is None else _row_to_schedule(row)
-
-    def list_schedules(self, *, created_by: str | None = None) -> list[Schedule]:
-        """Every schedule (or those one creator made), by name."""
-        where, args = ("", ()) if created_by is None else (" WHERE created_by = ?", (created_by,))
-        rows = self._conn.execute(
-            f"SELECT {_SCHEDULE_COLUMNS} FROM schedules{where} ORDER BY name", args
-        )
-        return [_row_to_schedule(r) for r in rows]
-
-    def due_schedules(self, now: float) -> list[Schedule]:
-        """Enabled schedules whose next run is at or before ``now``, earliest first."""
-        rows = self._conn.execute(
-            f"SELECT {_SCHEDULE_COLUMNS} FROM schedules WHERE enabled AND next_run IS NOT NULL"
-            " AND next_run <= ? ORDER BY next_run",
-            (now,),
-        )
-        return [_row_to_schedule(r) for r in rows]
-
-    def next_schedule_time(self) -> float | None:
-        """The earliest planned run of an enabled schedule, or None."""
-        row = self._conn.execute(
-            "SELECT min(next_run) FROM schedules WHERE enabled AND next_run IS NOT NULL"
-        ).fetchone()
-        return None if row is None or row[0] is None else float(row[0])
-
-    @_writes
-    def advance_schedule(
-        self,
-        name: str,
-        *,
-        planned: float,
-        next_run: float | None,
-        last_run: float | None = None,
-        last_message_id: int | None = None,
-        last_note: str = "",
-    ) -> bool:
-        """Move a schedule past its run planned at ``planned``, if no one did it first.
-
-        Returns:
-            False when its next run is no longer ``planned`` (another process, or a change).
-        """
-        cur = self._conn.execute(
-            "UPDATE schedules SET next_run = ?,"
-            " last_run = coalesce(?, last_run), last_message_id = coalesce(?, last_message_id),"
-            " last_note = ? WHERE name = ? AND next_run = ? RETURNING name",
-            (next_run, last_run, last_message_id, last_note, name, planned),
-        )
-        return cur.fetchone() is not None
-
-    @_writes
-    def note_run(self, name: str, *, last_run: float, last_message_id: int) -> None:
-        """Record an extra run (``kesoku schedule run``) as the last one; the next stays put."""
-        self._conn.execute(
-            "UPDATE schedules SET last_run = ?, last_message_id = ?, last_note = '' WHERE name = ?",
-            (last_run, last_message_id, name),
-        )
-
-    @_writes
-    def delete_schedule(self, name: str) -> bool:
-        """Remove a schedule; False when there was none of that name."""
-        row = self._conn.execute(
-            "DELETE FROM schedules WHERE name = ? RETURNING name", (name,)
-        ).fetchone()
-        return row is not None
-
     def find_by_external_id(self, adapter: str, external_id: str) -> Message | None:
         """The message an adapter posted with this external id, or None."""
         row = self._conn.execute(
@@ -710,7 +535,7 @@ class Store:
 
     # -- view states ------------------------------------------------------------------------------
 
-    @_writes
+    @writes
     def add_view_state(self, session_id: str, data: bytes) -> int:
         """Append a compaction view for a session; the newest one wins.
 
@@ -772,7 +597,7 @@ class Store:
             raise AmbiguousSessionError([_row_to_session(r) for r in rows])
         raise UnknownSessionError("no such session")
 
-    @_writes
+    @writes
     def fork_session(
         self,
         session_id: str,
@@ -854,54 +679,6 @@ class Store:
             (session_id,),
         )
         return [ViewStateRecord(int(i), float(t), bytes(d)) for i, t, d in rows]
-
-
-_SCHEDULE_COLUMNS = ", ".join(f.name for f in msgspec.structs.fields(Schedule))
-
-
-def _row_to_schedule(row: Sequence[Any]) -> Schedule:
-    values = dict(zip((f.name for f in msgspec.structs.fields(Schedule)), row, strict=True))
-    values["enabled"] = bool(values["enabled"])
-    return Schedule(**values)
-
-
-_SPEND_SUMS = (
-    "count(*), total(cost_usd), count(*) - count(cost_usd), total(input_tokens),"
-    " total(output_tokens), total(cached_tokens), total(cache_write_tokens), total(thinking_tokens)"
-)
-
-
-def _spend_filter(
-    session_id: str | None, since: float | None, adapter: str | None, group: str | None
-) -> tuple[str, list[object]]:
-    clauses: list[str] = []
-    args: list[object] = []
-    for clause, value in (
-        ("session_id = ?", session_id),
-        ("ts >= ?", since),
-        ("adapter = ?", adapter),
-        ("budget_group = ?", group),
-    ):
-        if value is not None:
-            clauses.append(clause)
-            args.append(value)
-    return (" WHERE " + " AND ".join(clauses) if clauses else ""), args
-
-
-def _spend_totals(row: Sequence[Any] | None) -> SpendTotals:
-    if row is None:
-        return SpendTotals()
-    calls, usd, unpriced, inputs, outputs, cached, written, thinking = row
-    return SpendTotals(
-        calls=int(calls),
-        usd=float(usd),
-        unpriced_calls=int(unpriced),
-        input_tokens=int(inputs),
-        output_tokens=int(outputs),
-        cached_tokens=int(cached),
-        cache_write_tokens=int(written),
-        thinking_tokens=int(thinking),
-    )
 
 
 class ViewStateRecord(NamedTuple):
