@@ -149,7 +149,7 @@ def main() -> None:
         ratios.append(rates[-1] / raw_rates[-1])
 
     cancels = [trio.run(cancel_after_deltas, llm, 5) for _ in range(args.rounds)]
-    plain = LocalLLM()
+    plain = LocalLLM(tools=True)  # tools mode for the requests that offer tools; others plain
     trio.run(plain.load)
     prompt_cancels = [trio.run(cancel_during_prompt, plain, 0.2) for _ in range(3)]
     plain_answer = trio.run(timed, plain, request("", QUESTION))

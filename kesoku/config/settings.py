@@ -217,6 +217,13 @@ class LocalConfig(_Section, frozen=True, kw_only=True):
         ),
     ] = 8192
     n_threads: Annotated[PositiveInt | None, _doc("CPU threads. Unset: llama.cpp decides.")] = None
+    tools: Annotated[
+        bool,
+        _doc(
+            "Offer the agent's tools (replies become grammar-constrained JSON). Off: plain chat, "
+            "which the bundled 135M model answers better; it rarely makes a useful tool call."
+        ),
+    ] = False
 
 
 class HeartbeatConfig(_Section, frozen=True, kw_only=True):

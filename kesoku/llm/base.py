@@ -122,13 +122,30 @@ class BaseLLM(ABC):
         await trio.lowlevel.checkpoint()
         return None
 
+    def sent_head(self, system: str, tools: Sequence[ToolSpec]) -> tuple[str, tuple[ToolSpec, ...]]:
+        """The system prompt and the tools this backend really sends for a request offering these.
+
+        The default is the request's own. A backend that sends something else says so here (the
+        local model: a short prompt of its own, and no tools unless ``[local] tools``). Requests
+        offer only the tools it returns (:meth:`request_from_turns`), and ``/context`` shows both.
+
+        Args:
+            system: The system prompt the caller built (Kesoku's).
+            tools: The tools the caller would offer.
+
+        Returns:
+            ``(system prompt, tools)``.
+        """
+        return system, tuple(tools)
+
     def head_tokens(self, system: str, tools: Sequence[ToolSpec]) -> float:
         """Estimated tokens (uncalibrated) of the system prompt and tool schemas this backend sends.
 
-        What compaction and the never-over-the-window check add to the turns; a backend that sends
-        something else (the local model: a short prompt and one line of tool names) says so here.
+        What compaction and the never-over-the-window check add to the turns: by default the
+        estimate of what :meth:`sent_head` returns; a backend whose tools cost no prompt tokens (the
+        local model turns them into a grammar) says so here.
         """
-        return head_tokens(system, tools)
+        return head_tokens(*self.sent_head(system, tools))
 
     # -- the template ----------------------------------------------------------------------------
 
@@ -159,7 +176,8 @@ class BaseLLM(ABC):
         Args:
             turns: The request turns.
             system: The system prompt.
-            tools: The tools offered.
+            tools: The tools to offer; the request holds those the backend takes
+                (:meth:`sent_head`).
             checker: A session's checker, which re-checks only the turns that changed since its
                 last request (the result is the same as a full check).
 
@@ -173,7 +191,7 @@ class BaseLLM(ABC):
             raise TranscriptError("; ".join(problems))
         if checker.attachments:
             turns = await trio.to_thread.run_sync(_load_attachments, list(turns))
-        return LLMRequest(system=system, turns=tuple(turns), tools=tuple(tools))
+        return LLMRequest(system=system, turns=tuple(turns), tools=self.sent_head(system, tools)[1])
 
     async def stream(
         self, request: LLMRequest, *, meter: Meter | None = None

@@ -29,6 +29,14 @@ _CLASSES: dict[str, tuple[str, str]] = {
 }
 """Where each provider backend lives; imported only when chosen."""
 
+BUNDLED_NOTICE = (
+    "answering with the bundled offline model (SmolLM2-135M: short answers, {tools}); "
+    "run `kesoku init` or set ANTHROPIC_API_KEY / GEMINI_API_KEY for a capable one"
+)
+"""The warning of the first bundled-model backend a process builds (``{tools}``: what it does with
+tools)."""
+_bundled_noticed = False
+
 
 def default_backend(config: Config) -> tuple[str, str]:
     """The backend used when ``agent.llm`` is unset, and why (for the one-line notice).
@@ -55,7 +63,10 @@ def create_llm(name: str | None, config: Config) -> BaseLLM:
         config: The loaded config; file paths in it are already absolute.
 
     Returns:
-        The backend, ready to stream; a FallbackLLM when ``agent.fallback`` names others.
+        The backend, ready to stream; a FallbackLLM when ``agent.fallback`` names others. The first
+        time in a process that it is the bundled local model (no ``local.model_path``), one
+        warning says so and how to get a capable one (:data:`BUNDLED_NOTICE`): one line on
+        ``kesoku chat``'s stderr, one line in the daemon's log.
 
     Raises:
         ConfigError: The scripted backend has no ``scripted.path``, or its scenario file is invalid.
@@ -67,12 +78,26 @@ def create_llm(name: str | None, config: Config) -> BaseLLM:
         chosen, reason = default_backend(config)
         log.info("agent.llm is not set: using %s (%s)", chosen, reason)
     primary = _build(chosen, config)
+    if chosen == "local" and config.local.model_path is None:
+        _notice_bundled(config)
     fallbacks = [b for b in config.agent.fallback if b != chosen]
     if not fallbacks:
         return primary
     from kesoku.llm.fallback import FallbackLLM
 
     return FallbackLLM([primary, *(_build(b, config) for b in fallbacks)])
+
+
+def _notice_bundled(config: Config) -> None:
+    """Warn, once per process, that the bundled 135M model answers, and how to get a capable one.
+
+    A warning, so ``kesoku chat`` prints it on stderr (stdout is the answer) and the daemon logs it.
+    """
+    global _bundled_noticed
+    if not _bundled_noticed:
+        _bundled_noticed = True
+        tools = "weak tool calls" if config.local.tools else "no tools"
+        log.warning(BUNDLED_NOTICE.format(tools=tools))
 
 
 def _build(name: str, config: Config) -> BaseLLM:

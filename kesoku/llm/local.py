@@ -7,25 +7,38 @@ model (``SmolLM2-135M-Instruct.Q4_1.gguf``, 98 MB). ``local.model_path`` names a
 
 Two modes, chosen per request:
 
-- **Plain** (the request offers no tools): the chat goes to the model's own chat template and the
-  answer streams token by token.
-- **Tools**: a grammar built from a JSON schema constrains the reply to one JSON object, either
-  ``{"answer": "..."}`` or ``{"tool": "<name>", "arguments": {...}}`` where the arguments follow
-  that tool's parameter schema. The complete reply becomes one :class:`TextDelta` or one
-  :class:`ToolCallEvent` (ids ``local_<n>``); partial JSON is not streamed. SmolLM2 writes
-  well-formed tool calls only under such a grammar, and forcing JSON on every reply makes its plain
-  answers worse (ARCHITECTURE.md, "Model backends"), hence the two modes.
+- **Plain** (no tools offered; always, unless ``[local] tools = true``): the chat goes to the
+  model's own chat template and the answer streams token by token.
+- **Tools** (``[local] tools = true``, and the request offers tools): a grammar built from a JSON
+  schema constrains the reply to one JSON object, either ``{"answer": "..."}`` or ``{"tool":
+  "<name>", "arguments": {...}}`` where the arguments follow that tool's parameter schema. The
+  complete reply becomes one :class:`TextDelta` or one :class:`ToolCallEvent` (ids ``local_<n>``);
+  partial JSON is not streamed. SmolLM2 writes well-formed tool calls only under such a grammar, and
+  forcing JSON on every reply makes its plain answers worse (ARCHITECTURE.md, "Model backends"),
+  hence the two modes.
+
+Why plain chat is the default. Measured with ``bench/local_prompts_bench.py`` (11 everyday prompts
+through ``kesoku chat``, SmolLM2-135M): offered Kesoku's ten tools, it answered 3 correctly, made no
+useful tool call (the file it was asked to write was never written), and one prompt went round a
+tool call until the repeat guard ended the turn; in plain chat it answered 7, with one model call
+each and about 45 prompt tokens instead of 240. Unless ``[local] tools = true``, the backend offers
+no tools (:meth:`LocalLLM.sent_head`), so the turn's request carries none
+(:meth:`~kesoku.llm.base.BaseLLM.request_from_turns`) and the model has nothing to loop on.
 
 What the model is sent, and why it is short. Kesoku's system prompt (persona, rules, tool snippets,
-skills, project notes, cwd, date: several hundred tokens) is replaced by :data:`SYSTEM_PROMPT`, plus
-in tools mode one line naming the tools and one giving the reply format. Measured with SmolLM2-135M
-Q4_1, greedy decoding, "What is the capital of France?": with no system prompt, with the default
-persona, or with any prompt naming "Kesoku" the answer came out as French nonsense ("L'Alma, la
-France, ..."); with "Answer in English, in one short sentence." it is "The capital of France is
-Paris." (and Tokyo, Berlin, Rome for Japan, Germany, Italy). Every prompt token also delays the
-first answer token: prompt evaluation costs about 7 ms of CPU a token on the 2-core development
-machine (a generated token ~17 ms). A larger model given as ``model_path`` can be sent the full
-prompt with ``system_prompt=None``.
+skills, project notes, cwd, date: several hundred tokens) is replaced by :data:`SYSTEM_PROMPT` and
+today's local date (:func:`date_sentence`, about 14 tokens), plus in tools mode one line naming the
+tools and one giving the reply format. Measured with SmolLM2-135M Q4_1, greedy decoding, "What is
+the capital of France?": with no system prompt, with the default persona, or with any prompt naming
+"Kesoku" the answer came out as French nonsense ("L'Alma, la France, ..."); with "Answer in English,
+in one short sentence." it is "The capital of France is Paris." (and Tokyo, Berlin, Rome for Japan,
+Germany, Italy). The date goes after it, worded as users ask for it: with "Today's date is January
+15, 2027." the model answered "What is today's date?" and "What day is it today?" right on 6 of 6
+dates tried; "Today is ..." (with or without the weekday) or the date before the instruction got 2
+to 5 of 6 per question, and an ISO date was copied wrong. Paris stayed Paris with each. Every prompt
+token also delays the first answer token: prompt evaluation costs about 7 ms of CPU a token on the
+2-core development machine (a generated token ~17 ms). A larger model given as ``model_path`` can be
+sent the full prompt with ``system_prompt=None``.
 
 Chat mapping: user text as is; tool results as user text ``Result of <name> (<outcome>):`` and the
 content on the next line (SmolLM2's template is plain ChatML, and a ``tool`` role would only print
@@ -43,6 +56,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import datetime as dt
 import importlib.util
 import json
 import logging
@@ -91,7 +105,23 @@ INSTALL_HINT = "pip install 'kesoku[local]'"
 """The fix named by the missing-extra errors."""
 
 SYSTEM_PROMPT = "Answer in English, in one short sentence."
-"""The system prompt sent instead of Kesoku's (measurements in the module docstring)."""
+"""The system prompt sent instead of Kesoku's, today's date after it (measurements in the module
+docstring)."""
+_MONTHS = (
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
+"""English month names whatever the process's locale (``%B`` follows ``LC_TIME``)."""
 TOOLS_FORMAT = 'Reply in JSON: {"answer": "..."} or {"tool": "<name>", "arguments": {...}}.'
 """The reply format line of tools mode; the grammar enforces it, the line tells the model why."""
 TOOL_DESCRIPTION_CHARS = 80
@@ -145,12 +175,15 @@ class LocalLLM(BaseLLM):
         n_threads: CPU threads; None: llama-cpp-python's default (half the CPUs to generate, all of
             them to evaluate the prompt).
         max_tokens: Longest reply in tokens.
-        system_prompt: Sent instead of the request's system prompt; None sends the request's own
-            (for a larger model than the default).
+        system_prompt: Sent instead of the request's system prompt, today's date after it; None
+            sends the request's own (for a larger model than the default).
+        tools: Offer the request's tools (tools mode); False: plain chat, whatever the request
+            offers (``[local] tools``).
         stall_timeout_s: As for :class:`BaseLLM`.
 
     Attributes:
         model_path: The resolved GGUF file.
+        tools: True: the tools mode; False: plain chat.
         load_s: Seconds the model took to load; None until it is loaded.
         last_thread: The thread of the latest generation (tests check that it has ended).
 
@@ -169,6 +202,7 @@ class LocalLLM(BaseLLM):
         n_threads: int | None = None,
         max_tokens: int = DEFAULT_MAX_TOKENS,
         system_prompt: str | None = SYSTEM_PROMPT,
+        tools: bool = False,
         stall_timeout_s: float = STALL_TIMEOUT_S,
     ) -> None:
         if importlib.util.find_spec("llama_cpp") is None:
@@ -191,6 +225,7 @@ class LocalLLM(BaseLLM):
         # a retry after a cut reply leaves room for the prompt
         self.max_output_limit = max(max_tokens, n_ctx // 2)
         self.system_prompt = system_prompt
+        self.tools = tools
         self.load_s: float | None = None
         self.last_thread: threading.Thread | None = None
         self._llama: Any = (
@@ -210,7 +245,9 @@ class LocalLLM(BaseLLM):
             OperatorError: As for the constructor.
         """
         local = config.local
-        return cls(local.model_path, n_ctx=local.n_ctx, n_threads=local.n_threads)
+        return cls(
+            local.model_path, n_ctx=local.n_ctx, n_threads=local.n_threads, tools=local.tools
+        )
 
     @property
     def loaded(self) -> bool:
@@ -284,22 +321,31 @@ class LocalLLM(BaseLLM):
 
     # -- the template's steps ---------------------------------------------------------------------
 
+    def sent_head(self, system: str, tools: Sequence[ToolSpec]) -> tuple[str, tuple[ToolSpec, ...]]:
+        """The short system message and the tools it sends: none unless :attr:`tools` is on.
+
+        The message is :attr:`system_prompt` and today's local date (or ``system`` when the prompt
+        is None), and in tools mode a line naming the tools and one giving the reply format.
+        """
+        offered = tuple(tools) if self.tools else ()
+        if self.system_prompt is not None:
+            system = f"{self.system_prompt} {date_sentence(dt.date.today())}"
+        if offered:
+            system = "\n".join(
+                (system, "Tools: " + ", ".join(map(_tool_line, offered)), TOOLS_FORMAT)
+            )
+        return system, offered
+
     def head_tokens(self, system: str, tools: Sequence[ToolSpec]) -> float:
         """The short system message it sends; tool schemas become a grammar, not prompt tokens."""
-        return estimate_tokens(self._system(system, tools))
-
-    def _system(self, system: str, tools: Sequence[ToolSpec]) -> str:
-        system = system if self.system_prompt is None else self.system_prompt
-        if tools:
-            system = "\n".join(
-                (system, "Tools: " + ", ".join(map(_tool_line, tools)), TOOLS_FORMAT)
-            )
-        return system
+        return estimate_tokens(self.sent_head(system, tools)[0])
 
     def _build_native_input(self, request: LLMRequest) -> _Native:
-        messages = [{"role": "system", "content": self._system(request.system, request.tools)}]
+        # Requests built by another backend (a fallback chain's) may offer tools: withheld here too.
+        system, tools = self.sent_head(request.system, request.tools)
+        messages = [{"role": "system", "content": system}]
         messages += (m for m in map(_message, request.turns) if m["content"])
-        return _Native(messages, request.tools, request.max_output_tokens or self.max_tokens)
+        return _Native(messages, tools, request.max_output_tokens or self.max_tokens)
 
     def _call(self, native: _Native) -> AsyncIterator[_Item]:
         return self._generate(native)
@@ -621,6 +667,11 @@ def default_model_path() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / DEFAULT_MODEL_FILE
 
 
+def date_sentence(day: dt.date) -> str:
+    """``Today's date is January 15, 2027.``: the wording SmolLM2 repeats best (see the module)."""
+    return f"Today's date is {_MONTHS[day.month - 1]} {day.day}, {day.year}."
+
+
 def _tool_line(tool: ToolSpec) -> str:
     description = tool.description.strip().split("\n", 1)[0].rstrip(".")
     if len(description) > TOOL_DESCRIPTION_CHARS:
@@ -703,7 +754,13 @@ def _salvage_answer(text: str) -> str | None:
     return None
 
 
-__all__ = ["DEFAULT_MODEL_FILE", "SYSTEM_PROMPT", "LocalLLM", "default_model_path"]
+__all__ = [
+    "DEFAULT_MODEL_FILE",
+    "SYSTEM_PROMPT",
+    "LocalLLM",
+    "date_sentence",
+    "default_model_path",
+]
 
 
 def _trained_window(metadata: Mapping[str, str]) -> int:
