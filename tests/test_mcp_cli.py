@@ -9,8 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import trio
 from kesoku_terminal.mcp_commands import bind_arguments
-from test_cli_chat import Terminal
+from test_cli_chat import Terminal, environ
+from test_mcp import http_server
 
 from kesoku.store import Store
 from kesoku.vocab.model import Kind, Outcome
@@ -64,21 +66,84 @@ def test_mcp_list_shows_each_server_its_state_and_tools(tmp_path: Path) -> None:
     result = kesoku(tmp_path, "mcp", "list", "-c", "kesoku.toml", "--timeout", "20")
     assert result.returncode == 1, result.stderr  # one enabled server failed
     lines = result.stdout.splitlines()
-    assert lines[0] == (
+    # Servers are shown as they answer: t and bad start at once, and either may be first.
+    heading = lines.index(
         "t (stdio): connected: 12 tool(s), 1 prompt(s), resources (list_resources, read_resource)"
     )
-    assert "  t__add" in [line[: len("  t__add")] for line in lines]
+    block = lines[heading + 1 : heading + 14]
+    assert all(line.startswith("  ") for line in block)  # t's tools and prompt, under it
+    assert "  t__add" in [line[: len("  t__add")] for line in block]
     assert any(
         line.startswith("  t__echo ") and line.endswith("Return the text unchanged.")
-        for line in lines
+        for line in block
     )
-    assert "  prompt: /mcp t review code [language]  Ask for a review of some code." in lines
+    assert "  prompt: /mcp t review code [language]  Ask for a review of some code." in block
     assert (
         "bad (stdio): failed: the server process ended "
         "(stderr: RuntimeError: the server cannot start)" in lines
     )
     assert lines[-1] == "off (http): disabled"
     assert result.stderr == ""
+
+
+HUNG_AND_WEB = f"""
+[[mcp.servers]]
+name = "hung"
+transport = "stdio"
+command = '{sys.executable}'
+args = ['{SERVER}', "stdio", "--hang-at-start"]
+timeout_s = 1
+
+[[mcp.servers]]
+name = "web"
+transport = "http"
+url = "{{url}}"
+"""
+HANG_GUARD_S = 15.0
+"""Far over what the command takes (the hung server's 1 s, then 2 s for the SDK to stop it); far
+under the 30 s of --timeout that a server's own timeout_s must override."""
+
+
+async def test_mcp_list_shows_each_server_as_it_answers_within_its_own_timeout(
+    tmp_path: Path,
+) -> None:
+    async with http_server() as (url, _):
+        (tmp_path / "kesoku.toml").write_text(HUNG_AND_WEB.format(url=url))
+        command = [sys.executable, "-m", "kesoku", "mcp", "list", "-c", "kesoku.toml"]
+        proc = await trio.lowlevel.open_process(
+            command,
+            cwd=tmp_path,
+            env=environ(tmp_path),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert proc.stdout is not None and proc.stderr is not None
+        out = err = b""
+        try:
+            with trio.fail_after(HANG_GUARD_S):
+                while b"\n" not in out:
+                    chunk = await proc.stdout.receive_some()
+                    assert chunk, f"the command ended: {out!r}"
+                    out += chunk
+                # The healthy server, second in the config, is shown while the command still
+                # waits for the first one.
+                assert out.startswith(b"web (http): connected: 12 tool(s)"), out
+                assert proc.poll() is None
+                while chunk := await proc.stdout.receive_some():
+                    out += chunk
+                while chunk := await proc.stderr.receive_some():
+                    err += chunk
+                assert await proc.wait() == 1  # one enabled server did not connect
+        finally:
+            proc.kill()
+    lines = out.decode().splitlines()
+    assert any(
+        line.startswith("  web__echo ") and line.endswith("Return the text unchanged.")
+        for line in lines
+    )
+    # its own timeout_s (1 s), not the 30 s of --timeout
+    assert lines[-1] == "hung (stdio): failed: no answer to the MCP handshake within 1 s"
+    assert err == b""
 
 
 def test_mcp_list_without_servers_says_how_to_add_one(tmp_path: Path) -> None:

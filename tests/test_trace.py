@@ -1,16 +1,17 @@
 """The trajectory page's content: `kesoku trace` on real sessions, turns and steps from the store
-and the turn logs, interrupted and stopped marks, compaction markers, escaping, and the size of a
-long session."""
+and the turn logs, how each turn ended, compaction markers, icons that need no emoji font, escaping,
+and the size of a long session."""
 
 from __future__ import annotations
 
+import html
 import re
 import subprocess
 from contextlib import closing
 from pathlib import Path
 
 import pytest
-from test_cli_chat import Terminal, chat, kesoku, setup
+from test_cli_chat import SCENARIOS, Terminal, chat, kesoku, setup
 
 from kesoku.observe.trace import render_trace
 from kesoku.observe.turnlog import TurnLogEntry, write_turn_log
@@ -36,6 +37,90 @@ def turns_in(page: str) -> list[str]:
     return re.findall(r'<section class="turn" id="turn-(\d+)">', page)
 
 
+def badges(page: str) -> list[tuple[str, str]]:
+    """(state, label) of each turn's badge, in page order."""
+    found = re.findall(r'<h2>.*?<span class="badge (\w+)"[^>]*>(.*?)</span>', page)
+    return [(state, html.unescape(re.sub(r"<[^>]*>", "", label)).strip()) for state, label in found]
+
+
+def icon(name: str) -> str:
+    """The markup of one of the page's icons."""
+    return f'<svg class="ic" aria-hidden="true"><use href="#i-{name}"/></svg>'
+
+
+# Where the codepoints that render as emoji live in the BMP (Unicode's emoji-data.txt, Emoji=Yes,
+# less the digits, # and *, and the (C), (R) and TM signs every text font has).
+EMOJI_BMP = (
+    (0x203C, 0x203C),
+    (0x2049, 0x2049),
+    (0x2139, 0x2139),
+    (0x2194, 0x2199),
+    (0x21A9, 0x21AA),
+    (0x2300, 0x23FF),
+    (0x24C2, 0x24C2),
+    (0x25A0, 0x25FF),
+    (0x2600, 0x27BF),
+    (0x2934, 0x2935),
+    (0x2B00, 0x2BFF),
+    (0x3030, 0x3030),
+    (0x303D, 0x303D),
+    (0x3297, 0x3299),
+    (0xFE0F, 0xFE0F),  # emoji presentation selector
+)
+
+
+def emoji(text: str) -> list[str]:
+    """The characters of ``text`` that need an emoji font: outside the BMP, or emoji within it."""
+    return [
+        c
+        for c in text
+        if ord(c) > 0xFFFF or any(lo <= ord(c) <= hi for lo, hi in EMOJI_BMP) or c == "\u200d"
+    ]
+
+
+def test_the_emoji_check_finds_emoji() -> None:
+    assert emoji("⚡ done · 🛑 stopped → 📥 ⚙\ufe0f – … ©") == ["⚡", "🛑", "📥", "⚙", "\ufe0f"]
+
+
+def without_stored_text(page: str) -> str:
+    """The page less the stored text it shows in ``<pre>`` (a user's emoji is theirs to send)."""
+    return re.sub(r"<pre[^>]*>.*?</pre>", "", page, flags=re.DOTALL)
+
+
+REPEATING = "model: loop-demo\nsteps:\n" + 4 * (
+    '  - tool_calls: [{name: shell, arguments: {command: "echo same"}}]\n'
+)
+"""A model that makes the same call again after it was told the call repeats."""
+
+ENDINGS: dict[str, tuple[Path | str, str, str]] = {
+    "done": (SCENARIOS / "answer.yaml", "", ""),
+    "step_limit": (SCENARIOS / "answer.yaml", "max_steps_per_turn = 1\n", ""),
+    "repeating": (REPEATING, "", ""),
+    "failed": (SCENARIOS / "fail.yaml", "", ""),
+    "budget": (SCENARIOS / "answer.yaml", "", "[budget]\nsession_tokens = 1\n"),
+}
+"""How to end a turn each way: (the scenario, lines added to [agent], sections added)."""
+
+
+def session_ending(tmp_path: Path, *endings: str) -> str:
+    """One session whose turns end as ``endings`` say, through the real ``kesoku chat``; its id.
+
+    A spend cap ends every later turn too: ``budget`` can only be last.
+    """
+    sid = ""
+    for ending in endings:
+        scenario, agent, sections = ENDINGS[ending]
+        text = scenario.read_text() if isinstance(scenario, Path) else scenario
+        (tmp_path / "scenario.yaml").write_text(text)
+        (tmp_path / "kesoku.toml").write_text(
+            f'[agent]\nllm = "scripted"\n{agent}[scripted]\npath = "scenario.yaml"\n{sections}'
+        )
+        ended = chat(tmp_path, *(("--session", sid) if sid else ()), f"end {ending}")
+        assert ended.returncode == (0 if ending == "done" else 1), ended.stderr
+        sid = sid or session_ids(tmp_path)[0]
+    return sid
+
+
 def test_the_cli_traces_a_session_or_one_of_its_turns(tmp_path: Path) -> None:
     setup(tmp_path, "answer.yaml")
     assert chat(tmp_path, "What is the capital?").returncode == 0
@@ -49,8 +134,11 @@ def test_the_cli_traces_a_session_or_one_of_its_turns(tmp_path: Path) -> None:
     assert "scripted/capital-demo · model" in page and "llm-turn-1.log.yaml" in page
     # one call's usage, from its log
     assert "in 900 (cached 0) · out 20 (thinking 0) tokens" in page
-    assert "💭 thought" in page and "&quot;command&quot;: &quot;echo hi&quot;" in page
-    assert "📥 shell · completed" in page
+    assert icon("thought") + " thought" in page
+    assert "&quot;command&quot;: &quot;echo hi&quot;" in page
+    assert icon("result") + " shell · completed" in page
+    assert badges(page) == [("done", "done"), ("done", "done")]
+    assert not emoji(page)
     assert 'src="http' not in page and 'href="http' not in page  # nothing to fetch
     last = trace(tmp_path, sid[:6], "--turn", "-1")
     assert last.returncode == 0, last.stderr
@@ -123,9 +211,34 @@ def test_an_interrupted_turn_is_marked_from_a_real_chat(tmp_path: Path) -> None:
     page = trace(tmp_path, sid, "-o", "-").stdout
     first, second = page.split('<section class="turn" id="turn-2">')
     # the turn and its partial text
-    assert '<span class="badge interrupted">🛑 interrupted</span>' in first
+    assert badges(page) == [("interrupted", "interrupted"), ("done", "done")]
+    assert f'<span class="badge interrupted">{icon("interrupted")} interrupted</span>' in first
     assert "count for me" in first and "stop counting" in second
-    assert '<span class="badge done">⚡ done</span>' in second
+
+
+def test_each_turn_is_badged_with_how_it_ended(tmp_path: Path) -> None:
+    endings = ("done", "step_limit", "repeating", "failed", "budget")
+    sid = session_ending(tmp_path, *endings)
+    result = trace(tmp_path, sid, "-o", "-")
+    assert result.returncode == 0, result.stderr
+    page = result.stdout
+    assert badges(page) == [
+        ("done", "done"),
+        ("step_limit", "step limit"),
+        ("repeating", "repeating"),
+        ("failed", "failed"),
+        ("budget", "spend cap"),
+    ]
+    # each badge with its own icon, drawn in the page
+    for state in endings:
+        assert f'<span class="badge {state}"' in page
+        assert f"{icon(state)} " in page and f'<symbol id="i-{state}" ' in page
+    # The failed call's notice holds a "⚠" of its own: what the page adds needs no emoji font.
+    assert not emoji(without_stored_text(page))
+    # the notice that says why each turn ended is there too
+    assert "(agent.max_steps_per_turn = 1)" in page and "Spend cap reached: " in page
+    last = trace(tmp_path, sid, "--turn", "-1", "-o", "-").stdout
+    assert badges(last) == [("budget", "spend cap")]
 
 
 def message(
@@ -229,16 +342,17 @@ def test_stopped_turns_steps_from_logs_and_compaction_markers(tmp_path: Path) ->
             "in 700 (cached 0) · out 9 (thinking 0) tokens" in one
         )
         assert (
-            '<details class="result killed" open><summary>📥 shell · killed · 3.50 s · 1 lines'
-            in one
+            f'<details class="result killed" open><summary>{icon("result")} shell · killed · '
+            "3.50 s · 1 lines" in one
         )
-        assert '<span class="badge stopped">🛑 stopped</span>' in two
-        assert "⚠ the call failed: overloaded (529)" in two
+        assert badges(page) == [("done", "done"), ("stopped", "stopped")]
+        assert f"{icon('warn')} the call failed: overloaded (529)" in two
         # The view state was written now, after both turns: its marker closes the page.
-        assert "🗜 compaction · view state 1" in two
+        assert f"{icon('compaction')} compaction · view state 1" in two
+        assert not emoji(page)
         assert "/compact · stages 1,2 · ~9,000 → ~900 tokens · turns 1–1 archived" in two
         only_first = render_trace(store, s.id, turn=1)
-        assert turns_in(only_first) == ["1"] and "compaction" not in only_first
+        assert turns_in(only_first) == ["1"] and '<div class="marker">' not in only_first
         with pytest.raises(LookupError, match="no turn 0"):
             render_trace(store, s.id, turn=0)
         assert stopped.message.status is Status.INTERRUPTED
@@ -293,6 +407,7 @@ def test_every_stored_value_is_escaped(tmp_path: Path) -> None:
     assert "&quot;&gt;&lt;img src=x onerror=alert(1)&gt;" in page
     assert page.count("</pre>") == page.count("<pre")  # no content closed an element early
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert not emoji(page)
 
 
 def test_a_twenty_turn_session_page_stays_small(tmp_path: Path) -> None:

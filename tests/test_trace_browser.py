@@ -9,6 +9,8 @@ itself.
 
 The session comes from the real CLI: ``kesoku chat`` replays a scenario whose shell tool prints 40
 lines followed by a ``<script>`` and an ``<img onerror>`` payload; ``kesoku trace`` writes the page.
+The badges' session is made by ``kesoku chat`` too: turns ended by an answer, the step limit and a
+spend cap.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 
 import pytest
 from test_cli_chat import chat, kesoku
+from test_trace import emoji, session_ending
 
 from kesoku.observe.trace import PREVIEW_LINES
 from kesoku.store import Store
@@ -256,3 +259,36 @@ def test_the_page_script_runs_under_its_csp_and_expands_everything(
     )
     browser.click("button[data-open='0']")
     assert browser.js("[...document.querySelectorAll('details')].filter(d => d.open).length") == 0
+
+
+def test_each_turn_badge_says_how_it_ended_with_icons_drawn_in_the_page(
+    browser: DevTools, tmp_path: Path
+) -> None:
+    sid = session_ending(tmp_path, "done", "step_limit", "budget")
+    page = tmp_path / "trace.html"
+    written = kesoku(tmp_path, "trace", sid, "-o", str(page))
+    assert written.returncode == 0, written.stderr
+    browser.open(page.as_uri())
+    shown = browser.js(
+        "[...document.querySelectorAll('h2 .badge')].map(b => [b.classList[1], b.innerText.trim()])"
+    )
+    assert shown == [["done", "done"], ["step_limit", "step limit"], ["budget", "spend cap"]]
+    # Every icon is drawn: its box has a size and its <use> found its symbol in the page (a missing
+    # one draws nothing: an empty bounding box), under the CSP that fetches nothing.
+    drawn = browser.js(
+        "[...document.querySelectorAll('svg.ic')].map(s => {"
+        " const r = s.getBoundingClientRect(), b = s.querySelector('use').getBBox();"
+        " return [s.querySelector('use').getAttribute('href'), r.width > 0 && b.width > 0"
+        " && b.height > 0]; })"
+    )
+    assert {href for href, _ in drawn} >= {"#i-done", "#i-step_limit", "#i-budget", "#i-user"}
+    assert [href for href, ok in drawn if not ok] == []
+    # The text the page shows, stored text (in <pre>) aside, needs no emoji font.
+    text = browser.js(
+        "(() => { const w = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);"
+        " const out = []; while (w.nextNode()) {"
+        " if (!w.currentNode.parentElement.closest('pre')) out.push(w.currentNode.data); }"
+        " return out.join(''); })()"
+    )
+    assert "step limit" in text and "spend cap" in text
+    assert not emoji(text)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -26,13 +27,17 @@ def list_servers(
 
     Servers are the [[mcp.servers]] tables of kesoku.toml; a tool is offered to the model as
     <server>__<tool> (characters other than letters, digits, _ and - become _; a name over 64
-    characters is cut and ends with a hash). A server that cannot be started or reached shows why
-    (the last line it wrote on stderr, lines on stdout that are not JSON-RPC). Exit 0 when every
-    enabled server connected, 1 when one did not, 2 with one line when the config is bad.
+    characters is cut and ends with a hash). All servers are tried at once, each within its own
+    timeout_s (at most --timeout), and each one's lines are printed as soon as it connected or
+    failed: servers are listed in the order they answered, disabled ones last. A server that
+    cannot be started or reached shows why (no answer within its timeout, the last line it wrote
+    on stderr, lines on stdout that are not JSON-RPC). Exit 0 when every enabled server
+    connected, 1 when one did not, 2 with one line when the config is bad.
 
     Args:
         config: The TOML file. Default: $KESOKU_CONFIG, else ./kesoku.toml, else built-in defaults.
-        timeout: Seconds each server gets to start, pass the handshake and list its tools.
+        timeout: The most seconds a server gets to start, pass the handshake and list its tools;
+            one whose timeout_s is shorter gets its timeout_s.
     """
     import trio
 
@@ -49,12 +54,14 @@ def list_servers(
     # Failures are in the table below; the log lines would say the same thing a second time.
     logging.getLogger("kesoku.mcp").addHandler(logging.NullHandler())
     logging.getLogger("kesoku.mcp").propagate = False
-    statuses = trio.run(probe, cfg.mcp, timeout, _sandbox(cfg, path))
-    for status in statuses:
-        for line in render(status):
-            print(line)
+    statuses = trio.run(probe, cfg.mcp, timeout, _sandbox(cfg, path), _show)
     if any(s.state not in ("connected", "disabled") for s in statuses):
         raise SystemExit(1)
+
+
+def _show(status: ServerStatus) -> None:
+    # flushed: a pipe would otherwise hold the lines until the slowest server is done
+    print("\n".join(render(status)), flush=True)
 
 
 def _sandbox(cfg: Config, path: Path | None) -> Sandbox | None:
@@ -68,19 +75,57 @@ def _sandbox(cfg: Config, path: Path | None) -> Sandbox | None:
 
 
 async def probe(
-    config: McpConfig, timeout_s: float, sandbox: Sandbox | None = None
+    config: McpConfig,
+    timeout_s: float,
+    sandbox: Sandbox | None = None,
+    show: Callable[[ServerStatus], None] | None = None,
 ) -> list[ServerStatus]:
-    """Connect every enabled server once (concurrently), then stop them; their statuses."""
+    """Connect every enabled server once, all at once, then stop them.
+
+    Args:
+        config: The servers.
+        timeout_s: The most a server gets to start, pass the handshake and list its tools; a
+            server's own ``timeout_s`` when shorter.
+        sandbox: For the servers with ``sandbox = true``.
+        show: Called with each server's status as soon as its attempt ended (connected or
+            failed), then with each disabled server's.
+
+    Returns:
+        The statuses in the order they were shown.
+
+    Every server is stopped before it returns: a stdio server gets 2 s to leave once its stdin
+    closes, then the SDK terminates it.
+    """
+    import math
+
     import trio
 
-    from kesoku.mcp.manager import McpManager
+    from kesoku.mcp.manager import McpManager, ServerStatus
 
+    send, receive = trio.open_memory_channel[ServerStatus](math.inf)
     manager = McpManager(
-        config, connect_timeout_s=timeout_s, startup_wait_s=timeout_s + 1.0, sandbox=sandbox
+        config,
+        connect_timeout_s=timeout_s,
+        connect_timeouts={s.name: min(s.timeout_s, timeout_s) for s in config.servers},
+        startup_wait_s=0.0,
+        sandbox=sandbox,
+        on_first_try=send.send_nowait,
     )
+    enabled = sum(1 for s in config.servers if s.enabled)
+    statuses: list[ServerStatus] = []
     async with trio.open_nursery() as nursery:
-        await nursery.start(manager.serve)
-        statuses = manager.statuses()
+        nursery.start_soon(manager.serve)
+        # Each server's first attempt ends within its timeout (plus the SDK's bounded stop of a
+        # stdio server that did not answer), so this loop ends.
+        while len(statuses) < enabled:
+            statuses.append(await receive.receive())
+            if show is not None:
+                show(statuses[-1])
+        for status in manager.statuses():
+            if status.state == "disabled":
+                statuses.append(status)
+                if show is not None:
+                    show(status)
         nursery.cancel_scope.cancel()
     return statuses
 

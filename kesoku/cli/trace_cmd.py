@@ -30,8 +30,9 @@ def trace(
     """Write the trajectory of a session as one HTML page that works offline.
 
     The page shows the user's messages, each model call with its timing and token usage, thoughts,
-    tool calls with their arguments and results, interruptions, stops and compactions. Open it in
-    any browser.
+    tool calls with their arguments and results, compactions, and how each turn ended: done, step
+    limit, spend cap, repeating, interrupted, stopped, failed or running. Open it in any browser;
+    it needs no network and no emoji font.
 
     Args:
         session: The session (id or unique prefix; kesoku sessions list shows them).

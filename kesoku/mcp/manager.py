@@ -37,7 +37,7 @@ import trio
 
 from kesoku.config.settings import McpConfig, McpStdioServer, ShellConfig
 from kesoku.mcp import convert
-from kesoku.mcp.client import Connection, describe, open_connection
+from kesoku.mcp.client import Connection, describe, load_sdk, open_connection
 from kesoku.tools.base import Tool, ToolContext
 from kesoku.tools.output import cap_output
 from kesoku.vocab.errors import ToolError
@@ -128,6 +128,10 @@ class McpManager:
         backoff_s: ``(first, longest)`` wait between attempts (:data:`BACKOFF_FIRST_S`,
             :data:`BACKOFF_MAX_S`).
         sandbox: Confines the stdio servers with ``sandbox = true``; None: they fail to start.
+        connect_timeouts: Seconds per server name, instead of ``connect_timeout_s`` for that server
+            (``kesoku mcp list`` gives each server its own ``timeout_s``).
+        on_first_try: Called with a server's status once its first attempt ended, connected or
+            failed (in the manager's task: it must not block).
     """
 
     name = "mcp"
@@ -141,8 +145,12 @@ class McpManager:
         startup_wait_s: float = STARTUP_WAIT_S,
         backoff_s: tuple[float, float] = (BACKOFF_FIRST_S, BACKOFF_MAX_S),
         sandbox: Sandbox | None = None,
+        connect_timeouts: Mapping[str, float] | None = None,
+        on_first_try: Callable[[ServerStatus], None] | None = None,
     ) -> None:
         self.sandbox = sandbox
+        self.connect_timeouts = dict(connect_timeouts or {})
+        self.on_first_try = on_first_try
         prefixes = convert.server_prefixes([s.name for s in config.servers])
         self._servers = {s.name: _Server(s, prefixes[s.name]) for s in config.servers}
         self.max_output_bytes = max_output_bytes
@@ -167,32 +175,28 @@ class McpManager:
 
     def statuses(self) -> list[ServerStatus]:
         """Every configured server, in config order."""
+        return [self._status(s) for s in self._servers.values()]
+
+    def _status(self, s: _Server) -> ServerStatus:
         now = trio.current_time() if self._running() else None
-        out = []
-        for s in self._servers.values():
-            retry = (
-                max(0.0, s.retry_at - now) if s.retry_at is not None and now is not None else None
-            )
-            out.append(
-                ServerStatus(
-                    name=s.config.name,
-                    transport="stdio" if isinstance(s.config, McpStdioServer) else "http",
-                    state=s.state,
-                    error=s.error,
-                    tools=tuple((t.name, first_line(t.description)) for t in s.tools),
-                    resources=s.resources,
-                    prompts=tuple(
-                        (
-                            p.name,
-                            first_line(p.description),
-                            tuple((a.name, bool(a.required)) for a in p.arguments or ()),
-                        )
-                        for p in s.prompts
-                    ),
-                    retry_in_s=retry if s.state == "failed" else None,
+        retry = max(0.0, s.retry_at - now) if s.retry_at is not None and now is not None else None
+        return ServerStatus(
+            name=s.config.name,
+            transport="stdio" if isinstance(s.config, McpStdioServer) else "http",
+            state=s.state,
+            error=s.error,
+            tools=tuple((t.name, first_line(t.description)) for t in s.tools),
+            resources=s.resources,
+            prompts=tuple(
+                (
+                    p.name,
+                    first_line(p.description),
+                    tuple((a.name, bool(a.required)) for a in p.arguments or ()),
                 )
-            )
-        return out
+                for p in s.prompts
+            ),
+            retry_in_s=retry if s.state == "failed" else None,
+        )
 
     async def get_prompt(self, server_name: str, prompt: str, arguments: Mapping[str, str]) -> str:
         """Render a server's prompt as one user message (:func:`kesoku.mcp.convert.prompt_text`).
@@ -307,9 +311,12 @@ class McpManager:
         conn = Connection(server.config, sandbox=self.sandbox)
         conn.on_close = functools.partial(self._closed, server, conn)
         connected_at: float | None = None
+        limit_s = self.connect_timeouts.get(server.config.name, self.connect_timeout_s)
         try:
+            # Kesoku's own import of the SDK (about 1.2 s, once) is not the server's time
+            await load_sdk()
             with trio.CancelScope() as scope:
-                scope.deadline = trio.current_time() + self.connect_timeout_s
+                scope.deadline = trio.current_time() + limit_s
                 async with open_connection(conn):
                     await self._load(server, conn)
                     scope.deadline = math.inf
@@ -331,9 +338,7 @@ class McpManager:
             reason = conn.reason or describe(exc)
         else:
             if scope.cancelled_caught:
-                reason = conn.explain(
-                    f"no answer to the MCP handshake within {self.connect_timeout_s:g} s"
-                )
+                reason = conn.explain(f"no answer to the MCP handshake within {limit_s:g} s")
             else:
                 reason = conn.reason or "the connection was closed"
         up_s = trio.current_time() - connected_at if connected_at is not None else 0.0
@@ -420,6 +425,8 @@ class McpManager:
         self._rebuild()
 
     def _tried(self, server: _Server) -> None:
+        if not server.tried and self.on_first_try is not None:
+            self.on_first_try(self._status(server))
         server.tried = True
         if all(s.tried for s in self._servers.values() if s.config.enabled):
             self._first_tries.set()

@@ -13,6 +13,9 @@ into ``<script>``, ``<style>`` or a URL; and the page's Content-Security-Policy 
 all and only the page's own script (by its SHA-256), so even a missed escape could not run an
 injected ``<script>`` or ``onerror=``. Expanding and collapsing are native ``<details>`` elements,
 so the page works with scripts off; the script only adds "expand all" / "collapse all".
+
+Icons are inline SVG symbols drawn in the page itself (:data:`_ICONS`), not emoji: they need no
+emoji font (where none is installed an emoji shows as an empty box) and fetch nothing.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import msgspec
 import yaml
 
 from kesoku.observe.retention import LOG_NAME
+from kesoku.vocab.metrics import TurnState
 from kesoku.vocab.model import Kind, Message, Outcome, Role, Status, Usage
 from kesoku.vocab.view import ViewState
 
@@ -151,7 +155,7 @@ class TurnTrace(msgspec.Struct, kw_only=True):
         roots: The user messages the turn answered.
         notes: Messages before the first step (system notices).
         steps: Model calls with their output and tool results.
-        state: ``done``, ``interrupted``, ``stopped``, ``failed`` or ``running``.
+        state: How it ended, a :class:`~kesoku.vocab.metrics.TurnState` value, or :data:`RUNNING`.
         end: The last message's time.
     """
 
@@ -205,7 +209,7 @@ def build_turns(history: Sequence[Message], calls: Sequence[CallLog]) -> list[Tu
         mine = [c for c in calls if turn.start <= c.started_at < upper]
         roots = {m.id for m in turn.roots}
         _fill_steps(turn, [m for m in merged[i] if m.id not in roots], mine)
-        turn.state = _state(turn, turns[i + 1] if i + 1 < len(turns) else None)
+        turn.state = _state(turn, turns[i + 1] if i + 1 < len(turns) else None, merged[i][-1])
     return turns
 
 
@@ -228,17 +232,37 @@ def _fill_steps(turn: TurnTrace, rest: list[Message], calls: list[CallLog]) -> N
         previous = message
 
 
-def _state(turn: TurnTrace, following: TurnTrace | None) -> str:
+RUNNING = "running"
+"""The state of a turn whose user messages are still pending or processing: running now, or cut by
+a crash or a shutdown (it resumes at the next start)."""
+
+# The store keeps no TurnState: a turn ended by a step limit, a repeating model or a spend cap
+# leaves its roots `done` (kesoku.agent.turn._ROOT_STATUS) and says why in its last message, a
+# system notice. These are the notices' fixed parts (kesoku.agent.turn, kesoku.observe.spend);
+# tests/test_trace.py ends real turns each way, so a reworded notice fails there.
+_NOTICE_STATES = (
+    ("(agent.max_steps_per_turn = ", TurnState.STEP_LIMIT),
+    ("(agent.max_identical_calls)", TurnState.REPEATING),
+    ("Spend cap reached: ", TurnState.BUDGET),
+)
+
+
+def _state(turn: TurnTrace, following: TurnTrace | None, last: Message) -> str:
     statuses = {m.status for m in turn.roots}
     if statuses & {Status.PENDING, Status.PROCESSING}:
-        return "running"
+        return RUNNING
     if Status.FAILED in statuses:
-        return "failed"
+        return TurnState.FAILED
     if Status.INTERRUPTED in statuses:
         # The store keeps one status for both; a user message that arrived before the turn's last
         # write is the sign of an interruption, otherwise someone stopped it.
-        return "interrupted" if following is not None and following.start < turn.end else "stopped"
-    return "done"
+        cut = following is not None and following.start < turn.end
+        return TurnState.INTERRUPTED if cut else TurnState.STOPPED
+    if last.role is Role.SYSTEM:
+        for mark, state in _NOTICE_STATES:
+            if mark in last.content:
+                return state
+    return TurnState.DONE
 
 
 # -- the page -------------------------------------------------------------------------------------
@@ -314,23 +338,39 @@ def render_trace(store: Store, session_id: str, *, turn: int | None = None) -> s
         css=_CSS,
         body="\n".join(body),
         script=_SCRIPT,
+        sprite=_SPRITE,
     )
 
 
+# A turn's badge per state: (icon, label, what it means: the badge's tooltip).
+_BADGES: dict[str, tuple[str, str, str]] = {
+    TurnState.DONE: ("done", "done", "The model answered."),
+    TurnState.STEP_LIMIT: (
+        "step_limit",
+        "step limit",
+        "Ended at agent.max_steps_per_turn model calls.",
+    ),
+    TurnState.BUDGET: ("budget", "spend cap", "Ended by a spend cap ([budget])."),
+    TurnState.REPEATING: (
+        "repeating",
+        "repeating",
+        "Ended: the model repeated a call it was told repeats (agent.max_identical_calls).",
+    ),
+    TurnState.INTERRUPTED: ("interrupted", "interrupted", "Cut by a newer user message."),
+    TurnState.STOPPED: ("stopped", "stopped", "Stopped by the user."),
+    TurnState.FAILED: ("failed", "failed", "A model call or Kesoku failed; the notice says why."),
+    RUNNING: ("running", "running…", "Not finished: running, or cut by a crash or a shutdown."),
+}
+
+
 def _turn_html(turn: TurnTrace) -> str:
-    badge = {
-        "done": "⚡ done",
-        "interrupted": "🛑 interrupted",
-        "stopped": "🛑 stopped",
-        "failed": "⚠ failed",
-    }
-    label = badge.get(turn.state, "… running")
+    icon, label, meaning = _BADGES[turn.state]
     seconds = max(turn.end - turn.start, 0.0)
     usage = _tokens([s.call.usage for s in turn.steps if s.call and s.call.usage])
     tools = sum(1 for s in turn.steps for m in s.messages if m.kind is Kind.TOOL_CALL)
     head = (
         f'<h2><a href="#turn-{turn.number}">Turn {turn.number}</a>'
-        f' <span class="badge {turn.state}">{_e(label)}</span>'
+        f' <span class="badge {turn.state}" title="{_e(meaning)}">{_icon(icon)} {_e(label)}</span>'
         f' <span class="dim">{_e(_when(turn.start))} · {seconds:.1f} s'
         f" · {len(turn.steps)} model calls"
         f" · {tools} tool calls{' · ' + _e(usage) if usage else ''}</span></h2>"
@@ -363,7 +403,7 @@ def _step_html(n: int, step: Step) -> str:
         facts.append(_tokens([usage]))
     error = ""
     if step.call is not None and step.call.error:
-        error = f'<div class="error">⚠ the call failed: {_e(step.call.error)}</div>'
+        error = f'<div class="error">{_icon("warn")} the call failed: {_e(step.call.error)}</div>'
     if step.call is not None:
         facts.append(step.call.path.name)
     # Each result right under its call: a step's calls are posted together, then their results
@@ -385,26 +425,26 @@ def _step_html(n: int, step: Step) -> str:
 def _message_html(m: Message, calls: dict[int, Message]) -> str:
     time = f'<span class="dim">{_e(_when(m.ts))}</span>'
     cut = (
-        ' <span class="badge interrupted">🛑 interrupted</span>'
+        f' <span class="badge interrupted">{_icon("interrupted")} interrupted</span>'
         if m.status is Status.INTERRUPTED
         else ""
     )
     if m.role is Role.USER:
         files = "".join(
-            f'<div class="dim">📎 {_e(a.filename)} ({_e(a.mime_type)})</div>'
+            f'<div class="dim">{_icon("attach")} {_e(a.filename)} ({_e(a.mime_type)})</div>'
             for a in m.metadata.attachments
         )
-        who = f"👤 {_e(m.sender)}"
+        who = f"{_icon('user')} {_e(m.sender)}"
         return (
             f'<div class="msg user"><div class="who">{who} {time}{cut}</div>'
             f"<pre>{_e(m.content)}</pre>{files}</div>"
         )
     if m.role is Role.SYSTEM:
-        return _box("system", f"⚙ System {time}", f"<pre>{_e(m.content)}</pre>")
+        return _box("system", f"{_icon('system')} System {time}", f"<pre>{_e(m.content)}</pre>")
     if m.kind is Kind.THOUGHT:
         first = " ".join(m.content.split())[:100]
         return (
-            f'<details class="thought"><summary>💭 thought{cut}'
+            f'<details class="thought"><summary>{_icon("thought")} thought{cut}'
             f' <span class="dim">{_e(first)}</span></summary>'
             f"<pre>{_e(m.content)}</pre></details>"
         )
@@ -413,10 +453,17 @@ def _message_html(m: Message, calls: dict[int, Message]) -> str:
             m.metadata.tool_arguments or {}, indent=2, ensure_ascii=False, default=str
         )
         name = m.metadata.tool_name or "?"
-        return _box("call", f"🛠 <b>{_e(name)}</b> {time}", f'<pre class="args">{_e(args)}</pre>')
+        who = f"{_icon('tool')} <b>{_e(name)}</b> {time}"
+        return _box("call", who, f'<pre class="args">{_e(args)}</pre>')
     if m.kind is Kind.TOOL_RESULT:
         return _result_html(m, calls.get(m.parent_id or 0))
-    return _box("assistant", f"🤖 {_e(m.sender)} {time}{cut}", f"<pre>{_e(m.content)}</pre>")
+    who = f"{_icon('assistant')} {_e(m.sender)} {time}{cut}"
+    return _box("assistant", who, f"<pre>{_e(m.content)}</pre>")
+
+
+def _icon(name: str) -> str:
+    """An icon of :data:`_ICONS`, drawn in the colour of the text around it."""
+    return f'<svg class="ic" aria-hidden="true"><use href="#i-{name}"/></svg>'
 
 
 def _box(kind: str, who: str, inner: str) -> str:
@@ -444,9 +491,10 @@ def _result_html(m: Message, call: Message | None) -> str:
             f' {len(rest):,} characters</summary><pre class="rest">{_e(rest)}</pre></details>'
         )
     lines = len(content.splitlines())
-    summary = f"📥 {m.metadata.tool_name or m.sender} · {outcome.value}{took} · {lines:,} lines"
+    summary = f"{m.metadata.tool_name or m.sender} · {outcome.value}{took} · {lines:,} lines"
     return (
-        f'<details class="result {outcome.value}" open><summary>{_e(summary)}</summary>'
+        f'<details class="result {outcome.value}" open>'
+        f"<summary>{_icon('result')} {_e(summary)}</summary>"
         f'<pre class="head">{_e(head)}</pre>{more}</details>'
     )
 
@@ -470,7 +518,7 @@ def _view_marker(record: ViewStateRecord) -> str:
             )
         if view.dropped_turns:
             facts.append(f"{view.dropped_turns} turns dropped")
-    return f'<div class="marker">🗜 compaction · {_e(" · ".join(facts))}</div>'
+    return f'<div class="marker">{_icon("compaction")} compaction · {_e(" · ".join(facts))}</div>'
 
 
 def _when(ts: float, *, full: bool = False) -> str:
@@ -503,6 +551,58 @@ _CSP = (
     f"script-src 'sha256-{_SCRIPT_HASH}'; base-uri 'none'; form-action 'none'"
 )
 
+# Drawn on a 16 x 16 grid with strokes (.ic in the CSS); a shape with fill="currentColor" is solid.
+_ICONS = {
+    "user": '<circle cx="8" cy="5" r="3"/><path d="M2.5 14.5c0-3 2.5-5 5.5-5s5.5 2 5.5 5"/>',
+    "assistant": (
+        '<rect x="2.5" y="5" width="11" height="9" rx="2"/><path d="M8 5V2.5"/>'
+        '<circle cx="5.7" cy="9.5" r="1.1" fill="currentColor" stroke="none"/>'
+        '<circle cx="10.3" cy="9.5" r="1.1" fill="currentColor" stroke="none"/>'
+    ),
+    "system": (
+        '<circle cx="8" cy="8" r="6.5"/><path d="M8 7.2v4.3"/>'
+        '<circle cx="8" cy="4.8" r="1" fill="currentColor" stroke="none"/>'
+    ),
+    "thought": (
+        '<ellipse cx="8.7" cy="6.3" rx="5.8" ry="4.3"/><circle cx="4" cy="12.2" r="1.3"/>'
+        '<circle cx="1.9" cy="14.6" r=".6"/>'
+    ),
+    "tool": (
+        '<path d="M9.2 6.8 2.8 13.2M13.9 4.6a3.6 3.6 0 0 1-5 3.2 3.6 3.6 0 0 1 3.2-5.6l-2 2 .4 1.9'
+        ' 1.9.4z"/>'
+    ),
+    "result": '<path d="M8 2v7.5M5 6.5l3 3 3-3M2 10.5v3h12v-3"/>',
+    "attach": (
+        '<path d="M10.5 4.5 5.3 9.7a1.4 1.4 0 0 0 2 2l5.4-5.4a2.8 2.8 0 0 0-4-4L3.3 7.7'
+        'a4.2 4.2 0 0 0 6 6l4-4"/>'
+    ),
+    "compaction": '<path d="M8 1.5v4.2M5.5 3.3 8 5.8l2.5-2.5M8 14.5v-4.2M5.5 12.7 8 10.2l2.5 2.5'
+    'M2.5 8h11"/>',
+    "warn": (
+        '<path d="M8 2 14.5 13.5h-13z"/><path d="M8 6.3v3.6"/>'
+        '<circle cx="8" cy="11.7" r=".9" fill="currentColor" stroke="none"/>'
+    ),
+    "done": '<path d="M3 8.5l3.2 3.2L13 4.8"/>',
+    "step_limit": '<path d="M2 8h8.5M7.5 5l3 3-3 3M13.5 2.5v11"/>',
+    "budget": (
+        '<circle cx="8" cy="8" r="6.5"/><path d="M10.1 5.9c-.3-.7-1.1-1.1-2.1-1.1-1.2 0-2 .6-2 1.5'
+        ' 0 2 4.1 1.1 4.1 3.3 0 .9-.8 1.6-2.1 1.6-1 0-1.8-.4-2.2-1.1M8 3.4v9.2"/>'
+    ),
+    "repeating": (
+        '<path d="M2.5 7.5a5.5 5.5 0 0 1 10-3M13.5 8.5a5.5 5.5 0 0 1-10 3M12.8 1.6v3.2H9.6'
+        'M3.2 14.4v-3.2h3.2"/>'
+    ),
+    "interrupted": '<path d="M3 3.5 9 8l-6 4.5zM12.5 3.5v9"/>',
+    "stopped": '<rect x="3.5" y="3.5" width="9" height="9" rx="1.5"/>',
+    "failed": '<circle cx="8" cy="8" r="6.5"/><path d="M5.7 5.7l4.6 4.6M10.3 5.7l-4.6 4.6"/>',
+    "running": '<circle cx="8" cy="8" r="6.5"/><path d="M8 4.5V8l2.3 1.5"/>',
+}
+_SPRITE = (
+    '<svg class="sprite" aria-hidden="true">'
+    + "".join(f'<symbol id="i-{k}" viewBox="0 0 16 16">{v}</symbol>' for k, v in _ICONS.items())
+    + "</svg>"
+)
+
 _CSS = """
 :root { color-scheme: dark; --bg: #0d1117; --panel: #161b22; --line: #30363d; --text: #e6edf3;
   --dim: #8b949e; --user: #1f6feb; --ok: #3fb950; --warn: #d29922; --bad: #f85149;
@@ -521,9 +621,15 @@ main { max-width: 1100px; margin: 0 auto; padding: 10px 20px 60px; }
   background: var(--panel); }
 h2 { font-size: 15px; margin: 4px 0 10px; } h2 a { color: var(--text); text-decoration: none; }
 .dim { color: var(--dim); font-weight: normal; }
-.badge { border-radius: 10px; padding: 0 8px; font-size: 12px; border: 1px solid var(--line); }
-.badge.done { color: var(--ok); } .badge.interrupted, .badge.stopped { color: var(--warn); }
-.badge.failed { color: var(--bad); }
+.badge { border-radius: 10px; padding: 0 8px; font-size: 12px; border: 1px solid var(--line);
+  white-space: nowrap; }
+.badge.done { color: var(--ok); } .badge.failed { color: var(--bad); }
+.badge.interrupted, .badge.stopped, .badge.step_limit, .badge.budget, .badge.repeating {
+  color: var(--warn); }
+.badge.running { color: var(--user); }
+.ic { width: 1.15em; height: 1.15em; vertical-align: -0.2em; fill: none; stroke: currentColor;
+  stroke-width: 1.5; stroke-linecap: round; stroke-linejoin: round; }
+.sprite { position: absolute; width: 0; height: 0; overflow: hidden; }
 pre { white-space: pre-wrap; overflow-wrap: anywhere; margin: 4px 0;
   font: 13px/1.4 ui-monospace, monospace; }
 .msg, .call, details, .step-head, .marker, .error { margin: 6px 0; }
@@ -558,6 +664,7 @@ _PAGE = """<!DOCTYPE html>
 <style>{css}</style>
 </head>
 <body>
+{sprite}
 <header><h1>{h1}</h1><div class="facts">{facts}</div>
 <div class="tools"><button type="button" data-open="1">Expand all</button>
 <button type="button" data-open="0">Collapse all</button></div></header>
