@@ -118,6 +118,11 @@ class FakeDiscord:
         self.peer_wins_thread_race = False
         self.max_upload_bytes = UPLOAD_LIMIT
         self.base_url = ""
+        self.token: str | None = None
+        """The bot token the REST API accepts (``Authorization: Bot TOKEN``); None: any."""
+        self.app_flags = 0
+        """The application's flags (``GET /oauth2/applications/@me``): 1 << 19 is the Message
+        Content intent of a bot in under 100 servers."""
         self._last_id = 0
         self._changed = trio.Event()
         self._session_ids = itertools.count(1)
@@ -461,7 +466,10 @@ class FakeDiscord:
     # -- REST -------------------------------------------------------------------------------------
 
     async def _rest(self, request: Request) -> Response:
-        await self.log.record(request)
+        rec = await self.log.record(request)
+        refused = self.token is not None and rec.headers.get("authorization") != f"Bot {self.token}"
+        if refused and rec.path.startswith("/api/"):  # the CDN's attachments need no token
+            return _error(401, 0, "401: Unauthorized")
         try:
             return await self._route(request)
         finally:
@@ -482,7 +490,7 @@ class FakeDiscord:
                     "bot_public": True,
                     "bot_require_code_grant": False,
                     "verify_key": "k",
-                    "flags": 0,
+                    "flags": self.app_flags,
                     "owner": self.bot.payload(),
                     "team": None,
                     "summary": "",
