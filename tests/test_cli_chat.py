@@ -17,6 +17,7 @@ import subprocess
 import sys
 import termios
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pyte
@@ -83,7 +84,16 @@ def start_chat(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=as_at_a_terminal,
     )
+
+
+def as_at_a_terminal() -> None:
+    """In a child: take SIGINT as a terminal's foreground job does.
+
+    A test run started in the background (CI) has SIGINT ignored, and children inherit that.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def kesoku(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -99,23 +109,32 @@ def kesoku(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def wait_until(condition: Callable[[], bool], timeout_s: float = 30, what: str = "") -> None:
+    """Poll ``condition`` until it holds; a hang guard, not a speed goal."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or condition}")
+        select.select([], [], [], 0.005)  # a short wait without blocking anything but this test
+
+
 def wait_for_turn(tmp_path: Path, timeout_s: float = 30) -> None:
     """Until a user message is ``processing`` (its turn began); a hang guard, not a speed goal."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if (tmp_path / "kesoku.db").exists():
-            store = Store(tmp_path / "kesoku.db")
-            try:
-                if any(
-                    m.role is Role.USER and m.status is Status.PROCESSING
-                    for s in store.list_sessions()
-                    for m in store.history(s.id)
-                ):
-                    return
-            finally:
-                store.close()
-        select.select([], [], [], 0.02)  # a short wait without blocking anything but this test
-    raise AssertionError("no turn began")
+
+    def began() -> bool:
+        if not (tmp_path / "kesoku.db").exists():
+            return False
+        store = Store(tmp_path / "kesoku.db")
+        try:
+            return any(
+                m.role is Role.USER and m.status is Status.PROCESSING
+                for s in store.list_sessions()
+                for m in store.history(s.id)
+            )
+        finally:
+            store.close()
+
+    wait_until(began, timeout_s, "a turn to begin")
 
 
 def history(tmp_path: Path) -> list[tuple[str, str, str, str]]:
@@ -224,12 +243,13 @@ def test_one_shot_answer_on_stdout_activity_on_stderr(tmp_path: Path) -> None:
     result = chat(tmp_path, "What is the capital of France?")
     assert result.returncode == 0, result.stderr
     assert result.stdout == "The capital of France is Paris.\n"
+    rows = history(tmp_path)
     assert result.stderr.splitlines() == [
         "💭 The user asks about France.",
         "🛠 shell(command='echo hi')",
-        "📥 shell · completed · hi (+1 lines)",
+        "📥 shell · completed · hi (+1 line)",
+        f"continue with: kesoku chat --session {rows[0][0]}",
     ]
-    rows = history(tmp_path)
     assert [(r[1], r[2]) for r in rows] == [
         (Role.USER, Kind.TEXT),
         (Role.ASSISTANT, Kind.THOUGHT),
@@ -240,12 +260,39 @@ def test_one_shot_answer_on_stdout_activity_on_stderr(tmp_path: Path) -> None:
     assert rows[-1][3] == "The capital of France is Paris."
 
 
-def test_a_failed_model_call_exits_1_with_one_line(tmp_path: Path) -> None:
+def test_a_failed_model_call_exits_1_with_one_line_and_how_to_go_on(tmp_path: Path) -> None:
     setup(tmp_path, "fail.yaml")
     result = chat(tmp_path, "hello")
     assert result.returncode == 1
     assert result.stdout == ""
-    assert result.stderr == "⚠ The model call failed: scripted: the model is down\n"
+    assert result.stderr == (
+        "⚠ The model call failed: scripted: the model is down\n"
+        f"continue with: kesoku chat --session {history(tmp_path)[0][0]}\n"
+    )
+
+
+def test_a_one_shot_says_how_to_go_on_and_that_command_goes_on(tmp_path: Path) -> None:
+    # A turn stopped at the step limit says "Send a message to let it continue": the next line says
+    # how, and the command it gives continues the same session.
+    (tmp_path / "scenario.yaml").write_text(
+        "loop: true\nsteps:\n  - tool_calls: [{name: shell, arguments: {command: echo again}}]\n"
+    )
+    (tmp_path / "kesoku.toml").write_text(
+        '[agent]\nllm = "scripted"\nmax_steps_per_turn = 2\n[scripted]\npath = "scenario.yaml"\n'
+    )
+    first = chat(tmp_path, "go on and on")
+    assert first.returncode == 1, first.stderr
+    *_, notice, how = first.stderr.splitlines()
+    assert notice.endswith("(agent.max_steps_per_turn = 2). Send a message to let it continue.")
+    (session,) = {r[0] for r in history(tmp_path)}
+    assert how == f"continue with: kesoku chat --session {session}"
+    command = how.removeprefix("continue with: kesoku chat ").split()
+    again = chat(tmp_path, *command, "carry on")
+    assert again.returncode == 1, again.stderr
+    assert again.stderr.splitlines()[-1] == how
+    rows = history(tmp_path)
+    assert {r[0] for r in rows} == {session}
+    assert [r[3] for r in rows if r[1] == Role.USER] == ["go on and on", "carry on"]
 
 
 def test_piped_stdin_is_appended_to_the_prompt(tmp_path: Path) -> None:
@@ -344,7 +391,8 @@ def test_ctrl_c_stops_a_one_shot_turn_with_130(tmp_path: Path) -> None:
     assert "six." not in out
     lines = err.splitlines()
     assert lines[0] == "stopping the turn (Ctrl-C again kills running tools)"
-    assert lines[-1].startswith("🛑 turn 1 ·") and lines[-1].endswith("(Stopped)")
+    assert lines[-2].startswith("🛑 turn 1 ·") and lines[-2].endswith("(Stopped)")
+    assert lines[-1] == f"continue with: kesoku chat --session {history(tmp_path)[0][0]}"
 
 
 # -- interactive, on a pseudo-terminal -------------------------------------------------------------
@@ -366,6 +414,7 @@ class Terminal:
         pid, fd = pty.fork()
         if pid == 0:  # the child: the pty is its controlling terminal
             os.chdir(tmp_path)
+            as_at_a_terminal()
             os.execve(argv[0], argv, env)
         fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", self.ROWS, self.COLUMNS, 0, 0))
         self.pid = pid
@@ -388,6 +437,14 @@ class Terminal:
             if remaining <= 0 or not self._read(remaining):
                 raise AssertionError(f"{text!r} never appeared; the screen:\n{self.screen}")
         return found
+
+    def wait_for_count(self, text: str, count: int, *, timeout_s: float = 20) -> None:
+        """Wait until ``text`` is on the screen ``count`` times (a line shown again)."""
+        deadline = time.monotonic() + timeout_s
+        while self.screen.count(text) < count:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self._read(remaining):
+                raise AssertionError(f"{text!r} not {count} times; the screen:\n{self.screen}")
 
     def wait_exit(self, timeout_s: float = 20) -> int:
         deadline = time.monotonic() + timeout_s
@@ -498,13 +555,99 @@ def test_a_running_tool_shows_a_spinner_and_two_ctrl_c_kill_it(tmp_path: Path) -
         term.type("\x03")
         term.wait_for("killing running tools")
         term.wait_for("📥 shell · killed")
-        term.wait_for("1 tool call · 0K tokens")
+        term.wait_for("1 tool call · 0 tokens")  # the exact count below 1,000, not "0K"
         term.wait_for("(Stopped)")
         term.type("\x04")
         assert term.wait_exit() == 0
     finally:
         term.kill()
     assert "The tool is done." not in [r[3] for r in history(tmp_path)]
+
+
+def test_clear_asks_first_and_deletes_only_on_yes(tmp_path: Path) -> None:
+    setup(tmp_path, "echo.yaml")
+    term = Terminal(tmp_path)
+    try:
+        term.wait_for("Ctrl-D to exit")
+        term.wait_for("›")
+        term.type("keep this\r")
+        term.wait_for("⚡ turn 1")
+        (session,) = {r[0] for r in history(tmp_path)}
+        question = f"delete session {session} (2 messages and its workspace "
+        kept = f"nothing deleted; still in session {session}"
+        # Enter alone, "no", a sentence and Ctrl-C all keep it (Ctrl-C does not leave the chat)
+        for count, answer in enumerate(("\r", "no\r", "yes please, not\r", "\x03"), start=1):
+            term.type("/clear\r")
+            term.wait_for_count(question, count)
+            term.wait_for_count("It cannot be undone [y/N]", count)
+            term.type(answer)
+            term.wait_for_count(kept, count)
+            assert {r[0] for r in history(tmp_path)} == {session}
+        assert [r[3] for r in history(tmp_path) if r[1] == Role.USER] == ["keep this"]
+        term.type("/clear\r")
+        term.wait_for_count(question, 5)
+        term.type("y\r")
+        term.wait_for(f"deleted session {session} (2 messages and its workspace); new session ")
+        assert history(tmp_path) == []
+        assert not (tmp_path / "sessions" / session).exists()
+        term.type("\x04")
+        assert term.wait_exit() == 0
+    finally:
+        term.kill()
+
+
+def test_compact_during_a_turn_says_it_waits_for_the_turn(tmp_path: Path) -> None:
+    setup(tmp_path, "slow.yaml")
+    term = Terminal(tmp_path)
+    try:
+        term.wait_for("Ctrl-D to exit")
+        term.wait_for("›")
+        term.type("count\r")
+        term.wait_for("two")
+        term.type("/compact\r")
+        said = term.wait_for("a turn is running: the history is compacted when it ends")
+        ended = term.wait_for("⚡ turn 1")
+        done = term.wait_for("🗜 nothing to compact (/compact)")
+        assert said < ended < done  # it ran after the turn, as it said
+        assert "compacting the history…" not in term.screen
+        term.type("\x04")
+        assert term.wait_exit() == 0
+    finally:
+        term.kill()
+
+
+def test_a_chat_left_before_its_first_message_leaves_no_session(tmp_path: Path) -> None:
+    setup(tmp_path, "echo.yaml")
+    term = Terminal(tmp_path)
+    try:
+        term.wait_for("Ctrl-D to exit")
+        term.wait_for("›")
+        term.type("/new\r")  # from an empty session: it is dropped, not kept
+        term.wait_for("(the previous one was empty: dropped)")
+        term.type("/exit\r")
+        assert term.wait_exit() == 0
+    finally:
+        term.kill()
+    store = Store(tmp_path / "kesoku.db")
+    try:
+        assert store.list_sessions() == []
+    finally:
+        store.close()
+    assert [p.name for p in (tmp_path / "sessions").iterdir()] == [".locks"]  # no workspace left
+    term = Terminal(tmp_path)  # a session with a message in it is kept, by /new and at exit
+    try:
+        term.wait_for("Ctrl-D to exit")
+        term.wait_for("›")
+        term.type("hello\r")
+        term.wait_for("⚡ turn 1")
+        term.type("/new\r")
+        term.wait_for("the previous one is kept: kesoku chat --session ")
+        term.type("\x04")
+        assert term.wait_exit() == 0
+    finally:
+        term.kill()
+    assert [r[3] for r in history(tmp_path)] == ["hello", "noted."]
+    assert len({r[0] for r in history(tmp_path)}) == 1
 
 
 # -- questions -------------------------------------------------------------------------------------
@@ -586,6 +729,11 @@ def test_schedules_in_the_interactive_chat_lists_this_sessions_without_a_turn(
     finally:
         term.kill()
     assert history(tmp_path) == [], "no turn: nothing stored, no model call"
+    store = Store(tmp_path / "kesoku.db")
+    try:
+        assert [s.id for s in store.list_sessions()] == [session.id]  # schedules name it: kept
+    finally:
+        store.close()
 
 
 def test_a_setup_error_leaves_no_database_behind(tmp_path: Path) -> None:

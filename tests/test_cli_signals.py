@@ -5,15 +5,27 @@ processes with the scripted model."""
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 from sandboxing import CONFINED, marker, running
-from test_cli_chat import Terminal, chat, history, setup, start_chat
+from test_cli_chat import (
+    Terminal,
+    as_at_a_terminal,
+    chat,
+    environ,
+    history,
+    setup,
+    start_chat,
+    wait_until,
+)
 
 from kesoku.store import Store
 from kesoku.vocab.model import Kind, Role, Status
@@ -111,6 +123,126 @@ def test_sigterm_or_a_closed_terminal_stops_the_turn_and_kills_its_tool(tmp_path
     # past the tools' 4 s: a surviving shell would have written the marker
     threading.Event().wait(5)
     assert not marker.exists()
+
+
+NOT_ASKED = "kesoku: stopped before the question was stored; nothing was asked"
+EARLY_DELAYS_S = (0.0, 0.03, 0.1, 0.3, 0.8)
+"""When Ctrl-C comes after the chat made its session's folder: while the session is held, the
+runtime starts, the question is stored, the turn runs (where each delay falls varies with the
+machine's load; every one is a case the chat must handle)."""
+
+
+def session_made(folder: Path) -> bool:
+    """The chat has made a session's folder (it is in the database from then on)."""
+    sessions = folder / "sessions"
+    return sessions.is_dir() and any(p.name != ".locks" for p in sessions.iterdir())
+
+
+def stored_sessions(folder: Path) -> dict[str, int]:
+    """Each stored session and how many messages it holds (no database: none)."""
+    if not (folder / "kesoku.db").exists():
+        return {}
+    store = Store(folder / "kesoku.db")
+    try:
+        return {s.id: len(store.history(s.id)) for s in store.list_sessions()}
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("mode", ["one-shot", "interactive"])
+def test_ctrl_c_while_a_chat_starts_exits_130_in_one_line_and_leaves_no_empty_session(
+    tmp_path: Path, mode: str
+) -> None:
+    for delay_s in EARLY_DELAYS_S:
+        folder = tmp_path / f"after-{delay_s}"
+        folder.mkdir()
+        setup(folder, "slow.yaml")
+        if mode == "one-shot":
+            proc = start_chat(folder, "count")
+            try:
+                wait_until(functools.partial(session_made, folder), what="a session")
+                threading.Event().wait(delay_s)
+                proc.send_signal(signal.SIGINT)
+                _, err = proc.communicate(timeout=30)
+            finally:
+                proc.kill()
+            assert proc.returncode == 130, (delay_s, err)
+            lines = err.splitlines()
+            if lines[:1] == ["stopping the turn (Ctrl-C again kills running tools)"]:
+                (session,) = stored_sessions(folder)  # stored in time: the turn was stopped
+                assert lines[-1] == f"continue with: kesoku chat --session {session}", delay_s
+            else:
+                assert lines in ([], [NOT_ASKED]), (delay_s, err)
+        else:
+            term = Terminal(folder)
+            try:
+                wait_until(functools.partial(session_made, folder), what="a session")
+                threading.Event().wait(delay_s)
+                os.kill(term.pid, signal.SIGINT)
+                assert term.wait_exit() == 130, (delay_s, term.screen)
+            finally:
+                term.kill()
+            assert "Traceback" not in term.screen, term.screen
+            assert "KeyboardInterrupt" not in term.screen, term.screen
+        sessions = stored_sessions(folder)
+        assert all(sessions.values()), (delay_s, sessions)  # no empty "untitled" session
+        if mode == "interactive":
+            assert sessions == {}, delay_s  # nothing was said
+
+
+AT_MAIN = """
+import os, sys
+
+class Ready:  # tells the test once main() imports cyclopts: inside main()'s handlers from then on
+    def find_spec(self, name, path=None, target=None):
+        if name == "cyclopts":
+            os.write({fd}, b".")
+            sys.meta_path.remove(self)
+
+sys.meta_path.insert(0, Ready())
+from kesoku.cli import main
+sys.argv[0] = "kesoku"
+main()
+"""
+"""What the ``kesoku`` script runs, and a word to the test (Python's own start-up, before any of
+Kesoku's code runs, is Python's to report)."""
+
+
+def test_ctrl_c_as_soon_as_kesoku_runs_exits_130_without_a_traceback(tmp_path: Path) -> None:
+    # While cyclopts loads and parses, the config loads, the database is made and migrated, the
+    # runtime is built (where each delay falls varies with the machine's load).
+    for delay_s in (0.0, 0.05, 0.1, 0.2, 0.4, 0.7):
+        folder = tmp_path / f"after-{delay_s}"
+        folder.mkdir()
+        setup(folder, "slow.yaml")
+        ready, ready_w = os.pipe()
+        argv = ["chat", "-c", str(folder / "kesoku.toml"), "count"]
+        proc = subprocess.Popen(
+            [sys.executable, "-c", AT_MAIN.format(fd=ready_w), *argv],
+            cwd=folder,
+            env=environ(folder),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            pass_fds=(ready_w,),
+            preexec_fn=as_at_a_terminal,
+        )
+        os.close(ready_w)
+        try:
+            assert os.read(ready, 1) == b"."
+            threading.Event().wait(delay_s)
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=30)
+        finally:
+            os.close(ready)
+            proc.kill()
+        assert proc.returncode == 130, (delay_s, err)
+        lines = err.splitlines()
+        if lines[:1] != ["stopping the turn (Ctrl-C again kills running tools)"]:
+            assert lines in ([], [NOT_ASKED]), (delay_s, err)
+        sessions = stored_sessions(folder)
+        assert all(sessions.values()), (delay_s, sessions)  # no empty "untitled" session
 
 
 @pytest.mark.parametrize("mode", CONFINED)

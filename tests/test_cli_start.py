@@ -136,7 +136,7 @@ def test_the_daemon_answers_other_processes_and_logs_one_plain_line_per_event(
         terminal, _ = post(tmp_path, "terminal", "for the chat process")
         other, _ = post(tmp_path, "test", "hello")
         line = daemon.wait_line(f"session {other} (test): ⚡ turn 1")
-        assert line.endswith("0 tool calls · 0K tokens · " + line.rsplit("tokens · ", 1)[1])
+        assert line.endswith("0 tool calls · 0 tokens · " + line.rsplit("tokens · ", 1)[1])
         assert [m.content for m in messages(tmp_path, other)] == ["hello", "noted."]
         # Terminal sessions belong to their `kesoku chat`: the daemon leaves them untouched.
         (left,) = messages(tmp_path, terminal)

@@ -177,6 +177,21 @@ async def test_a_context_overflow_error_compacts_and_retries_once(tmp_path: Path
     assert tokens(llm.requests[1]) < tokens(llm.requests[0])
 
 
+async def test_a_compaction_that_saves_nothing_says_so(tmp_path: Path) -> None:
+    # The finding: "🗜 compacted (/compact): 2.1K → 2.1K tokens; evicted old tool results", old
+    # results ("hi") being shorter than the stubs that stand in for them.
+    llm = ScriptedLLM([{"text": "done"}])
+    async with serve_runtime(tmp_path, llm, compaction=policy(SMALL_WINDOW)) as h:
+        await seed(h, 6, result_chars=0, user_chars=400)
+        assert h.rt.dispatcher.compact(h.session.id)
+        event = await next_compacted(h)
+    assert event.view is not None and event.view.tokens_after >= event.view.tokens_before
+    after = event.view.tokens_after
+    assert event.render().startswith(
+        f"🗜 nothing saved by compacting (/compact): the next request holds ~{after:,} tokens"
+    )
+
+
 async def test_slash_compact_between_turns_and_its_event(tmp_path: Path) -> None:
     llm = ScriptedLLM([{"text": "summary"}, {"text": "after"}])
     async with serve_runtime(tmp_path, llm, compaction=CompactionPolicy()) as h:
@@ -184,7 +199,10 @@ async def test_slash_compact_between_turns_and_its_event(tmp_path: Path) -> None
         assert h.rt.dispatcher.compact(h.session.id)
         event = await next_compacted(h)
         assert event.view is not None and event.reason == "/compact"
-        assert event.render().startswith("🗜 compacted (/compact): ")
+        assert event.render().startswith("🗜 compacted (/compact): ~")
+        # the estimates, as they are: the request did get smaller
+        before, after = event.view.tokens_before, event.view.tokens_after
+        assert before > after and f"~{before:,} → ~{after:,} tokens; " in event.render()
         await h.say("next")
         await h.turn_end()
         assert not h.rt.dispatcher.compact("no-such-session")

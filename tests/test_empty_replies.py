@@ -101,6 +101,7 @@ async def test_kesoku_chat_one_shot_exits_1_on_an_empty_200(tmp_path: Path) -> N
             )
     assert result.returncode == 1
     assert result.stdout == b""
-    (line,) = result.stderr.decode().splitlines()
+    line, how = result.stderr.decode().splitlines()  # why, then how to go on
     assert line.startswith("⚠ The model call failed: openai: the server answered with nothing")
+    assert how.startswith("continue with: kesoku chat --session ")
     assert len(fake.bodies) == 2

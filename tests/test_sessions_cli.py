@@ -11,11 +11,12 @@ import uuid
 from pathlib import Path
 
 import pytest
-from test_cli_chat import chat, environ, kesoku, setup
+from test_cli_chat import chat, environ, history, kesoku, setup
 
 from kesoku.store import Store, UnknownSessionError
 from kesoku.vocab.errors import AmbiguousSessionError
 from kesoku.vocab.model import Kind, Role, Status
+from kesoku.vocab.schedule import new_schedule
 
 
 def two_sessions(tmp_path: Path) -> list[str]:
@@ -103,10 +104,19 @@ def test_clear_deletes_the_session_and_its_workspace(tmp_path: Path) -> None:
     cleared = kesoku(tmp_path, "sessions", "clear", first[:8])
     assert cleared.returncode == 0, cleared.stderr
     assert cleared.stdout.startswith(f"deleted session {first} (5 messages")
+    assert cleared.stderr == ""  # no schedule targets it
     assert not workspace.exists()
     assert [
         line.split()[0] for line in kesoku(tmp_path, "sessions", "list").stdout.splitlines()[1:]
     ] == [second]
+    store = Store(tmp_path / "kesoku.db")
+    store.put_schedule(
+        new_schedule("nightly", every="1d", prompt="p", target=f"session:{second}", now=0)
+    )
+    store.close()
+    targeted = kesoku(tmp_path, "sessions", "clear", second)
+    assert targeted.returncode == 0, targeted.stderr
+    assert targeted.stderr.startswith("schedule(s) nightly still target it and will not run")
     again = kesoku(tmp_path, "sessions", "clear", first)
     assert again.returncode == 2
     assert (
@@ -123,10 +133,43 @@ def test_clear_deletes_the_session_and_its_workspace(tmp_path: Path) -> None:
 
 def test_a_missing_database_is_not_created(tmp_path: Path) -> None:
     setup(tmp_path, "answer.yaml")
-    listed = kesoku(tmp_path, "sessions", "list")
-    assert listed.returncode == 2
-    assert "no database at" in listed.stderr
+    # Before anything was stored, listing is not an error: nothing yet, and how to start.
+    for args in (("sessions", "list"), ("sessions", "list", "--adapter", "discord")):
+        listed = kesoku(tmp_path, *args)
+        assert (listed.returncode, listed.stderr) == (0, ""), args
+    assert kesoku(tmp_path, "sessions", "list").stdout == (
+        'no sessions yet; start one with: kesoku chat "your question" (or just kesoku chat)\n'
+    )
+    assert listed.stdout == "no discord sessions yet\n"
+    shown = kesoku(tmp_path, "sessions", "show", "3f2a")  # a session named: that one is missing
+    assert shown.returncode == 2
+    assert "no database at" in shown.stderr
     assert not (tmp_path / "kesoku.db").exists()
+
+
+def test_counts_agree_with_their_nouns(tmp_path: Path) -> None:
+    setup(tmp_path, "echo.yaml")  # one answer per turn: 2 messages
+    assert chat(tmp_path, "hello").returncode == 0
+    (session,) = {r[0] for r in history(tmp_path)}
+    shown = kesoku(tmp_path, "sessions", "show", session, "--limit", "1")
+    assert "turns:       1 turn · " in shown.stdout
+    assert "… 1 earlier message (--limit 0 shows all)" in shown.stdout
+    forked = kesoku(tmp_path, "sessions", "fork", session, "--at", str(first_id(tmp_path)))
+    assert "(1 message); continue it" in forked.stdout, forked.stdout
+    fork = forked.stdout.split(" into ", 1)[1].split()[0]
+    exported = kesoku(tmp_path, "sessions", "export", fork, "-o", "fork.jsonl")
+    assert exported.stderr == f"wrote 1 message of session {fork} to fork.jsonl\n"
+    cleared = kesoku(tmp_path, "sessions", "clear", fork)
+    assert cleared.stdout.startswith(f"deleted session {fork} (1 message and its workspace ")
+
+
+def first_id(tmp_path: Path) -> int:
+    store = Store(tmp_path / "kesoku.db")
+    try:
+        (session,) = store.list_sessions()
+        return store.history(session.id)[0].id
+    finally:
+        store.close()
 
 
 def test_a_prefix_names_one_session_or_is_refused(

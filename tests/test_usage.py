@@ -9,7 +9,7 @@ import msgspec
 import trio
 import trio.testing
 from runtime_harness import echo, serve_runtime
-from test_cli_chat import Terminal, setup
+from test_cli_chat import Terminal, kesoku, setup
 
 from kesoku.config.settings import ModelPrice
 from kesoku.observe.spend import Budget, find_price
@@ -159,8 +159,29 @@ def test_usage_lines_say_how_to_add_a_missing_price(tmp_path: Path) -> None:
     lines = usage_lines(budget, session, turns=1)
     store.close()
     assert lines[-1] == (
-        'cost: $1.00 + 1 calls without a price (m-1); add [pricing.models."<model>"] to kesoku.toml'
+        'cost: $1.00 + 1 call without a price (m-1); add [pricing.models."<model>"] to kesoku.toml'
     )
+
+
+def test_kesoku_usage_puts_each_count_with_the_noun_that_agrees(tmp_path: Path) -> None:
+    setup(tmp_path, "echo.yaml")
+    store = Store(tmp_path / "kesoku.db")
+    try:
+        budget = Budget(store)
+        for n in range(3):
+            session = store.create_session("terminal", f"x{n}", workspace_root=tmp_path)
+            # one call each, of a model without a price
+            budget.record(session, "turn", "openai", "m-1", Usage(input_tokens=10 + n))
+    finally:
+        store.close()
+    report = kesoku(tmp_path, "usage", "--top", "2")
+    assert report.returncode == 0, report.stderr
+    lines = report.stdout.splitlines()
+    assert lines[0].endswith(": 3 model calls, $0.00 + 3 calls without a price")
+    assert "  … and 1 more session (--top)" in lines
+    one = [line for line in lines if line.startswith("m-1 ")]
+    assert one and one[0].endswith("$0.00 + 3 calls without a price")
+    assert any(line.endswith("$0.00 + 1 call without a price") for line in lines)  # a session
 
 
 def test_the_context_estimate_counts_each_part_of_the_request() -> None:
@@ -213,7 +234,7 @@ def test_under_a_compaction_view_the_archives_stand_in_for_the_archived_turns() 
     }
     assert parts["history"].detail.startswith("2 of 4 messages in ")
     assert parts["history"].chars < whole.chars - 800
-    assert parts["archives"].detail == "1 archives of turns 1–1" and parts["archives"].chars > 0
+    assert parts["archives"].detail == "1 archive of turns 1–1" and parts["archives"].chars > 0
 
 
 def test_usage_and_context_in_the_interactive_chat(tmp_path: Path) -> None:

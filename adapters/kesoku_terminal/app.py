@@ -8,6 +8,7 @@ message.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 from pathlib import Path
@@ -17,10 +18,13 @@ import trio
 
 from kesoku.host.build import build_runtime
 from kesoku.vocab.errors import OperatorError
-from kesoku_terminal.sessions import open_session
+from kesoku_terminal.oneshot import EXIT_STOPPED, NOT_ASKED, run_oneshot
+from kesoku_terminal.sessions import discard_if_empty, open_session
 
 if TYPE_CHECKING:
+    from kesoku.agent.runtime import Runtime
     from kesoku.config.settings import Config
+    from kesoku.vocab.model import Session
 
 
 def chat(
@@ -60,10 +64,12 @@ def chat(
     _log_warnings_only()
     db_path = Path(config.workspace.db_path)
     new_database = not db_path.exists()
-    store = Store(db_path)
+    store: Store | None = None
+    session: Session | None = None
     try:
-        serving: set[str] = set()
         try:
+            store = Store(db_path)
+            serving: set[str] = set()
             rt = build_runtime(
                 config,
                 store,
@@ -73,11 +79,15 @@ def chat(
                 interactive=True,
             )
             session = open_session(rt.gateway, session_id)
-        except OperatorError:
-            if new_database:  # a setup error must not leave an empty kesoku.db behind
-                store.close()
+        except (OperatorError, KeyboardInterrupt):
+            # A setup error, or Ctrl-C while setting up, must not leave an empty kesoku.db behind.
+            if new_database:
+                if store is not None:
+                    store.close()
+                    store = None
                 for suffix in ("", "-wal", "-shm"):
-                    db_path.with_name(db_path.name + suffix).unlink(missing_ok=True)
+                    with contextlib.suppress(OSError):  # a folder that could not be made
+                        db_path.with_name(db_path.name + suffix).unlink(missing_ok=True)
             raise
         serving.add(session.id)
         if config.sandbox.mode == "off" and (config.shell.enabled or config.run_code.enabled):
@@ -85,15 +95,34 @@ def chat(
                 '[sandbox] mode = "off": the shell and run_code run with your own access '
                 "to every file"
             )
-        if question is not None:
-            from kesoku_terminal.oneshot import run_oneshot
-
-            return trio.run(run_oneshot, rt, session, question)
-        from kesoku_terminal.interactive import run_interactive
-
-        return trio.run(run_interactive, rt, session, serving, session_id is not None)
+        return _run(rt, session, question, serving, resumed=session_id is not None)
     finally:
-        store.close()
+        if store is not None:
+            if session is not None and session_id is None:  # a session this chat opened
+                discard_if_empty(rt.gateway, session)  # no-op unless nothing was ever said in it
+            store.close()
+
+
+def _run(
+    rt: Runtime, session: Session, question: str | None, serving: set[str], *, resumed: bool
+) -> int:
+    """Ask ``question`` or converse, in trio; the exit code.
+
+    Ctrl-C before the chat listens for it (while its runtime starts) ends it with 130: trio raises
+    ``KeyboardInterrupt`` in the task it interrupted, inside the nurseries' exception groups.
+    """
+    code = EXIT_STOPPED
+    try:
+        if question is not None:
+            code = trio.run(run_oneshot, rt, session, question)
+        else:
+            from kesoku_terminal.interactive import run_interactive  # prompt-toolkit, rich
+
+            code = trio.run(run_interactive, rt, session, serving, resumed)
+    except* KeyboardInterrupt:
+        if question is not None:
+            print(NOT_ASKED, file=sys.stderr)
+    return code
 
 
 MAX_STDIN_BYTES = 1024 * 1024

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from kesoku.host.build import INTERACTIVE_ADAPTER
+from kesoku.vocab.text import plural
 from kesoku_terminal.mcp_commands import USAGE as MCP_USAGE
 from kesoku_terminal.mcp_commands import mcp_command
 from kesoku_terminal.sessions import hold
@@ -34,13 +35,19 @@ async def run_command(chat: ChatUI, line: str) -> None:
     await entry[0](chat, args.strip())
 
 
-def new_terminal_session(chat: ChatUI) -> None:
-    """Open a new terminal session and talk in it."""
+def new_terminal_session(chat: ChatUI) -> bool:
+    """Open a new terminal session and talk in it.
+
+    Returns:
+        True when the previous session was deleted: this chat opened it and nothing was said in it.
+    """
     gateway = chat.rt.gateway
     session = hold(gateway, gateway.open_session(INTERACTIVE_ADAPTER, f"tty-{uuid.uuid4().hex}"))
-    previous = chat.session.id
+    chat.created[session.id] = session
+    previous = chat.session
     chat.switch(session)
-    gateway.locks.release(previous)  # its worker, if still running, holds it until it ends
+    gateway.locks.release(previous.id)  # its worker, if still running, holds it until it ends
+    return chat.drop_if_empty(previous)
 
 
 async def _help(chat: ChatUI, args: str) -> None:
@@ -62,10 +69,12 @@ async def _new(chat: ChatUI, args: str) -> None:
         chat.sink.notice("a turn is running: /stop it first", "yellow")
         return
     old = chat.session.id
-    new_terminal_session(chat)
-    chat.sink.notice(
-        f"new session {chat.session.id}; the previous one is kept: kesoku chat --session {old}"
-    )
+    if new_terminal_session(chat):
+        chat.sink.notice(f"new session {chat.session.id} (the previous one was empty: dropped)")
+    else:
+        chat.sink.notice(
+            f"new session {chat.session.id}; the previous one is kept: kesoku chat --session {old}"
+        )
 
 
 async def _clear(chat: ChatUI, args: str) -> None:
@@ -73,22 +82,29 @@ async def _clear(chat: ChatUI, args: str) -> None:
         chat.sink.notice("a turn is running: /stop it first", "yellow")
         return
     old = chat.session
-    count = len(chat.rt.store.history(old.id))
-    new_terminal_session(chat)
-    await chat.rt.gateway.delete_session(old.id)
-    chat.serving.discard(old.id)
-    chat.sink.notice(
-        f"deleted session {old.id} ({count} messages and its workspace); "
-        f"new session {chat.session.id}"
+    what = f"{plural(len(chat.rt.store.history(old.id)), 'message')} and its workspace"
+
+    async def clear() -> None:
+        new_terminal_session(chat)
+        await chat.rt.gateway.delete_session(old.id)
+        chat.serving.discard(old.id)
+        chat.sink.notice(f"deleted session {old.id} ({what}); new session {chat.session.id}")
+
+    chat.confirm(
+        f"delete session {old.id} ({what} {old.workspace})? It cannot be undone",
+        clear,
+        f"nothing deleted; still in session {old.id}",
     )
 
 
 async def _compact(chat: ChatUI, args: str) -> None:
     # The worker compacts once no turn runs; the Compacted event shows the outcome in the chat.
-    if chat.rt.dispatcher.compact(chat.session.id):
-        chat.sink.notice("compacting the history…")
-    else:
+    if not chat.rt.dispatcher.compact(chat.session.id):
         chat.sink.notice("this session no longer exists", "yellow")
+    elif chat.busy:
+        chat.sink.notice("a turn is running: the history is compacted when it ends")
+    else:
+        chat.sink.notice("compacting the history…")
 
 
 async def _usage(chat: ChatUI, args: str) -> None:
@@ -119,7 +135,7 @@ async def _schedules(chat: ChatUI, args: str) -> None:
 
 
 async def _context(chat: ChatUI, args: str) -> None:
-    from kesoku.agent.prompt import build_system_prompt, read_notes
+    from kesoku.agent.turn import system_prompt  # loaded already: the runtime runs turns
     from kesoku.observe.usage import context_lines, context_parts
 
     store = chat.rt.store
@@ -128,18 +144,13 @@ async def _context(chat: ChatUI, args: str) -> None:
     llm = chat.rt.llm_for(session)
     tools = chat.rt.current_tools()
     cwd = chat.rt.cwd(session)
-    # The prompt the next turn would build (kesoku.agent.turn.Turn._system_prompt), to measure it.
-    system = build_system_prompt(
-        persona=chat.rt.persona,
-        tools=tools,
-        skills=chat.rt.skills(),
-        notes=read_notes(cwd),
-        cwd=cwd,
-        now=dt.datetime.now().astimezone(),
-    )
+    # What the backend really sends of the prompt and tools the next turn would build: the local
+    # model sends a short prompt of its own, and no tools unless [local] tools is on.
+    kesoku_system = system_prompt(chat.rt, session)
+    system, specs = llm.sent_head(kesoku_system, [t.spec for t in tools])
     parts = context_parts(
         system=system,
-        tools=[t.spec for t in tools],
+        tools=specs,
         history=history,
         view_state=store.latest_view_state(session.id),
     )
@@ -151,9 +162,11 @@ async def _context(chat: ChatUI, args: str) -> None:
         f"backend {llm.provider}/{llm.model}",
         "",
     )
-    chat.sink.notice(
-        f"working folder {cwd} · tools: {', '.join(t.name for t in tools) or 'none'}", ""
-    )
+    withheld = "none (withheld from this backend)" if tools else "none"
+    names = ", ".join(t.name for t in specs) or withheld
+    chat.sink.notice(f"working folder {cwd} · tools: {names}", "")
+    if system != kesoku_system:
+        chat.sink.notice(f"this backend sends its own system prompt: {system!r}", "")
     chat.sink.notice("the next request holds:", "")
     for line in context_lines(parts, last_input_tokens=last_input):
         chat.sink.notice(f"  {line}", "")
@@ -186,10 +199,10 @@ async def _exit(chat: ChatUI, args: str) -> None:
 COMMANDS: dict[str, tuple[Handler, str]] = {
     "help": (_help, "this list"),
     "stop": (_stop, "stop the running turn (again: kill its running tools)"),
-    "new": (_new, "start a new session (the current one is kept)"),
-    "clear": (_clear, "delete this session (messages and workspace) and start a new one"),
+    "new": (_new, "start a new session (the current one is kept, unless nothing was said in it)"),
+    "clear": (_clear, "delete this session (messages and workspace; asks first), start a new one"),
     "compact": (_compact, "compact the history now (old tool results, then old turns)"),
-    "usage": (_usage, "tokens used in this session"),
+    "usage": (_usage, "this session's model calls, tokens, cost and spend caps"),
     "schedules": (_schedules, "the schedules this session made or that run in it"),
     "context": (_context, "what the model works with: backend, history, folder, tools"),
     "sessions": (_sessions, "recent terminal sessions"),

@@ -6,9 +6,14 @@ the input runs in a worker thread (:mod:`kesoku_terminal.prompt`). Keys:
 
 - Enter sends the line. During a turn that interrupts it (the runtime pivots to the new message).
 - Ctrl-C during a turn stops it (``gateway.stop``); a second Ctrl-C in the same turn kills running
-  tools. Ctrl-C on an empty prompt, or Ctrl-D, exits (a running turn is stopped first).
+  tools. Ctrl-C on an empty prompt, or Ctrl-D, exits (a running turn is stopped first); so does a
+  Ctrl-C before the prompt is up (exit 130).
 - Alt-Enter inserts a newline; a pasted block is one message.
-- Slash commands: :mod:`kesoku_terminal.commands` (``/help``).
+- Slash commands: :mod:`kesoku_terminal.commands` (``/help``). One that asks first (``/clear``)
+  takes the next line as its answer: ``y`` goes ahead, anything else (Ctrl-C too) does nothing.
+
+A session this chat opened and left without a message in it (Ctrl-D at once, ``/new``) is deleted,
+so it leaves no empty "untitled" session behind.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import IO, TYPE_CHECKING, cast
 
 import trio
@@ -25,7 +30,7 @@ from rich.console import Console
 from rich.text import Text
 
 from kesoku.vocab.events import TurnEnded, TurnStarted
-from kesoku.vocab.model import parse_answer, user_text
+from kesoku.vocab.model import ALLOW, parse_answer, user_text
 from kesoku_terminal.commands import run_command
 from kesoku_terminal.prompt import (
     THOUGHT_STYLE,
@@ -38,6 +43,7 @@ from kesoku_terminal.prompt import (
     history_file,
 )
 from kesoku_terminal.render import THOUGHT_ICON, tool_call_line, tool_result_line
+from kesoku_terminal.sessions import discard_if_empty
 from kesoku_terminal.view import Follower, user_name
 
 if TYPE_CHECKING:
@@ -194,6 +200,10 @@ class ChatUI:
         session: The session to talk in.
         serving: Session ids this process answers; ``/new`` adds to it.
         resumed: The session existed before (``--session``).
+
+    Attributes:
+        created: The sessions this chat opened (the first one unless resumed, ``/new``'s) and has
+            not dropped: one left without a message is deleted when the chat leaves it.
     """
 
     def __init__(self, rt: Runtime, session: Session, serving: set[str], *, resumed: bool) -> None:
@@ -201,6 +211,7 @@ class ChatUI:
         self.session = session
         self.serving = serving
         self.resumed = resumed
+        self.created: dict[str, Session] = {} if resumed else {session.id: session}
         self.live = LiveState()
         self.prompt = PromptThread(self.live, history_file())
         self.output = AboveOutput(self.prompt, sys.stdout)
@@ -218,8 +229,10 @@ class ChatUI:
         self._stops = 0
         self._idle = trio.Event()
         self._idle.set()
+        self._confirm: tuple[Callable[[], Awaitable[None]], str] | None = None
         self.terminated: int | None = None
-        """The SIGTERM or SIGHUP that ended the chat, if one did."""
+        """The signal that ended the chat, if one did: SIGTERM, SIGHUP, or SIGINT outside a
+        turn."""
 
     @property
     def busy(self) -> bool:
@@ -231,7 +244,8 @@ class ChatUI:
 
         Returns:
             0; 128 + the signal number after SIGTERM or SIGHUP (a closed terminal), which stop the
-            running turn and kill its tools first, so none outlives the chat.
+            running turn and kill its tools first, so none outlives the chat, or after a SIGINT
+            outside a turn (Ctrl-C before the prompt is up).
         """
         # log lines must not tear the prompt either
         handler = logging.StreamHandler(as_text_stream(self.output))
@@ -242,16 +256,21 @@ class ChatUI:
         try:
             send, receive = trio.open_memory_channel[InputEvent](INPUT_BUFFER)
             async with trio.open_nursery() as nursery:
+                await nursery.start(self._watch_signals)  # first: Ctrl-C is ours from here on
                 await nursery.start(self.follower.run)
                 await nursery.start(self.rt.serve)
-                nursery.start_soon(self._watch_signals)
                 nursery.start_soon(trio.to_thread.run_sync, self.prompt.run, send)
-                self._banner()
+                if not self.exiting:  # a Ctrl-C while the runtime started
+                    self._banner()
                 async with receive:
                     async for event in receive:
                         if isinstance(event, Line):
                             await self.on_line(event.text)
-                        elif isinstance(event, Eof) or not self.busy:
+                        elif isinstance(event, Eof):
+                            self.exiting = True
+                        elif self._confirm is not None:  # Ctrl-C answers "no"
+                            await self._answer_confirm("")
+                        elif not self.busy:
                             self.exiting = True
                         else:
                             self.stop_turn()
@@ -262,6 +281,8 @@ class ChatUI:
         finally:
             root.handlers[:] = saved
             self.output.close()
+            for session in list(self.created.values()):  # the runtime has stopped
+                self.drop_if_empty(session)
         return 0 if self.terminated is None else 128 + self.terminated
 
     async def on_line(self, text: str) -> None:
@@ -270,6 +291,9 @@ class ChatUI:
         A message interrupts the running turn.
         """
         stripped = text.strip()
+        if self._confirm is not None:
+            await self._answer_confirm(stripped)
+            return
         if not stripped:
             return
         waiting = self.rt.questions.open_questions(self.session.id)
@@ -290,6 +314,36 @@ class ChatUI:
         self._last_posted = posted.id
         self._update_busy()
         self.sink.set_status("thinking")
+
+    def confirm(self, question: str, action: Callable[[], Awaitable[None]], declined: str) -> None:
+        """Ask a yes-or-no question; the next line entered answers it.
+
+        Args:
+            question: What is asked (`` [y/N]`` is added).
+            action: Run on ``y`` or ``yes``.
+            declined: Shown on any other answer (an empty line, Ctrl-C): nothing is done.
+        """
+        self._confirm = (action, declined)
+        self.sink.notice(f"{question} [y/N]", "bold yellow")
+
+    async def _answer_confirm(self, answer: str) -> None:
+        assert self._confirm is not None
+        (action, declined), self._confirm = self._confirm, None
+        if parse_answer(answer) == ALLOW:  # y, yes
+            await action()
+        else:
+            self.sink.notice(declined)
+
+    def drop_if_empty(self, session: Session) -> bool:
+        """Delete ``session`` if this chat opened it and nothing was said in it.
+
+        Returns:
+            True when it was deleted.
+        """
+        if self.created.pop(session.id, None) is None:  # resumed, or dropped already
+            return False
+        self.serving.discard(session.id)
+        return discard_if_empty(self.rt.gateway, session)
 
     def stop_turn(self) -> None:
         """Stop the running turn; called again in the same turn, kill its running tools."""
@@ -329,18 +383,20 @@ class ChatUI:
         elif isinstance(event, TurnEnded):
             self._update_busy()
 
-    async def _watch_signals(self) -> None:
-        # The prompt turns Ctrl-C into a key; SIGINT arrives only in the instant between two
-        # prompts.
+    async def _watch_signals(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        # The prompt turns Ctrl-C into a key; SIGINT arrives before the prompt is up, in the
+        # instant between two prompts, or from kill.
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+            task_status.started()
             async for signum in signals:
-                if signum == signal.SIGINT:
-                    if self.busy:
-                        self.stop_turn()
+                if signum == signal.SIGINT and self.busy:
+                    self.stop_turn()
                     continue
-                # A closed terminal or a service manager wants the process gone: nothing it started
-                # may outlive it, and the turn must not be left half-run for a later start to
-                # resume.
+                # SIGINT outside a turn leaves, as Ctrl-C on an empty prompt does. A closed
+                # terminal or a service manager wants the process gone: nothing it started may
+                # outlive it, and the turn must not be left half-run for a later start to resume.
                 self.terminated = signum
                 if self.busy:
                     self.rt.gateway.stop(self.session.id, force=True)

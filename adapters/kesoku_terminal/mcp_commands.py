@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from kesoku.vocab.model import TaintSource
+from kesoku.vocab.text import plural
 
 if TYPE_CHECKING:
     from kesoku.mcp.manager import McpManager, ServerStatus
@@ -78,7 +79,9 @@ def _signature(status: ServerStatus, prompt: str, spec: Sequence[tuple[str, bool
 def _list(chat: ChatUI, statuses: Sequence[ServerStatus]) -> None:
     for status in statuses:
         detail = (
-            f"{len(status.tools)} tools" if status.state == "connected" else (status.error or "")
+            plural(len(status.tools), "tool")
+            if status.state == "connected"
+            else (status.error or "")
         )
         chat.sink.notice(f"{status.name} ({status.state}){': ' + detail if detail else ''}", "")
         for name, text, spec in status.prompts:

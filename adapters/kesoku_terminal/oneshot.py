@@ -6,6 +6,10 @@ thoughts, tool calls and results, system notices and the metrics line go to stde
 stderr is a terminal. The metrics line is printed to a terminal, or when the turn was stopped, so a
 script reading stderr sees one line per event that matters.
 
+After the turn one more line on stderr says how to go on in the same session (``continue with:
+kesoku chat --session ID``), whatever the outcome; nothing is said when the question was never
+stored.
+
 Exit codes: 0 answered; 1 the turn failed (the model call failed, the step limit) or was interrupted
 by another message; 130 stopped by Ctrl-C (the shell's code for SIGINT); 143 or 129 stopped by
 SIGTERM or SIGHUP (``timeout``, a closed terminal): the turn is stopped and its running tools
@@ -45,6 +49,9 @@ _EXIT_CODES = {
     TurnState.STOPPED: EXIT_STOPPED,
 }
 DIM, RESET = "\x1b[2m", "\x1b[0m"
+NOT_ASKED = "kesoku: stopped before the question was stored; nothing was asked"
+"""The one line of a chat stopped before its question was stored (a signal while it starts, or
+while the question waits for a locked database)."""
 
 
 class PlainSink:
@@ -133,9 +140,7 @@ class PlainSink:
     def turn_ended(self, metrics: TurnMetrics) -> None:
         """Show the metrics line."""
         self.metrics = metrics
-        if self.err_tty:  # a person reads this: say how to continue the conversation
-            self._line(f"{metrics.render()} · continue: kesoku chat --session {metrics.session_id}")
-        elif metrics.state is TurnState.STOPPED:
+        if self.err_tty or metrics.state is TurnState.STOPPED:
             self._line(metrics.render())
 
     # -- plumbing -------------------------------------------------------------------------------
@@ -170,9 +175,10 @@ async def run_oneshot(rt: Runtime, session: Session, prompt: str) -> int:
     Cancellation:
         Ctrl-C (SIGINT) stops the turn (a second one kills running tools); the turn ends ``stopped``
         and its metrics line is printed before 130 is returned. SIGTERM and SIGHUP stop it and kill
-        its tools at once; 128 + the signal number is returned. A signal while the question still
-        waits for a locked database ends that wait: nothing is stored or asked, one line says so,
-        and 128 + the signal number is returned.
+        its tools at once; 128 + the signal number is returned. A signal before the question is
+        stored (while the runtime starts, or while the question waits for a locked database) ends
+        the chat there: nothing is stored or asked, :data:`NOT_ASKED` says so, and 128 + the signal
+        number is returned.
     """
     sink = PlainSink(sys.stdout, sys.stderr, err_tty=sys.stderr.isatty())
     stops = _Controls(rt, session.id)
@@ -181,22 +187,28 @@ async def run_oneshot(rt: Runtime, session: Session, prompt: str) -> int:
     follower = Follower(
         rt.hub, rt.gateway, session.id, sink, on_event=stops.on_event, live_answer=live
     )
+    # Until the question is stored a signal cancels this scope (entered or not yet), so that the
+    # question is never posted after a Ctrl-C that came while the runtime was starting.
+    stops.posting = trio.CancelScope()
     async with trio.open_nursery() as nursery:
+        stops.nursery = nursery
+        await nursery.start(stops.watch_signals)  # first: Ctrl-C from here on is ours to handle
         await nursery.start(follower.run)
         await nursery.start(rt.serve)
-        stops.nursery = nursery
-        await nursery.start(stops.watch_signals)
         mine: Message | None = None
-        with trio.CancelScope() as stops.posting:  # a signal while a locked database is waited for
+        with stops.posting:
             stops.apply()
             mine = await rt.gateway.post(user_text(session.id, prompt))
         stops.posting = None
+        if mine is not None and stops.hint is not None:  # a signal while the post completed
+            print(stops.hint, file=sys.stderr, flush=True)
         if mine is not None:  # the turn that answers `mine` is rooted on it or on a later message
             await follower.wait_ended(mine.id)
         nursery.cancel_scope.cancel()
     if mine is None:
-        print("kesoku: stopped before the question was stored; nothing was asked", file=sys.stderr)
+        print(NOT_ASKED, file=sys.stderr)
         return 128 + (stops.terminated or signal.SIGINT)
+    sink.system(f"continue with: kesoku chat --session {session.id}")
     assert sink.metrics is not None
     if stops.terminated is not None and sink.metrics.state is TurnState.STOPPED:
         return 128 + stops.terminated
@@ -220,7 +232,9 @@ class _Controls:
         """The number of the SIGTERM or SIGHUP that stopped the turn, if one did."""
         self.nursery: trio.Nursery | None = None
         self.posting: trio.CancelScope | None = None
-        """The post of the question while it waits for the database (a signal cancels it)."""
+        """Until the question is stored: the scope of its post (a signal cancels it)."""
+        self.hint: str | None = None
+        """What the last signal does, kept while the question may still not be stored."""
 
     def apply(self) -> None:
         if self.count and self.posting is not None:
@@ -261,6 +275,8 @@ class _Controls:
                     self.count = max(self.count, 2)
                     self.terminated = signum
                     hint = f"{signal.Signals(signum).name}: stopping the turn and killing its tools"
-                if self.posting is None:  # else the question was not stored: run_oneshot says so
+                if self.posting is None:
                     print(hint, file=sys.stderr, flush=True)
+                else:  # said once the post ends, if it stored the question (else NOT_ASKED is)
+                    self.hint = hint
                 self.apply()

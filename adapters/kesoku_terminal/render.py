@@ -7,6 +7,7 @@ go (stdout/stderr vs the scrollback above the prompt) and how they are styled.
 from __future__ import annotations
 
 from kesoku.vocab.model import Message, Outcome
+from kesoku.vocab.text import plural
 
 TOOL_ICON = "🛠"
 RESULT_ICON = "📥"
@@ -49,7 +50,7 @@ def tool_result_line(result: Message) -> str:
     first = lines[0] if lines else "(no output)"
     if len(first) > SUMMARY_MAX_CHARS:
         first = first[: SUMMARY_MAX_CHARS - 1] + "…"
-    more = f" (+{len(lines) - 1} lines)" if len(lines) > 1 else ""
+    more = f" (+{plural(len(lines) - 1, 'line')})" if len(lines) > 1 else ""
     return f"{RESULT_ICON} {name} · {outcome.value} · {first}{more}"
 
 

@@ -30,10 +30,8 @@ def open_session(gateway: Gateway, session_id: str | None) -> Session:
         session = gateway.open_session(INTERACTIVE_ADAPTER, f"tty-{uuid.uuid4().hex}")
         try:
             return hold(gateway, session)
-        except OperatorError:  # nothing was said in it: leave no empty "untitled" session behind
-            gateway.store.delete_session(session.id)
-            with contextlib.suppress(OSError):
-                os.rmdir(session.workspace)
+        except BaseException:  # refused, or Ctrl-C: nothing was said in it
+            discard_if_empty(gateway, session)
             raise
     from kesoku.vocab.errors import AmbiguousSessionError, UnknownSessionError
 
@@ -52,6 +50,33 @@ def open_session(gateway: Gateway, session_id: str | None) -> Session:
         )
     make_workspace(session.workspace)
     return hold(gateway, session)
+
+
+def discard_if_empty(gateway: Gateway, session: Session) -> bool:
+    """Delete a session this process opened if nothing was ever said in it.
+
+    A chat left before its first message (Ctrl-C while it starts, Ctrl-D, ``/new``) would
+    otherwise leave an empty "untitled" session in every list. A session that holds any message
+    (another process may post into it) or that a schedule names is kept, and so is a workspace
+    folder someone put files in.
+
+    Args:
+        gateway: The gateway of the session's database.
+        session: A session this process created (never one it was asked to continue).
+
+    Returns:
+        True when the session was deleted (or was already gone).
+    """
+    store = gateway.store
+    # count_turns first: a long conversation is kept without reading its history.
+    if store.count_turns(session.id) or store.history(session.id) or gateway.schedules_of(session):
+        return False
+    # Two statements, not one transaction: what posts into a terminal session is the process
+    # holding it (this one, done posting) or a schedule that names it (checked above).
+    store.delete_session(session.id)
+    with contextlib.suppress(OSError):  # rmdir, not rmtree: only an empty folder goes
+        os.rmdir(session.workspace)
+    return True
 
 
 def hold(gateway: Gateway, session: Session) -> Session:

@@ -23,6 +23,16 @@ SUMMARY = "Kesoku: a self-hosted autonomous agent on Discord, Google Chat and th
 COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("chat", "kesoku.cli.chat_cmd:chat", 'Talk to the agent, or ask once: kesoku chat "question"'),
     ("config", "", "Check kesoku.toml and print its JSON Schema."),
+    (
+        "doctor",
+        "kesoku.cli.doctor_cmd:doctor",
+        "Check the whole setup: what works, what does not, and each fix.",
+    ),
+    (
+        "init",
+        "kesoku.cli.init_cmd:init",
+        "Set Kesoku up: model, Discord, Google Chat, sandbox; each answer checked live.",
+    ),
     ("mcp", "", "List the MCP servers: whether each connects, its tools and prompts."),
     ("service", "kesoku.cli.service_cmd:service_app", "Install and control the systemd service."),
     ("sessions", "", "List, show, fork, export (JSON lines) and clear sessions."),
@@ -107,6 +117,9 @@ def main(argv: list[str] | None = None) -> None:
 
     A reader that closes stdout early (``kesoku config schema | head -c 600``) ends the command
     quietly with 141, as a shell reports a writer whose reader left, whichever command was writing.
+    Ctrl-C before a command listens for it (while Python imports it, parses, opens the database)
+    ends it quietly with 130, as a shell reports SIGINT; a command that listens says what it
+    stopped.
 
     Args:
         argv: Arguments without the program name; ``sys.argv[1:]`` when None.
@@ -116,8 +129,12 @@ def main(argv: list[str] | None = None) -> None:
             _run(sys.argv[1:] if argv is None else argv)
         finally:
             sys.stdout.flush()  # output still buffered meets the closed pipe here, not at exit
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None  # 128 + SIGINT
     except (BrokenPipeError, BaseExceptionGroup) as exc:  # trio.run wraps a chat's in a group
-        if not _broken_pipe(exc):
+        if _only(exc, KeyboardInterrupt):
+            raise SystemExit(130) from None
+        if not _only(exc, BrokenPipeError):
             raise
         # The recipe of Python's signal docs: Python would report the pipe again when it flushes
         # stdout at exit, so point stdout at /dev/null first.
@@ -126,10 +143,11 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(141) from None  # 128 + SIGPIPE
 
 
-def _broken_pipe(exc: BaseException) -> bool:
+def _only(exc: BaseException, kind: type[BaseException]) -> bool:
+    """``exc`` is a ``kind``, or a group holding nothing else."""
     if isinstance(exc, BaseExceptionGroup):
-        return all(_broken_pipe(e) for e in exc.exceptions)
-    return isinstance(exc, BrokenPipeError)
+        return all(_only(e, kind) for e in exc.exceptions)
+    return isinstance(exc, kind)
 
 
 def _run(args: list[str]) -> None:

@@ -24,8 +24,9 @@ def chat(
 ) -> None:
     """Talk to the agent in the terminal, or ask one question.
 
-    With PROMPT: the answer streams to stdout; thoughts and tool activity go to stderr; exit 0, or 1
-    with one line on stderr when the turn fails, 2 when the config or the database cannot be used (a
+    With PROMPT: the answer streams to stdout; thoughts and tool activity go to stderr, and last
+    the line to go on with (`continue with: kesoku chat --session ID`); exit 0, or 1 with one line
+    on stderr saying why when the turn fails, 2 when the config or the database cannot be used (a
     database locked past its busy timeout), or 130 after Ctrl-C. Piped stdin is appended to the
     prompt: `git diff | kesoku chat "review this"`. Without PROMPT on a terminal: an interactive
     conversation (/help lists its commands). The whole runtime runs in this process; a daemon on the

@@ -22,6 +22,7 @@ import msgspec
 from cyclopts import Parameter
 
 from kesoku.vocab.errors import OperatorError
+from kesoku.vocab.text import plural
 
 if TYPE_CHECKING:
     from kesoku.config.settings import Config
@@ -30,8 +31,30 @@ if TYPE_CHECKING:
     from kesoku.vocab.model import Message, Session
 
 ConfigOption = Annotated[Path | None, Parameter(name=["--config", "-c"])]
+NO_SESSIONS = 'no sessions yet; start one with: kesoku chat "your question" (or just kesoku chat)'
+"""What ``list`` says before the first session, with how to start one."""
 CONTENT_WIDTH = 80
 """Characters of a message shown on its line by ``show``."""
+
+
+def no_database(config: Path | None) -> Path | None:
+    """Where the config's database would be, when nothing has been stored yet; None once it exists.
+
+    What the read-only listings (``kesoku sessions list``, ``kesoku schedule list``, ``kesoku
+    usage``) check first: before anything was stored they say there is nothing yet and exit 0,
+    without making an empty database.
+
+    Args:
+        config: The TOML file (None: the default lookup).
+
+    Raises:
+        OperatorError: A bad config.
+    """
+    from kesoku.config.settings import default_config_path, load_config
+
+    cfg = load_config(config if config is not None else default_config_path())
+    path = Path(cfg.workspace.db_path)
+    return None if path.exists() else path
 
 
 @contextmanager
@@ -130,21 +153,25 @@ def list_sessions(
         adapter: Only this adapter's sessions (terminal, discord, gchat).
         config: The TOML file. Default: $KESOKU_CONFIG, else ./kesoku.toml, else built-in defaults.
     """
-    with open_store(config) as (_, store):
-        sessions = store.list_sessions(adapter=adapter)
-        if not sessions:
-            print("no sessions")
-            return
-        rows = [("ID", "CREATED", "ADAPTER", "TURNS", "TITLE")]
-        for s in sessions:
-            title = (s.title or "untitled") + (f" (fork of {s.parent_id})" if s.parent_id else "")
-            rows.append((s.id, _when(s.created_at), s.adapter, str(store.count_turns(s.id)), title))
-        widths = [max(len(r[i]) for r in rows) for i in range(4)]
-        for r in rows:
-            print(
-                f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  "
-                f"{r[3]:>{widths[3]}}  {r[4]}"
-            )
+    sessions: list[Session] = []
+    turns: dict[str, int] = {}
+    if no_database(config) is None:
+        with open_store(config) as (_, store):
+            sessions = store.list_sessions(adapter=adapter)
+            turns = {s.id: store.count_turns(s.id) for s in sessions}
+    if not sessions:
+        print(NO_SESSIONS if adapter is None else f"no {adapter} sessions yet")
+        return
+    rows = [("ID", "CREATED", "ADAPTER", "TURNS", "TITLE")]
+    for s in sessions:
+        title = (s.title or "untitled") + (f" (fork of {s.parent_id})" if s.parent_id else "")
+        rows.append((s.id, _when(s.created_at), s.adapter, str(turns[s.id]), title))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for r in rows:
+        print(
+            f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  "
+            f"{r[3]:>{widths[3]}}  {r[4]}"
+        )
 
 
 def show(
@@ -177,7 +204,7 @@ def show(
             ("workspace", s.workspace),
             ("llm", s.llm or "default (agent.llm)"),
             ("forked from", s.parent_id or ""),
-            ("turns", f"{calls} · {len(history)} messages"),
+            ("turns", f"{calls} · {plural(len(history), 'message')}"),
             ("tokens", tokens),
             ("spend", cost.removeprefix("cost: ")),
             *(("cap", line.removeprefix("cap ")) for line in caps),
@@ -186,7 +213,8 @@ def show(
                 print(f"{key + ':':<13}{value}")
         shown = history[-limit:] if limit > 0 else history
         if len(shown) < len(history):
-            print(f"\n… {len(history) - len(shown)} earlier messages (--limit 0 shows all)")
+            earlier = plural(len(history) - len(shown), "earlier message")
+            print(f"\n… {earlier} (--limit 0 shows all)")
         print()
         for m in shown:
             print(_message_line(m))
@@ -212,7 +240,15 @@ def clear(session_id: str, /, *, config: ConfigOption = None) -> None:
             )
         store.delete_session(s.id)
         shutil.rmtree(s.workspace, ignore_errors=True)
-        print(f"deleted session {s.id} ({len(history)} messages and its workspace {s.workspace})")
+        what = plural(len(history), "message")
+        print(f"deleted session {s.id} ({what} and its workspace {s.workspace})")
+        orphans = [x.name for x in store.list_schedules() if x.target == f"session:{s.id}"]
+        if orphans:
+            print(
+                f"schedule(s) {', '.join(orphans)} still target it and will not run: "
+                "kesoku schedule remove NAME, or add it again with another target",
+                file=sys.stderr,
+            )
 
 
 def fork(
@@ -253,7 +289,7 @@ def fork(
         Path(new.workspace).mkdir(parents=True, exist_ok=True)
         count = len(store.history(new.id))
         print(
-            f"forked {s.id} into {new.id} ({count} messages); "
+            f"forked {s.id} into {new.id} ({plural(count, 'message')}); "
             f"continue it: kesoku chat --session {new.id}"
         )
 
@@ -289,7 +325,8 @@ def export(
         sys.stdout.buffer.flush()
     else:
         write_output(output, data, gates)
-        print(f"wrote {len(lines) - 1} messages of session {s.id} to {output}", file=sys.stderr)
+        what = plural(len(lines) - 1, "message")
+        print(f"wrote {what} of session {s.id} to {output}", file=sys.stderr)
 
 
 def _when(ts: float) -> str:

@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING, Annotated
 
 from cyclopts import Parameter
 
-from kesoku.cli.sessions_cmd import ConfigOption, open_store
+from kesoku.cli.sessions_cmd import ConfigOption, no_database, open_store
 from kesoku.observe.spend import Budget, day_bounds, usd
 from kesoku.observe.usage import cap_lines
 from kesoku.vocab.errors import OperatorError
+from kesoku.vocab.text import plural
 
 if TYPE_CHECKING:
     from kesoku.vocab.spend import SpendTotals
@@ -39,18 +40,14 @@ def usage(
         top: Sessions shown, the most expensive first.
         config: The TOML file. Default: $KESOKU_CONFIG, else ./kesoku.toml, else built-in defaults.
     """
-    from pathlib import Path
-
-    from kesoku.config.settings import default_config_path, load_config
-
     if not 1 <= days <= MAX_DAYS:
         raise OperatorError(f"usage: --days {days}: from 1 to {MAX_DAYS}")
     if top < 0:
         raise OperatorError(f"usage: --top {top}: 0 or more")
 
-    cfg = load_config(config if config is not None else default_config_path())
-    if not Path(cfg.workspace.db_path).exists():
-        print(f"no model calls yet (no database at {cfg.workspace.db_path})")
+    missing = no_database(config)
+    if missing is not None:
+        print(f"no model calls yet (no database at {missing})")
         return
     with open_store(config) as (cfg, store):
         budget = Budget.from_config(cfg, store)
@@ -60,7 +57,7 @@ def usage(
         if not total.calls:
             print(f"no model calls since {first} (kesoku usage --days N looks further back)")
         else:
-            print(f"since {first}: {total.calls} model calls, {_cost(total)}")
+            print(f"since {first}: {plural(total.calls, 'model call')}, {_cost(total)}")
             _table("DAY", store.spend_breakdown("day", since=start))
             sessions = store.spend_breakdown("session_id", since=start)
             titles = {s.id: s.title or "untitled" for s in store.list_sessions()}
@@ -69,7 +66,7 @@ def usage(
             ]
             _table("SESSION", named[:top])
             if len(named) > top:
-                print(f"  … and {len(named) - top} more sessions (--top)")
+                print(f"  … and {plural(len(named) - top, 'more session')} (--top)")
             models = store.spend_breakdown("model", since=start)
             _table("MODEL", [(m or "unknown (before the ledger)", t) for m, t in models])
         lines = cap_lines(budget.day_status())
@@ -79,7 +76,7 @@ def usage(
 def _cost(totals: SpendTotals) -> str:
     text = usd(totals.usd)
     if totals.unpriced_calls:
-        text += f" + {totals.unpriced_calls} calls without a price"
+        text += f" + {plural(totals.unpriced_calls, 'call')} without a price"
     return text
 
 

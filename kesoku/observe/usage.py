@@ -17,6 +17,7 @@ import msgspec
 from kesoku.observe.spend import usd
 from kesoku.vocab.ir import ToolSpec
 from kesoku.vocab.model import Message, Session
+from kesoku.vocab.text import plural
 from kesoku.vocab.transcript import to_turns
 from kesoku.vocab.view import ViewState, archive_start
 from kesoku.vocab.view import key as view_key
@@ -41,9 +42,8 @@ def usage_lines(budget: Budget, session: Session, *, turns: int) -> list[str]:
     """
     store = budget.store
     t = store.spend_totals(session_id=session.id)
-    turn_word = "turn" if turns == 1 else "turns"
     lines = [
-        f"{turns} {turn_word} · {t.calls} model calls",
+        f"{plural(turns, 'turn')} · {plural(t.calls, 'model call')}",
         f"input {t.input_tokens:,} tokens ({t.cached_tokens:,} read from cache, "
         f"{t.cache_write_tokens:,} written to it) · "
         f"output {t.output_tokens:,} tokens ({t.thinking_tokens:,} thinking)",
@@ -56,7 +56,7 @@ def usage_lines(budget: Budget, session: Session, *, turns: int) -> list[str]:
             if sums.unpriced_calls
         ]
         cost += (
-            f" + {t.unpriced_calls} calls without a price ({', '.join(models)}); "
+            f" + {plural(t.unpriced_calls, 'call')} without a price ({', '.join(models)}); "
             'add [pricing.models."<model>"] to kesoku.toml'
         )
     lines.append(cost)
@@ -129,20 +129,23 @@ def context_parts(
     evicted = sum(1 for m, s in zip(history[start:], sent, strict=True) if s is not m)
     turns = to_turns(sent)
     head = view.head_text() if view is not None else None
-    detail = f"{len(sent)} of {len(history)} messages in {len(turns)} request turns"
+    detail = (
+        f"{len(sent):,} of {plural(len(history), 'message')} in "
+        f"{plural(len(turns), 'request turn')}"
+    )
     if evicted:
-        detail += f", {evicted} tool results evicted"
+        detail += f", {plural(evicted, 'tool result')} evicted"
     archives = "none (nothing compacted)"
     if view is not None and view.archives:
         archives = (
-            f"{len(view.archives)} archives of turns "
+            f"{plural(len(view.archives), 'archive')} of turns "
             f"{view.archives[0].first_turn}–{view.archives[-1].last_turn}"
         )
     elif head:
         archives = "files and dropped turns of the compacted part"
     return [
-        ContextPart("system prompt", len(system), f"{system.count(chr(10)) + 1} lines"),
-        ContextPart("tools", len(encode(list(tools))), f"{len(tools)} tools"),
+        ContextPart("system prompt", len(system), plural(system.count(chr(10)) + 1, "line")),
+        ContextPart("tools", len(encode(list(tools))), plural(len(tools), "tool")),
         ContextPart("history", len(encode(turns)), detail),
         ContextPart("archives", len(head or ""), archives),
     ]

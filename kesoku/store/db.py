@@ -166,5 +166,8 @@ def _migrate(conn: apsw.Connection, where: str) -> None:
                 conn.execute(f"PRAGMA user_version = {step.version:d}")
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            # An interrupted statement (Ctrl-C while a new database is made) may have ended the
+            # transaction already: a ROLLBACK then fails and hides why.
+            if not conn.getautocommit():
+                conn.execute("ROLLBACK")
             raise

@@ -86,7 +86,11 @@ class Compacted(msgspec.Struct, frozen=True, tag="compacted"):
     reason: str
 
     def render(self) -> str:
-        """One line for a chat: what was compacted and the estimated tokens before and after."""
+        """One line for a chat: what was compacted and the estimated tokens before and after.
+
+        A view that saves nothing (old tool results already shorter than the stubs that would stand
+        in for them) is said to, with what the next request holds.
+        """
         view = self.view
         if view is None:
             # The current turn is never compacted: a long one (a big paste, many tool rounds) can
@@ -96,9 +100,15 @@ class Compacted(msgspec.Struct, frozen=True, tag="compacted"):
                 "nothing before the current turn is left to shorten"
                 " (earlier turns are few, or compacted already)"
             )
+        before, after = view.tokens_before, view.tokens_after
+        if after >= before:
+            was = f" (~{before:,} before)" if after > before else ""
+            return (
+                f"🗜 nothing saved by compacting ({self.reason}): "
+                f"the next request holds ~{after:,} tokens{was}"
+            )
         stages = ", ".join(_STAGES[s] for s in view.stages)
-        tokens = f"{view.tokens_before / 1000:.1f}K → {view.tokens_after / 1000:.1f}K tokens"
-        return f"🗜 compacted ({self.reason}): {tokens}; {stages}"
+        return f"🗜 compacted ({self.reason}): ~{before:,} → ~{after:,} tokens; {stages}"
 
 
 TurnEvent = (

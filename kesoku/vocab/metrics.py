@@ -92,5 +92,8 @@ class TurnMetrics(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def _k(tokens: int) -> str:
-    """Tokens in integer K (the seed's unit), rounding up so a small non-zero count reads 1K."""
-    return f"{-(-tokens // 1000)}K"
+    """Tokens in integer K (the seed's unit), rounding up; below 1,000 the count itself.
+
+    ``0K`` would read as "some", ``1K`` for 40 tokens as 25 times more.
+    """
+    return str(tokens) if tokens < 1000 else f"{-(-tokens // 1000)}K"

@@ -17,6 +17,8 @@ description, the system prompt, every message and session the store writes
 (:class:`kesoku.vocab.errors.BackendError`). Bytes are decoded with ``errors="replace"`` where they
 are read (tool output, files, piped input). Text that is already valid, nearly all of it, is
 returned as the same object after one check.
+
+:func:`plural` is the one way a message puts a count before its noun (``1 turn``, ``2 turns``).
 """
 
 from __future__ import annotations
@@ -125,4 +127,18 @@ def decode_json(data: str | bytes) -> Any:
     return valid_data(value)
 
 
-__all__ = ["REPLACEMENT", "decode_json", "valid_data", "valid_text"]
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """A count and its noun, singular or plural: ``1 turn``, ``0 turns``, ``1,204 model calls``.
+
+    Args:
+        count: How many.
+        noun: The singular (``turn``, ``model call``).
+        nouns: The plural when it is not ``noun + "s"`` (``archives of turns``…).
+
+    Returns:
+        The count with thousands separators, a space, then the word that agrees with it.
+    """
+    return f"{count:,} {noun if count == 1 else nouns or noun + 's'}"
+
+
+__all__ = ["REPLACEMENT", "decode_json", "plural", "valid_data", "valid_text"]
