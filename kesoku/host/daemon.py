@@ -242,9 +242,8 @@ class Daemon:
             e.name
             for e in self.entries or ()
             # None: no [name] enabled key, an adapter that decides itself (not the terminal's).
-            if section_enabled(e.name, self.config) or (
-                section_enabled(e.name, self.config) is None and e.name != "terminal"
-            )
+            if section_enabled(e.name, self.config)
+            or (section_enabled(e.name, self.config) is None and e.name != "terminal")
         ]
         if chats:
             return f"chat adapters {', '.join(chats)}; waiting for messages"

@@ -451,7 +451,6 @@ def make_folders(paths: Sequence[Path], *, owner: str | None = None) -> list[Pat
     return made
 
 
-
 def _call(systemctl: str, scope: Scope, *args: str, check: bool = True) -> None:
     argv = [systemctl, *scope.flags, *args]
     try:
@@ -491,8 +490,6 @@ def _word(text: str) -> str:
 def _exec_arg(arg: str) -> str:
     """One ExecStart argument; ``$`` would expand a variable there, so a literal one is ``$$``."""
     return _word(arg.replace("$", "$$"))
-
-
 
 
 def _first_line(text: str) -> str:
