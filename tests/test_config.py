@@ -73,6 +73,32 @@ def test_post_init_errors_come_back_from_msgspec_with_the_section_path() -> None
         msgspec.convert({"shell": {"blocklist_patterns": ["("]}}, Config)
 
 
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("http://[::1", "'http://[::1' is not a URL (Invalid IPv6 URL)"),
+        ("http://127.0.0.1:99999/v1", "is not a URL (Port out of range 0-65535)"),
+        ("not a url", "'not a url': expected an http:// or https:// URL with a host"),
+        ("ftp://x/v1", "'ftp://x/v1': expected an http:// or https:// URL with a host"),
+    ],
+)
+def test_an_endpoint_a_model_sdk_would_choke_on_is_refused_in_one_line(
+    tmp_path: Path, url: str, problem: str
+) -> None:
+    path = tmp_path / "kesoku.toml"
+    path.write_text(f'[openai]\nbase_url = "{url}"\n')
+    with pytest.raises(ConfigError, match=re.escape(problem)) as caught:
+        load_config(path, env={})
+    assert str(caught.value).startswith(f"{path}:2: openai.base_url: ")
+    empty = tmp_path / "empty.toml"
+    empty.write_text("")
+    with pytest.raises(ConfigError, match=re.escape(problem)) as caught:
+        load_config(empty, env={"OPENAI_BASE_URL": url})
+    assert str(caught.value).startswith("$OPENAI_BASE_URL (for openai.base_url): ")
+    ok = load_config(empty, env={"OPENAI_BASE_URL": "http://127.0.0.1:11434/v1"})
+    assert ok.openai.base_url == "http://127.0.0.1:11434/v1"
+
+
 def test_claude_auth_mode_is_vertex_only_with_a_project_and_no_key() -> None:
     assert ClaudeConfig().resolved_auth_mode == "api_key"
     assert ClaudeConfig(project_id="p").resolved_auth_mode == "vertex"

@@ -16,6 +16,7 @@ import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -152,6 +153,9 @@ class GeminiConfig(_Section, frozen=True, kw_only=True):
         "medium"
     )
     base_url: Annotated[str | None, _doc("Override of the API endpoint (proxies, tests).")] = None
+
+    def __post_init__(self) -> None:
+        _check_url("base_url", self.base_url)
     context_caching_threshold: Annotated[
         int, _doc("Cache prompts from this many tokens.", gt=0)
     ] = 4096
@@ -179,6 +183,9 @@ class ClaudeConfig(_Section, frozen=True, kw_only=True):
         int, _doc("Output tokens of one call, thinking included.", gt=0)
     ] = 16384
     base_url: Annotated[str | None, _doc("Override of the API endpoint (proxies, tests).")] = None
+
+    def __post_init__(self) -> None:
+        _check_url("base_url", self.base_url)
     context_caching_threshold: Annotated[
         int, _doc("Cache prompts from this many tokens.", gt=0)
     ] = 1024
@@ -199,6 +206,9 @@ class OpenAIConfig(_Section, frozen=True, kw_only=True):
     api_key: Annotated[Secret | None, _doc("API key; else OPENAI_API_KEY.")] = None
     base_url: Annotated[str | None, _doc("Server URL (Ollama: http://localhost:11434/v1).")] = None
     timeout_s: Annotated[Seconds, _doc("Timeout of one request, and of a stalled stream.")] = 120.0
+
+    def __post_init__(self) -> None:
+        _check_url("base_url", self.base_url)
 
 
 class LocalConfig(_Section, frozen=True, kw_only=True):
@@ -285,6 +295,19 @@ class CapOverrides(_Section, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         _finite_usd(self)
+
+
+def _check_url(key: str, url: str | None) -> None:
+    # An endpoint a model SDK would choke on (a traceback at the first call) is refused here.
+    if url is None:
+        return
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port out of range or not a number
+    except ValueError as exc:
+        raise _invalid(key, f"{url!r} is not a URL ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise _invalid(key, f"{url!r}: expected an http:// or https:// URL with a host")
 
 
 def _finite_usd(caps: BudgetConfig | CapOverrides) -> None:
@@ -795,9 +818,12 @@ def _resolve_paths(cfg: Config, base: Path) -> Config:
 
 def _apply_env(cfg: Config, data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
     for section, key, names in _ENV_FALLBACKS:
-        value = next((env[n] for n in names if env.get(n)), None)
-        if value is not None and key not in data.get(section, {}):
-            cfg = _replace(cfg, section, key, value)
+        name = next((n for n in names if env.get(n)), None)
+        if name is not None and key not in data.get(section, {}):
+            try:
+                cfg = _replace(cfg, section, key, env[name])
+            except ValueError as exc:  # a check of the section's (__post_init__)
+                raise ConfigError(f"${name} (for {section}.{key}): {exc}") from None
     return cfg
 
 
