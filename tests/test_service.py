@@ -558,6 +558,7 @@ def test_every_key_the_readme_names_is_carried_and_secrets_stay_in_the_private_f
 ) -> None:
     log = tmp_path / "calls.log"
     values = {name: f"value-of-{name.lower()}" for name in KEY_VARIABLES}
+    values["OPENAI_BASE_URL"] = "http://127.0.0.1:11434/value-of-openai_base_url"  # a URL: checked
     env: dict[str, Any] = {"FAKE_LOG": str(log), **values}  # Any: kesoku()'s prefix= is a tuple
     result = kesoku("install", "-c", str(config), home=home, path=f"{fake_bin}:/usr/bin:/bin",
                     **env)  # fmt: skip
