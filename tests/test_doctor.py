@@ -252,7 +252,7 @@ async def test_no_call_calls_no_model_and_a_missing_systemd_is_a_fact(setup: Set
     assert fake.bodies == []
     assert all(f.check.ok for f in findings), [f.lines() for f in findings]
     lines = {f.check.what: (f.mark, f.check.detail) for f in findings}
-    assert lines["model openai"] == ("--", "not called (--no-call)")
+    assert lines["model openai/gpt-5-mini"] == ("--", "not called (--no-call)")
     assert lines["keys"][0] == "--"
     assert lines["keys file"] == ("--", f"none at {setup.keys}")
     assert lines["database"] == (
@@ -342,6 +342,16 @@ async def test_a_section_that_breaks_or_hangs_is_one_failed_line(autojump_clock:
     )
 
 
+async def test_no_call_still_fails_a_chosen_backend_without_its_key(setup: Setup) -> None:
+    setup.config.write_text('[agent]\nllm = "claude"\n')
+    code, out, _ = await setup.kesoku(
+        "doctor", "-c", str(setup.config), "--no-call", "--json", PATH="/usr/bin:/bin"
+    )
+    model = next(row for row in json.loads(out) if row["what"].startswith("model claude"))
+    assert (code, model["mark"]) == (1, "FAIL"), model
+    assert "ANTHROPIC_API_KEY" in model["detail"] + model["fix"], model
+
+
 async def test_json_lists_every_finding_with_its_mark(setup: Setup) -> None:
     setup.config.write_text('[agent]\nllm = "local"\n[sandbox]\nmode = "off"\n')
     code, out, err = await setup.kesoku(
@@ -353,7 +363,7 @@ async def test_json_lists_every_finding_with_its_mark(setup: Setup) -> None:
         "config",
         "keys file",
         "keys",
-        "model local",
+        "model local/SmolLM2-135M-Instruct",
         "adapters",
         "MCP servers",
         "sandbox",

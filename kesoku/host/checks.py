@@ -105,7 +105,9 @@ def _model_label(cfg: Config, backend: str) -> str:
     return f"{backend}/{model}" if model else backend
 
 
-async def check_model(cfg: Config, name: str | None = None, *, timeout_s: float = 30.0) -> Check:
+async def check_model(
+    cfg: Config, name: str | None = None, *, timeout_s: float = 30.0, call: bool = True
+) -> Check:
     """Make one small real call to the backend the config names, and say how it went.
 
     The backend is built as every command builds it (:func:`~kesoku.llm.factory.create_llm`, in a
@@ -118,6 +120,7 @@ async def check_model(cfg: Config, name: str | None = None, *, timeout_s: float 
         cfg: The loaded config (its keys already filled from the environment).
         name: The backend to check; None: ``agent.llm``, else the default the keys pick.
         timeout_s: Longest wait for the backend to be built and to answer, in seconds.
+        call: False: only build it (a missing key or extra still fails), with no request.
 
     Returns:
         ``ok`` with "answered in 0.8 s"; not ``ok`` with the provider's message (masked) and what
@@ -137,6 +140,8 @@ async def check_model(cfg: Config, name: str | None = None, *, timeout_s: float 
     try:
         with trio.fail_after(timeout_s):
             llm = await trio.to_thread.run_sync(create_llm, backend, alone)
+            if not call:
+                return Check(ok=True, what=what, detail="not called (--no-call)")
             llm.max_retries = 0  # a check says what is, now; a retry would only wait longer
             llm.stall_timeout_s = timeout_s
             await _answer(llm)

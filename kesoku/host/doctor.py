@@ -314,17 +314,22 @@ async def model_findings(cfg: Config, *, call: bool, timeout_s: float) -> list[F
         )
         findings.append(fact("backend", f"{name}: {reason}", hint))
     names = backends(cfg)
-    if not call:
-        return [*findings, *(fact(f"model {n}", "not called (--no-call)") for n in names)]
     results: dict[str, Check] = {}
 
     async def one(name: str) -> None:
-        results[name] = await check_model(cfg, name, timeout_s=timeout_s)
+        results[name] = await check_model(cfg, name, timeout_s=timeout_s, call=call)
 
     async with trio.open_nursery() as nursery:
         for name in names:
             nursery.start_soon(one, name)
-    return [*findings, *(Finding(results[n]) for n in names)]
+    # Not called, a backend that builds proves only its key and extra are there: neither ok nor not
+    return [
+        *findings,
+        *(
+            Finding(r) if call or not r.ok else fact(r.what, r.detail)
+            for r in (results[n] for n in names)
+        ),
+    ]
 
 
 # -- chat adapters ------------------------------------------------------------------------------
