@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -329,6 +330,28 @@ def test_default_path_is_local_kesoku_toml_then_nothing(
     write(tmp_path, '[agent]\nllm = "openai"\n')
     assert default_config_path({}) == Path("kesoku.toml")
     assert load_config(env={}).agent.llm == "openai"
+
+
+@pytest.mark.parametrize(
+    ("make", "reason"),
+    [
+        (lambda p: p.mkdir(), "is a directory"),
+        (lambda p: p.symlink_to("gone.toml"), "no such file"),
+        (lambda p: os.mkfifo(p), "not a regular file"),
+    ],
+    ids=["folder", "broken-link", "fifo"],
+)
+def test_a_local_kesoku_toml_that_is_no_file_is_reported_not_ignored(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    make: Callable[[Path], object],
+    reason: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    make(tmp_path / "kesoku.toml")
+    assert default_config_path({}) == Path("kesoku.toml")
+    with pytest.raises(ConfigError, match=f"^kesoku.toml: {reason}"):
+        load_config(env={})
 
 
 # --- paths ----------------------------------------------------------------------------------------

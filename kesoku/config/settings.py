@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import stat
 import tomllib
 import typing
 from collections.abc import Mapping
@@ -658,13 +659,14 @@ def default_config_path(env: Mapping[str, str] | None = None) -> Path | None:
 
     Returns:
         ``$KESOKU_CONFIG`` when set (even if it does not exist, so a typo is reported), else
-        ``./kesoku.toml`` when it exists, else None (all defaults).
+        ``./kesoku.toml`` when anything has that name (a folder, a broken link: loading it then
+        says what is wrong), else None (all defaults).
     """
     env = os.environ if env is None else env
     if env.get("KESOKU_CONFIG"):
         return Path(env["KESOKU_CONFIG"])
     local = Path("kesoku.toml")
-    return local if local.is_file() else None
+    return local if os.path.lexists(local) else None
 
 
 def load_config(
@@ -774,6 +776,9 @@ def config_json_schema() -> dict[str, Any]:
 def _read_toml(file: Path) -> tuple[dict[str, Any], str]:
     name = os.fspath(file)
     try:
+        # A FIFO or a device would block the read, or never end it
+        if not stat.S_ISREG(file.stat().st_mode) and not file.is_dir():
+            raise ConfigError(f"{name}: not a regular file, expected a TOML file")
         raw = file.read_bytes()
     except OSError as exc:
         reason = _OS_ERRORS.get(type(exc), f"cannot read: {exc.strerror or exc}")
