@@ -321,6 +321,21 @@ async def test_a_config_that_does_not_load_is_one_line_and_exit_2(setup: Setup) 
     assert line.startswith(f"kesoku: {setup.config}:2: agent.llm")
 
 
+async def test_a_malformed_keys_file_is_a_finding_of_doctor_and_stops_other_commands(
+    setup: Setup,
+) -> None:
+    setup.keys.parent.mkdir(parents=True)
+    write_private(setup.keys, "OPENAI_API_KEY=sk-1\nthis line is no assignment\n")
+    setup.config.write_text('[agent]\nllm = "local"\n')
+    code, out, _ = await setup.kesoku("doctor", "-c", str(setup.config), "--no-call", "--json")
+    keys_file = next(row for row in json.loads(out) if row["what"] == "keys file")
+    assert (code, keys_file["mark"]) == (1, "FAIL"), keys_file
+    assert f"{setup.keys}:2" in keys_file["detail"], keys_file
+    code, out, err = await setup.kesoku("config", "check", "-c", str(setup.config))
+    assert (code, out) == (2, "")
+    assert err.startswith(f"kesoku: {setup.keys}:2"), err
+
+
 async def test_a_section_that_breaks_or_hangs_is_one_failed_line(autojump_clock: object) -> None:
     async def broken() -> list[Finding]:
         raise RuntimeError("a bug\nin two lines")

@@ -158,11 +158,15 @@ def _run(args: list[str]) -> None:
         print(__version__)
         return
     from kesoku.config.envfile import apply_env_file
-    from kesoku.vocab.errors import OperatorError
+    from kesoku.vocab.errors import ConfigError, OperatorError
 
     try:
-        # The keys `kesoku init` stored (~/.config/kesoku/kesoku.env); the shell's own win.
-        apply_env_file()
+        try:
+            # The keys `kesoku init` stored (~/.config/kesoku/kesoku.env); the shell's own win.
+            apply_env_file()
+        except ConfigError:
+            if args[:1] != ["doctor"]:
+                raise  # doctor reports a malformed keys file among its findings
         build_app()(args)
     except OperatorError as exc:
         print(f"kesoku: {exc}", file=sys.stderr)
