@@ -336,6 +336,26 @@ async def test_a_malformed_keys_file_is_a_finding_of_doctor_and_stops_other_comm
     assert err.startswith(f"kesoku: {setup.keys}:2"), err
 
 
+async def test_a_key_in_the_config_that_hides_a_newer_exported_one_is_a_warning(
+    setup: Setup,
+) -> None:
+    setup.config.write_text('[agent]\nllm = "claude"\n[claude]\napi_key = "sk-old"\n')
+    setup.config.chmod(0o600)
+    code, out, _ = await setup.kesoku(
+        "doctor", "-c", str(setup.config), "--no-call", ANTHROPIC_API_KEY="sk-new"
+    )
+    assert code == 0, out
+    warning = "keys: kesoku.toml sets claude.api_key: it is used, not $ANTHROPIC_API_KEY"
+    assert warning in report(out)["warn"], out
+    assert fix_of(out, "keys: kesoku.toml sets") == (
+        f"remove claude.api_key from {setup.config} to use $ANTHROPIC_API_KEY"
+    )
+    _, same, _ = await setup.kesoku(
+        "doctor", "-c", str(setup.config), "--no-call", ANTHROPIC_API_KEY="sk-old"
+    )
+    assert "it is used, not" not in same
+
+
 async def test_a_section_that_breaks_or_hangs_is_one_failed_line(autojump_clock: object) -> None:
     async def broken() -> list[Finding]:
         raise RuntimeError("a bug\nin two lines")

@@ -832,6 +832,28 @@ def _apply_env(cfg: Config, data: Mapping[str, Any], env: Mapping[str, str]) -> 
     return cfg
 
 
+def shadowed_variables(from_file: Config, env: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The secrets a config file sets whose environment variable is set too, to another value.
+
+    The file's value is the one used (a key present in the file wins), which surprises whoever just
+    exported a new key.
+
+    Args:
+        from_file: The config loaded with ``env={}`` (what the file itself holds).
+        env: The environment the commands run with.
+
+    Returns:
+        ``(config key, variable)`` pairs, such as ``("claude.api_key", "ANTHROPIC_API_KEY")``.
+    """
+    pairs = []
+    for section, key, names in _ENV_FALLBACKS:
+        value = getattr(getattr(from_file, section), key)
+        name = next((n for n in names if env.get(n)), None)
+        if key in ("api_key", "bot_token") and value and name and env[name] != str(value):
+            pairs.append((f"{section}.{key}", name))
+    return pairs
+
+
 def _replace(cfg: Config, section: str, key: str, value: object) -> Config:
     part = msgspec.structs.replace(getattr(cfg, section), **{key: value})
     return msgspec.structs.replace(cfg, **{section: part})

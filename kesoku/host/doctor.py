@@ -33,7 +33,13 @@ import trio
 
 from kesoku.config.envfile import KEY_VARIABLES, env_file_path, read_env_file
 from kesoku.config.redact import configured_secrets
-from kesoku.config.settings import Config, McpHttpServer, McpStdioServer, load_config
+from kesoku.config.settings import (
+    Config,
+    McpHttpServer,
+    McpStdioServer,
+    load_config,
+    shadowed_variables,
+)
 from kesoku.host.adapters import AdapterEntry, adapter_entries, is_enabled, section_enabled
 from kesoku.host.build import runtime_gates
 from kesoku.host.checks import (
@@ -228,7 +234,7 @@ def key_findings(config_path: Path | None, env: Mapping[str, str]) -> list[Findi
             found.append(f"{name} (shell, over the keys file's)")
         else:
             found.append(f"{name} (shell)")
-    in_config = _config_secrets(config_path)
+    in_config, shadowed = _config_secrets(config_path, env)
     if config_path is not None:
         found += [f"{kind} ({config_path.name})" for kind in in_config]
     if found:
@@ -236,6 +242,16 @@ def key_findings(config_path: Path | None, env: Mapping[str, str]) -> list[Findi
     else:
         # No hint here: the backend line says what a key would change.
         findings.append(fact("keys", "none in the shell, the keys file or the config"))
+    if shadowed and config_path is not None:
+        keys = ", ".join(key for key, _ in shadowed)
+        variables = ", ".join(f"${name}" for _, name in shadowed)
+        findings.append(
+            ok(
+                "keys",
+                f"{config_path.name} sets {keys}: it is used, not {variables}",
+                f"remove {keys} from {config_path} to use {variables}",
+            )
+        )
     if in_config and config_path is not None:
         mode = _mode(config_path)
         if mode is not None and mode & 0o077:
@@ -271,18 +287,24 @@ def _mode(path: Path) -> int | None:
         return None
 
 
-def _config_secrets(config_path: Path | None) -> list[str]:
-    """The config keys the file itself sets to a secret (``claude.api_key``), sorted."""
+def _config_secrets(
+    config_path: Path | None, env: Mapping[str, str]
+) -> tuple[list[str], list[tuple[str, str]]]:
+    """The config keys the file sets to a secret (``claude.api_key``), and those hiding a variable.
+
+    The second list is :func:`~kesoku.config.settings.shadowed_variables` of ``env``.
+    """
     if config_path is None:
-        return []
+        return [], []
     try:
         # env={}: what the file holds, not the environment's fallbacks.
         from_file = load_config(config_path, env={})
     except ConfigError:
-        return []
+        return [], []
     kinds = configured_secrets(from_file, {}).values()
     # The credentials file's fields are that file's, not the config's.
-    return sorted({kind for kind in kinds if not kind.startswith("gchat.credentials_file")})
+    own = sorted({kind for kind in kinds if not kind.startswith("gchat.credentials_file")})
+    return own, shadowed_variables(from_file, env)
 
 
 # -- model backends -----------------------------------------------------------------------------
