@@ -35,8 +35,15 @@ from kesoku.observe.turnlog_writer import TurnLogWriter
 from kesoku.store import Store
 from kesoku.tools.base import Tool, ToolContext
 from kesoku.vocab.events import TurnEnded
-from kesoku.vocab.ir import LLMEvent, LLMRequest, TextDelta, ToolCallBlock, ToolCallEvent
-from kesoku.vocab.model import user_text
+from kesoku.vocab.ir import (
+    LLMEvent,
+    LLMRequest,
+    TextDelta,
+    ToolCallBlock,
+    ToolCallEvent,
+    UsageEvent,
+)
+from kesoku.vocab.model import Usage, user_text
 
 from _util import median, pct, report
 
@@ -73,7 +80,10 @@ class EndlessLLM(BaseLLM):
 
 
 class LoopLLM(BaseLLM):
-    """Calls the no-op tool ``round_trips`` times, then answers; records when each call starts."""
+    """Calls the no-op tool ``round_trips`` times, then answers; records when each call starts.
+
+    Each call reports its usage, as a real provider does: the loop's calibration runs on it.
+    """
 
     provider = "bench"
 
@@ -85,10 +95,15 @@ class LoopLLM(BaseLLM):
     def _build_native_input(self, request: LLMRequest) -> LLMRequest:
         return request
 
+    async def _discover_window(self) -> int | None:
+        await trio.lowlevel.checkpoint()
+        return 1_000_000  # a long turn fits, as in Gemini's window: compaction is not measured here
+
     async def _call(self, native: LLMRequest) -> AsyncIterator[LLMEvent]:
         self.started.append(time.perf_counter())
         n = len(self.started)
         await trio.lowlevel.checkpoint()
+        yield UsageEvent(Usage(input_tokens=200 + 15 * len(native.turns), output_tokens=20))
         if n <= self.round_trips:
             yield ToolCallEvent(ToolCallBlock(f"call_{n}", "noop", {"n": n}))
         else:

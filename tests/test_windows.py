@@ -9,6 +9,7 @@ Kesoku's estimator). The tools are the real shell tool in the sandbox.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -133,6 +134,25 @@ async def test_a_request_over_the_window_is_not_sent(tmp_path: Path) -> None:
         "context window of 4,000" in notice.content
         and "[compaction.context_windows]" in notice.content
     )
+
+
+async def test_the_providers_count_calibrates_the_next_requests_estimate(tmp_path: Path) -> None:
+    # The provider counts 3x what the estimator says (a dense tokenizer): the next request, under
+    # the window by the estimate alone, is over it by the calibrated one.
+    llm = ScriptedLLM(
+        [{"text": "ok", "usage": {"input_tokens": 9_000, "output_tokens": 1}}, {"text": "never"}],
+        context_window=4000,
+    )
+    async with serve_runtime(tmp_path, llm, compaction=CompactionPolicy(enabled=False)) as h:
+        await h.say("z" * 6_000)  # ~1,500 tokens by the estimate
+        assert (await h.turn_end()).state is TurnState.DONE
+        await h.say("and now?")
+        metrics = await h.turn_end()
+        notice = h.history()[-1]
+    assert metrics.state is TurnState.FAILED and len(llm.requests) == 1
+    assert estimate_request(llm.requests[0]) < 2_000
+    sent = re.match(r"⚠ Not sent: the request would be about ([\d,]+) tokens", notice.content)
+    assert sent is not None and int(sent[1].replace(",", "")) > 3 * 1_500, notice.content
 
 
 async def test_compaction_off_still_never_sends_over_the_window(tmp_path: Path) -> None:

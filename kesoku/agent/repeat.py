@@ -32,9 +32,10 @@ EXCERPT_CHARS = 200
 
 
 class _Seen:
-    __slots__ = ("digest", "excerpt", "outcome", "refused", "runs", "told")
+    __slots__ = ("digest", "epoch", "excerpt", "outcome", "refused", "runs", "told")
 
-    def __init__(self) -> None:
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch  # the guard's epoch these counts belong to (older: they count as reset)
         self.runs = 0  # runs in a row that returned the same text and outcome
         self.digest = b""
         self.outcome = Outcome.COMPLETED
@@ -59,6 +60,9 @@ class RepeatGuard:
         self.max_identical = max_identical
         self.stuck: str | None = None
         self._seen: dict[bytes, _Seen] = {}
+        # Something new resets every call's counts: a new epoch does it in O(1), not by a walk over
+        # every call of the turn (which made a long turn's steps slower and slower).
+        self._epoch = 0
 
     def refusals(self, calls: Sequence[tuple[str, Mapping[str, object]]]) -> list[str | None]:
         """The refusals of one step's calls (name, arguments).
@@ -68,20 +72,30 @@ class RepeatGuard:
         A refusal is remembered: the same call made again in a later step sets :attr:`stuck` (two
         identical calls in one step are both refused, but the model had not been told yet).
         """
-        out = [self._refusal(name, arguments) for name, arguments in calls]
-        for seen in self._seen.values():
-            seen.told = seen.told or seen.refused
+        refused: list[_Seen] = []
+        out = [self._refusal(name, arguments, refused) for name, arguments in calls]
+        for seen in refused:
+            seen.told = True
         return out
 
-    def _refusal(self, name: str, arguments: Mapping[str, object]) -> str | None:
+    def _current(self, key: bytes) -> _Seen | None:
+        seen = self._seen.get(key)
+        if seen is not None and seen.epoch != self._epoch:
+            seen.epoch, seen.runs, seen.refused, seen.told = self._epoch, 0, False, False
+        return seen
+
+    def _refusal(
+        self, name: str, arguments: Mapping[str, object], refused: list[_Seen]
+    ) -> str | None:
         if self.max_identical <= 0:
             return None
-        seen = self._seen.get(call_key(name, arguments))
+        seen = self._current(call_key(name, arguments))
         if seen is None or seen.runs < self.max_identical:
             return None
         if seen.told:
             self.stuck = name
         seen.refused = True
+        refused.append(seen)
         failed = "failed" if seen.outcome is not Outcome.COMPLETED else "returned"
         return (
             f"[repeated] Not run: this call ({name} with the same arguments) already ran "
@@ -96,7 +110,8 @@ class RepeatGuard:
         """Note a call that ran and what it returned."""
         if self.max_identical <= 0:
             return
-        seen = self._seen.setdefault(call_key(name, arguments), _Seen())
+        key = call_key(name, arguments)
+        seen = self._current(key) or self._seen.setdefault(key, _Seen(self._epoch))
         # Two capped outputs that differ only in how much was cut (a listing that grew by a line)
         # are the same to the model: it reads the same head and tail.
         kept = MARKER_PATTERN.sub(MARKER.format(cut="N"), content)
@@ -108,9 +123,9 @@ class RepeatGuard:
             return
         # Something new happened (a call not made before, or one whose result changed): it may have
         # changed what every other call returns (an edit, then the tests again), so they may run
-        # again.
-        for other in self._seen.values():
-            other.runs, other.refused, other.told = 0, False, False  # its digest is kept
+        # again: a new epoch resets them all (their digests are kept).
+        self._epoch += 1
+        seen.epoch, seen.refused, seen.told = self._epoch, False, False
         seen.runs, seen.digest, seen.outcome = 1, digest, outcome
         seen.excerpt = _excerpt(content)
 

@@ -287,9 +287,7 @@ class Turn(StepLoop[Message]):
 
     def _called(self, request: LLMRequest, response: LLMResponse) -> None:
         if response.usage.input_tokens:
-            self.compactor.calibration.update(
-                request, response.usage.input_tokens, head=self._fixed
-            )
+            self.compactor.learn(response.usage.input_tokens)
 
     async def _cut_short(self, response: LLMResponse) -> TurnState:
         await self._post_partial(response)

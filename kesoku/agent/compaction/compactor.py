@@ -185,6 +185,8 @@ class Compactor:
         self.calibration = Calibration()
         self.sizes = TurnSizes()
         """The sizes of the turns of this session's last request (reused by identity)."""
+        self.last_estimate = 0.0
+        """:meth:`estimate`'s last figure, uncalibrated: the request the turn then sends."""
         self.cooldown_until = 0.0
         """Trio clock time before which stage 3 (the model summary) is not tried again."""
 
@@ -194,7 +196,17 @@ class Compactor:
         Meant for the session's growing requests (the turn loop): the turns it measured last time
         are not measured again. :meth:`measure` is the one for candidate views.
         """
-        return self.calibration.tokens(self.sizes.estimate(turns) + fixed_tokens)
+        self.last_estimate = self.sizes.estimate(turns) + fixed_tokens
+        return self.calibration.tokens(self.last_estimate)
+
+    def learn(self, input_tokens: int) -> None:
+        """Calibrate from the call just made: the provider's count of the request last estimated.
+
+        ``input_tokens`` is set against :meth:`estimate`'s last figure, not measured again:
+        re-estimating a long turn's every request after each call made the loop slower as the turn
+        grew.
+        """
+        self.calibration.update(self.last_estimate, input_tokens)
 
     def measure(self, turns: Sequence[LLMTurn], fixed_tokens: float) -> int:
         """Calibrated tokens of any request's turns plus its system prompt and tool schemas."""

@@ -144,19 +144,14 @@ class Calibration:
     def __init__(self) -> None:
         self.ratio = 1.0
 
-    def update(self, request: LLMRequest, input_tokens: int, *, head: float | None = None) -> None:
-        """Learn from a finished call: what was sent and what the provider counted.
+    def update(self, estimated: float, input_tokens: int) -> None:
+        """Learn from a finished call: its estimate (uncalibrated) and what the provider counted.
 
         Args:
-            request: The request sent.
+            estimated: The estimate of the request as the backend sent it: system prompt and tools
+                (:meth:`BaseLLM.head_tokens <kesoku.llm.base.BaseLLM.head_tokens>`) plus turns.
             input_tokens: The provider's count of its input.
-            head: The estimate of its system prompt and tools as the backend sends them
-                (:meth:`BaseLLM.head_tokens <kesoku.llm.base.BaseLLM.head_tokens>`); None: as in
-                the request.
         """
-        estimated = (
-            estimate_request(request) if head is None else head + estimate_turns(request.turns)
-        )
         if input_tokens > 0 and estimated > 0:
             self.ratio = min(3.0, max(0.5, input_tokens / estimated))
 
