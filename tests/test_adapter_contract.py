@@ -14,11 +14,10 @@ from typing import Any
 
 import pytest
 import trio
-import yarl
 from fakes.chat_api import ChatFake
 from fakes.discord_api import BOT_ID, FakeDiscord, FakeUser, serve_discord
 from fakes.server import serve_app
-from test_discord_adapter import config_for
+from test_discord_adapter import config_for, restore_endpoints
 from test_gchat_support import SUBSCRIPTION, FakePubSub, click_event, message_event, texts
 
 from kesoku.config.settings import GChatConfig
@@ -68,23 +67,21 @@ class DiscordDriver:
 async def test_the_discord_adapter_keeps_the_contract(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kesoku_discord._compat import discord
     from kesoku_discord.adapter import DiscordAdapter
 
     async def no_restart() -> None:
         await trio.lowlevel.checkpoint()
 
-    config = config_for(tmp_path)
-
-    async def start(ctx: AdapterContext, *, task_status: trio.TaskStatus[None]) -> None:
-        adapter = DiscordAdapter(ctx, config, restart=no_restart, guild_ready_timeout=0.05)
-        await adapter.serve(task_status=task_status)
-
+    restore_endpoints(monkeypatch)
     async with serve_discord() as fake:
-        monkeypatch.setattr(discord.http.Route, "BASE", f"{fake.base_url}/api/v10")
-        monkeypatch.setattr(
-            discord.gateway.DiscordWebSocket, "DEFAULT_GATEWAY", yarl.URL(fake.ws_url)
+        config = config_for(
+            tmp_path, api_base_url=f"{fake.base_url}/api/v10", gateway_url=fake.ws_url
         )
+
+        async def start(ctx: AdapterContext, *, task_status: trio.TaskStatus[None]) -> None:
+            adapter = DiscordAdapter(ctx, config, restart=no_restart, guild_ready_timeout=0.05)
+            await adapter.serve(task_status=task_status)
+
         fake.add_channel("general")
         quiet = fake.add_channel("quiet")  # config_for: answered in the channel, no thread
         alice = fake.add_user(5001, "alice")  # config_for: the allow-listed user

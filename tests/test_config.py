@@ -100,6 +100,28 @@ def test_an_endpoint_a_model_sdk_would_choke_on_is_refused_in_one_line(
     assert ok.openai.base_url == "http://127.0.0.1:11434/v1"
 
 
+@pytest.mark.parametrize(
+    ("key", "good", "bad", "expected"),
+    [
+        ("discord.api_base_url", "http://127.0.0.1:80/api/v10", "wss://x/", "an http:// or https"),
+        ("discord.gateway_url", "ws://127.0.0.1:8000/", "https://x/api", "a ws:// or wss://"),
+        ("gchat.chat_api_endpoint", "http://[::1]:8000", "chat.googleapis.com", "an http://"),
+        ("gchat.iam_endpoint", "https://proxy.example/iam", "http:///v1", "an http://"),
+    ],
+)
+def test_an_adapter_endpoint_is_a_url_of_its_kind_or_refused_in_one_line(
+    tmp_path: Path, key: str, good: str, bad: str, expected: str
+) -> None:
+    section, name = key.split(".")
+    path = tmp_path / "kesoku.toml"
+    path.write_text(f'[{section}]\nenabled = false\n{name} = "{bad}"\n')
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, env={})
+    assert str(caught.value).startswith(f"{path}:3: {key}: {bad!r}: expected {expected}")
+    path.write_text(f'[{section}]\n{name} = "{good}"\n')
+    assert getattr(getattr(load_config(path, env={}), section), name) == good
+
+
 def test_claude_auth_mode_is_vertex_only_with_a_project_and_no_key() -> None:
     assert ClaudeConfig().resolved_auth_mode == "api_key"
     assert ClaudeConfig(project_id="p").resolved_auth_mode == "vertex"

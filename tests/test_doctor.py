@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 import trio
+from fakes.discord_api import BOT_ID, serve_discord
 
 from kesoku.config.envfile import KEY_VARIABLES, render_env_file, write_private
-from kesoku.config.settings import load_config
+from kesoku.config.settings import Config, DiscordConfig, load_config
 from kesoku.host.checks import check_sandbox
-from kesoku.host.doctor import Finding, _bounded, diagnose, parse_unit
+from kesoku.host.doctor import Finding, _bounded, adapter_findings, diagnose, parse_unit
 from kesoku.host.service import plan_unit
 from kesoku.store import Store
 from kesoku.testing.fakes import anthropic_api, openai_api
@@ -433,3 +434,15 @@ async def test_google_chat_settings_are_checked_before_pubsub_is_asked(
     detail, fix = expected
     assert (gchat.mark, gchat.check.detail) == ("FAIL", detail.format(agent=setup.agent))
     assert gchat.check.fix.startswith(fix)
+
+
+async def test_doctor_asks_discord_at_the_configured_api_base_url() -> None:
+    async with serve_discord() as fake:
+        fake.token = "the-bot-token.abc"
+        discord = DiscordConfig(
+            enabled=True, bot_token="the-bot-token.abc", api_base_url=f"{fake.base_url}/api/v10"
+        )
+        findings = await adapter_findings(Config(discord=discord), timeout_s=10)
+    (check,) = [f.check for f in findings if f.check.what == "Discord bot token"]
+    assert check.ok and check.detail == f"bot kesoku (id {BOT_ID})", check
+    assert next(r.path for r in fake.log.requests) == "/api/v10/users/@me"

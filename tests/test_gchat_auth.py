@@ -1,15 +1,20 @@
-"""Google Chat credentials (google-auth, no network: files made here), the daemon's entry checks."""
+"""Google Chat credentials (google-auth, no network: files made here, Google's endpoints served by
+the loopback Chat fake), the daemon's entry checks."""
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 import trio
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
+from fakes.chat_api import ChatFake
+from fakes.server import serve_app
 from google.auth import impersonated_credentials
+from google.auth.transport.requests import Request
 from google.oauth2 import credentials as user_creds
 from google.oauth2 import service_account
 from kesoku_gchat.adapter import serve
@@ -41,9 +46,18 @@ def service_account_file(folder: Path) -> Path:
     return path
 
 
-def user_adc_file(folder: Path) -> Path:
+def user_adc_file(folder: Path, *, token: str | None = None) -> Path:
+    """A user's ADC file (``gcloud auth application-default login``).
+
+    With ``token``, it also holds that access token, valid for an hour: google-auth uses it as it is
+    and never asks Google's token endpoint (which it cannot be pointed at: it ignores an
+    authorized_user file's ``token_uri``).
+    """
     path = folder / "adc.json"
     info = {"type": "authorized_user", "client_id": "c", "client_secret": "s", "refresh_token": "r"}
+    if token is not None:
+        expiry = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3600))
+        info.update(token=token, expiry=expiry)
     path.write_text(json.dumps(info))
     return path
 
@@ -77,6 +91,28 @@ def test_impersonation_mints_short_lived_tokens_for_the_account_from_adc(
     assert creds._target_scopes == SCOPES
     assert creds._lifetime == 3600
     assert isinstance(creds._source_credentials, user_creds.Credentials)
+    # At the default iam_endpoint google-auth picks the URL itself (mTLS, another universe).
+    assert creds._iam_endpoint_override is None
+
+
+async def test_keyless_impersonation_asks_the_iam_endpoint_of_the_config_for_its_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    account = "kesoku-bot@p.iam.gserviceaccount.com"
+    chat = ChatFake(source_tokens={"user-token"})  # the IAM Credentials API too
+    adc = user_adc_file(tmp_path, token="user-token")
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(adc))
+    async with serve_app(chat.app()) as base_url:
+        gchat = GChatConfig(impersonate_service_account=account, iam_endpoint=f"{base_url}/")
+        creds = await trio.to_thread.run_sync(app_credentials, gchat, SCOPES)
+        await trio.to_thread.run_sync(creds.refresh, Request())
+    # The user's token bought the account's, for the app's scopes and an hour.
+    (iam,) = chat.iam_requests()
+    assert iam.path == f"/v1/projects/-/serviceAccounts/{account}:generateAccessToken"
+    assert iam.headers["authorization"] == "Bearer user-token"
+    assert (iam.body["scope"], iam.body["lifetime"]) == (SCOPES, "3600s")
+    assert chat.account_tokens == {creds.token: account}
+    assert creds.valid
 
 
 def test_no_credentials_is_an_operator_error_naming_the_keys(tmp_path: Path) -> None:

@@ -45,7 +45,8 @@ CLOSE_TIMEOUT_S = 10.0
 """Longest wait for the Discord client to close (websocket and HTTP session) at shutdown."""
 SEEN_IDS = 4096
 """Recent Discord message ids remembered, so a replayed MESSAGE_CREATE is dropped before any REST
-call (the gateway's external_id dedupe is the durable guard)."""
+call. The durable guard is the inbound side's: a message taken in again (after a restart) reuses
+its thread and files, and the gateway stores it once (kesoku_discord.inbound)."""
 
 
 def bot_token(config: Config, env: Mapping[str, str] | None = None) -> str:
@@ -113,8 +114,14 @@ class DiscordAdapter:
         send, receive = trio.open_memory_channel[discord.Message](INBOX_BUFFER)
         async with trio_asyncio.open_loop(), trio.open_nursery() as outer:
             self._outer = outer
+            discord_config = self.config.discord
             client = self.client = KesokuClient(
-                self, send, self._on_restart, guild_ready_timeout=self.guild_ready_timeout
+                self,
+                send,
+                self._on_restart,
+                guild_ready_timeout=self.guild_ready_timeout,
+                api_base_url=discord_config.api_base_url,
+                gateway_url=discord_config.gateway_url,
             )
             client_scope = trio.CancelScope(shield=True)
             outer.start_soon(self._run_client, client, token, client_scope)

@@ -17,6 +17,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, ParamSpec, TypeVar
 
 import trio
+import yarl
+from kesoku.config.settings import DISCORD_API_BASE_URL, DISCORD_GATEWAY_URL
 
 from kesoku_discord._compat import app_commands, discord, trio_asyncio
 from kesoku_discord.views import DYNAMIC_ITEMS, Actions
@@ -79,6 +81,23 @@ async def tell(channel: Any, text: str) -> None:
         log.warning("discord: notice not sent to channel %s: %s", getattr(channel, "id", "?"), exc)
 
 
+def use_endpoints(api_base_url: str, gateway_url: str) -> None:
+    """Point discord.py at a Discord REST API root and gateway (Discord's own, a proxy, a fake).
+
+    Process-global: discord.py 2.7 has no per-client setting. Every REST call, interaction
+    responses and webhooks included, builds its URL from the class attribute
+    ``discord.http.Route.BASE``, and ``Client.connect`` opens the gateway at
+    ``DiscordWebSocket.DEFAULT_GATEWAY`` (later at the ``resume_gateway_url`` READY gives). Set on
+    every client made, defaults included, so a process never keeps an earlier client's endpoints.
+
+    Args:
+        api_base_url: The REST root up to ``/api/v10`` (``[discord] api_base_url``).
+        gateway_url: The gateway's ``ws://`` or ``wss://`` URL (``[discord] gateway_url``).
+    """
+    discord.http.Route.BASE = api_base_url.rstrip("/")
+    discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(gateway_url)
+
+
 class KesokuClient(discord.Client):
     """The Discord client: forwards messages to the inbox, registers the buttons and /restart.
 
@@ -87,6 +106,8 @@ class KesokuClient(discord.Client):
         inbox: Where incoming messages go (the trio side reads them in order).
         restart: Called by /restart after its ephemeral confirmation.
         guild_ready_timeout: How long READY waits for GUILD_CREATE events (discord.py's option).
+        api_base_url: Discord's REST root (see :func:`use_endpoints`).
+        gateway_url: Discord's gateway (see :func:`use_endpoints`).
     """
 
     def __init__(
@@ -96,7 +117,10 @@ class KesokuClient(discord.Client):
         restart: Callable[[], Awaitable[None]],
         *,
         guild_ready_timeout: float = 2.0,
+        api_base_url: str = DISCORD_API_BASE_URL,
+        gateway_url: str = DISCORD_GATEWAY_URL,
     ) -> None:
+        use_endpoints(api_base_url, gateway_url)
         super().__init__(
             intents=intents(),
             allowed_mentions=NO_MASS_MENTIONS,

@@ -16,13 +16,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from kesoku.vocab.errors import OperatorError
-from kesoku_gchat.chat_api import (
-    CHAT_BOT_SCOPE,
-    CHAT_ENDPOINT,
-    ChatApi,
-    app_credentials,
-    user_credentials,
-)
+from kesoku_gchat.chat_api import CHAT_BOT_SCOPE, ChatApi, app_credentials, user_credentials
 from kesoku_gchat.delivery import CARD_INTERVAL_S, Delivery
 from kesoku_gchat.inbound import Inbound
 from kesoku_gchat.pubsub import (
@@ -104,7 +98,11 @@ async def serve(
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """The daemon's entry: credentials from ``[gchat]``, the real Chat API and Pub/Sub.
+    """The daemon's entry: credentials from ``[gchat]``, the Chat API and Pub/Sub.
+
+    The Chat API and the IAM Credentials API are reached at ``[gchat] chat_api_endpoint`` and
+    ``iam_endpoint``; Pub/Sub at Google, or at the emulator ``PUBSUB_EMULATOR_HOST`` names (the
+    client library's own switch).
 
     Raises:
         OperatorError: No subscription configured, or no usable credentials.
@@ -127,6 +125,6 @@ async def serve(
             user = await trio.to_thread.run_sync(user_credentials)
         except OperatorError as exc:  # reactions are a nicety: the adapter works without them
             log.warning("%s; no reactions", exc)
-    api = await ChatApi.connect(credentials, endpoint=CHAT_ENDPOINT, user=user)
+    api = await ChatApi.connect(credentials, endpoint=gchat.chat_api_endpoint, user=user)
     puller = Puller(path, default_subscriber(credentials))
     await GChatAdapter(ctx, gchat, api, puller).serve(task_status=task_status)

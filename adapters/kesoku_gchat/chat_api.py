@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
+from kesoku.config.settings import CHAT_API_ENDPOINT, IAM_CREDENTIALS_ENDPOINT
 from kesoku.vocab.errors import OperatorError
 
 if TYPE_CHECKING:
@@ -40,7 +41,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-CHAT_ENDPOINT = "https://chat.googleapis.com"
 CHAT_BOT_SCOPE = "https://www.googleapis.com/auth/chat.bot"
 """App authentication (Chat API, "Authenticate as a Chat app")."""
 REACTIONS_SCOPE = "https://www.googleapis.com/auth/chat.messages.reactions.create"
@@ -81,8 +81,8 @@ def app_credentials(gchat: GChatConfig, scopes: list[str]) -> Credentials:
 
     - ``credentials_file``: a service-account key file.
     - ``impersonate_service_account``: key-less; Application Default Credentials (a user's, or the
-      machine's) mint short-lived tokens for that account through the IAM Credentials API
-      (google-auth ``impersonated_credentials``; the caller needs
+      machine's) mint short-lived tokens for that account through the IAM Credentials API at
+      ``iam_endpoint`` (google-auth ``impersonated_credentials``; the caller needs
       ``roles/iam.serviceAccountTokenCreator``).
     - neither: Application Default Credentials as they are.
 
@@ -109,6 +109,7 @@ def app_credentials(gchat: GChatConfig, scopes: list[str]) -> Credentials:
                 target_principal=gchat.impersonate_service_account,
                 target_scopes=scopes,
                 lifetime=TOKEN_LIFETIME_S,
+                iam_endpoint_override=_iam_token_url(gchat),
             )
         credentials, _ = google.auth.default(scopes=scopes)
         return credentials
@@ -118,6 +119,21 @@ def app_credentials(gchat: GChatConfig, scopes: list[str]) -> Credentials:
             "set [gchat] credentials_file (a service-account key) or "
             "impersonate_service_account (with `gcloud auth application-default login`)"
         ) from None
+
+
+def _iam_token_url(gchat: GChatConfig) -> str | None:
+    """``generateAccessToken`` of the impersonated account at ``[gchat] iam_endpoint``.
+
+    None at the default: google-auth then picks its own URL (the mTLS host when client
+    certificates are on, another universe's domain), which a fixed URL would override.
+    """
+    root = gchat.iam_endpoint.rstrip("/")
+    if root == IAM_CREDENTIALS_ENDPOINT:
+        return None
+    account = gchat.impersonate_service_account
+    # The IAM Credentials API's path (projects.serviceAccounts.generateAccessToken); "-": the
+    # project is inferred from the account.
+    return f"{root}/v1/projects/-/serviceAccounts/{account}:generateAccessToken"
 
 
 def user_credentials() -> Credentials:
@@ -166,7 +182,7 @@ class ChatApi:
 
     client: Any
     session: Any
-    endpoint: str = CHAT_ENDPOINT
+    endpoint: str = CHAT_API_ENDPOINT
     user_client: Any = None
 
     @classmethod
@@ -174,16 +190,18 @@ class ChatApi:
         cls,
         credentials: Credentials,
         *,
-        endpoint: str = CHAT_ENDPOINT,
+        endpoint: str = CHAT_API_ENDPOINT,
         user: Credentials | None = None,
     ) -> ChatApi:
         """Build the clients (in a worker thread: importing the library takes a few hundred ms).
 
         Args:
             credentials: The app's credentials.
-            endpoint: ``https://chat.googleapis.com``, or ``http://127.0.0.1:PORT`` for a fake.
+            endpoint: ``[gchat] chat_api_endpoint``: ``https://chat.googleapis.com``, a proxy, or
+                ``http://127.0.0.1:PORT`` for a fake (a path after the host is kept).
             user: User credentials for reactions.
         """
+        endpoint = endpoint.rstrip("/")  # the client appends "/v1/…"
 
         def build() -> ChatApi:
             from google.auth.transport.requests import AuthorizedSession

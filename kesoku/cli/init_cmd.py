@@ -750,7 +750,9 @@ class Setup:
                 self.plan.set("discord", "enabled", True)
                 if not self.flags.check:
                     return
-                result = self.check(functools.partial(checks.check_discord_token, token))
+                base = self.existing.cfg.discord.api_base_url  # init never asks for it
+                check = functools.partial(checks.check_discord_token, token, api_base_url=base)
+                result = self.check(check)
                 missing = _extra("discord", "discord")
                 if missing is not None:
                     print(f"  {render_check(missing)}".replace("\n", "\n  "))
@@ -936,7 +938,13 @@ class Setup:
             timeout_s = SLOW_MODEL_TIMEOUT_S if slow else MODEL_TIMEOUT_S
             todo.append(functools.partial(checks.check_model, cfg, backend, timeout_s=timeout_s))
         if flags.discord and cfg.discord.bot_token:
-            todo.append(functools.partial(checks.check_discord_token, cfg.discord.bot_token))
+            todo.append(
+                functools.partial(
+                    checks.check_discord_token,
+                    cfg.discord.bot_token,
+                    api_base_url=cfg.discord.api_base_url,
+                )
+            )
         if flags.gchat and cfg.gchat.subscription:
             todo.append(
                 functools.partial(

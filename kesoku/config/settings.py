@@ -157,6 +157,7 @@ class GeminiConfig(_Section, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         _check_url("base_url", self.base_url)
+
     context_caching_threshold: Annotated[
         int, _doc("Cache prompts from this many tokens.", gt=0)
     ] = 4096
@@ -187,6 +188,7 @@ class ClaudeConfig(_Section, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         _check_url("base_url", self.base_url)
+
     context_caching_threshold: Annotated[
         int, _doc("Cache prompts from this many tokens.", gt=0)
     ] = 1024
@@ -298,8 +300,17 @@ class CapOverrides(_Section, frozen=True, kw_only=True):
         _finite_usd(self)
 
 
-def _check_url(key: str, url: str | None) -> None:
-    # An endpoint a model SDK would choke on (a traceback at the first call) is refused here.
+_HTTP = ("http", "https")
+_WEBSOCKET = ("ws", "wss")
+
+
+def _url_schema(schemes: tuple[str, ...]) -> dict[str, str]:
+    # For editors: the JSON Schema's view of what _check_url enforces.
+    return {"format": "uri", "pattern": f"^({'|'.join(schemes)})://[^/?#]"}
+
+
+def _check_url(key: str, url: str | None, schemes: tuple[str, ...] = _HTTP) -> None:
+    # An endpoint an SDK would choke on (a traceback at the first call) is refused here.
     if url is None:
         return
     try:
@@ -307,8 +318,10 @@ def _check_url(key: str, url: str | None) -> None:
         parts.port  # noqa: B018 - raises ValueError for a port out of range or not a number
     except ValueError as exc:
         raise _invalid(key, f"{url!r} is not a URL ({exc})") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise _invalid(key, f"{url!r}: expected an http:// or https:// URL with a host")
+    if parts.scheme not in schemes or not parts.hostname:
+        names = " or ".join(f"{scheme}://" for scheme in schemes)
+        article = "an" if names.startswith("h") else "a"  # "an http://", "a ws://"
+        raise _invalid(key, f"{url!r}: expected {article} {names} URL with a host")
 
 
 def _finite_usd(caps: BudgetConfig | CapOverrides) -> None:
@@ -316,6 +329,16 @@ def _finite_usd(caps: BudgetConfig | CapOverrides) -> None:
     for key, value in (("session_usd", caps.session_usd), ("day_usd", caps.day_usd)):
         if value is not None and not math.isfinite(value):
             raise _invalid(key, f"expected a finite number of US dollars (0: no cap), not {value}")
+
+
+DISCORD_API_BASE_URL = "https://discord.com/api/v10"
+"""Discord's REST API root, as discord.py's ``discord.http.Route.BASE``."""
+DISCORD_GATEWAY_URL = "wss://gateway.discord.gg/"
+"""Discord's gateway, as discord.py's ``DiscordWebSocket.DEFAULT_GATEWAY``."""
+CHAT_API_ENDPOINT = "https://chat.googleapis.com"
+"""The Google Chat REST API."""
+IAM_CREDENTIALS_ENDPOINT = "https://iamcredentials.googleapis.com"
+"""The IAM Service Account Credentials API (``generateAccessToken`` for impersonation)."""
 
 
 class DiscordChannel(_Section, frozen=True, kw_only=True):
@@ -347,6 +370,24 @@ class DiscordConfig(_Section, frozen=True, kw_only=True):
     budget: Annotated[CapOverrides, _doc("Spend caps of Discord sessions.")] = msgspec.field(
         default_factory=CapOverrides
     )
+    api_base_url: Annotated[
+        str,
+        _doc(
+            "REST API root, up to /api/v10 (a proxy, a test fake).",
+            extra_json_schema=_url_schema(_HTTP),
+        ),
+    ] = DISCORD_API_BASE_URL
+    gateway_url: Annotated[
+        str,
+        _doc(
+            "Gateway websocket URL (a proxy, a test fake).",
+            extra_json_schema=_url_schema(_WEBSOCKET),
+        ),
+    ] = DISCORD_GATEWAY_URL
+
+    def __post_init__(self) -> None:
+        _check_url("api_base_url", self.api_base_url, _HTTP)
+        _check_url("gateway_url", self.gateway_url, _WEBSOCKET)
 
 
 class GChatSpace(_Section, frozen=True, kw_only=True):
@@ -389,6 +430,21 @@ class GChatConfig(_Section, frozen=True, kw_only=True):
         default_factory=CapOverrides
     )
     spaces: Annotated[tuple[GChatSpace, ...], _doc("Per-space overrides.")] = ()
+    chat_api_endpoint: Annotated[
+        str,
+        _doc("Chat REST API root (a proxy, a test fake).", extra_json_schema=_url_schema(_HTTP)),
+    ] = CHAT_API_ENDPOINT
+    iam_endpoint: Annotated[
+        str,
+        _doc(
+            "IAM Credentials API root, for impersonate_service_account (a proxy, a test fake).",
+            extra_json_schema=_url_schema(_HTTP),
+        ),
+    ] = IAM_CREDENTIALS_ENDPOINT
+
+    def __post_init__(self) -> None:
+        _check_url("chat_api_endpoint", self.chat_api_endpoint, _HTTP)
+        _check_url("iam_endpoint", self.iam_endpoint, _HTTP)
 
 
 class ShellConfig(_Section, frozen=True, kw_only=True):

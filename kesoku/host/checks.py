@@ -24,6 +24,7 @@ import httpx2
 import msgspec
 import trio
 
+from kesoku.config.settings import DISCORD_API_BASE_URL
 from kesoku.vocab.errors import BackendError, OperatorError
 from kesoku.vocab.ir import LLMRequest, LLMTurn, TextBlock
 
@@ -220,7 +221,6 @@ def _unreachable_fix(cfg: Config, backend: str) -> str:
 
 # -- Discord --------------------------------------------------------------------------------------
 
-DISCORD_API = "https://discord.com/api/v10"
 MESSAGE_CONTENT_FLAGS = (1 << 18) | (1 << 19)
 """Application flags GATEWAY_MESSAGE_CONTENT and GATEWAY_MESSAGE_CONTENT_LIMITED (Discord API,
 "Application Object", "Application Flags"): the Message Content intent is on."""
@@ -231,13 +231,14 @@ MESSAGE_CONTENT_FIX = (
 
 
 async def check_discord_token(
-    token: str, *, api_base_url: str = DISCORD_API, timeout_s: float = 10.0
+    token: str, *, api_base_url: str = DISCORD_API_BASE_URL, timeout_s: float = 10.0
 ) -> Check:
     """Whose bot token this is (``GET /users/@me``), and whether its Message Content intent is on.
 
     Args:
         token: The bot token (never part of what is returned).
-        api_base_url: Discord's REST API root, up to ``/api/v10`` (tests: a loopback fake).
+        api_base_url: Discord's REST API root, up to ``/api/v10``: ``[discord] api_base_url``
+            (a proxy; tests: a loopback fake).
         timeout_s: Longest wait for both requests together, in seconds.
 
     Returns:

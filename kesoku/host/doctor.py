@@ -428,7 +428,8 @@ async def _adapter_checks(name: str, cfg: Config, timeout_s: float) -> list[Find
                     "set DISCORD_TOKEN (kesoku init stores it) or [discord] bot_token",
                 )
             ]
-        return [Finding(await check_discord_token(token, timeout_s=timeout_s))]
+        base = cfg.discord.api_base_url
+        return [Finding(await check_discord_token(token, api_base_url=base, timeout_s=timeout_s))]
     if name == "gchat":
         return await _gchat_checks(cfg, timeout_s)
     return [ok(f"adapter {name}", "enabled; loads")]

@@ -13,11 +13,20 @@
 - ``GET /v1/media/{resourceName}?alt=media`` (media.download): the bytes of :attr:`ChatFake.media`,
   404 for an unknown resource, or :attr:`ChatFake.media_status` when set (403: no permission).
 
+For key-less impersonation (``[gchat] impersonate_service_account``) it also stands in for the IAM
+Service Account Credentials API, so one loopback URL is Chat and IAM at once:
+
+- ``POST /v1/projects/-/serviceAccounts/{account}:generateAccessToken``: answers
+  ``{"accessToken", "expireTime"}`` to a bearer of one of :attr:`ChatFake.source_tokens` (the
+  source credentials' tokens), 401 otherwise. Source: the IAM Credentials REST reference
+  (projects.serviceAccounts.generateAccessToken).
+
 The official client (google-apps-chat, REST transport) sends JSON bodies with camelCase field names
 and enums as integers (``$alt=json;enum-encoding=int``). Source: the Chat API REST reference."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,11 +50,19 @@ class ChatFake:
     """When set, media downloads wait for it (a download still running when the adapter stops)."""
     fail_next: list[int] = field(default_factory=list)
     """Statuses to answer the next requests with (a 503 to test retries), one each."""
+    unavailable: set[str] = field(default_factory=set)
+    """Spaces (``spaces/…``) whose every request is answered 503 until removed."""
+    unavailable_answers: list[str] = field(default_factory=list)
+    """The space of each 503 answered for :attr:`unavailable`, in order."""
     changed: trio.Event = field(default_factory=trio.Event)
     placed: dict[str, str] = field(default_factory=dict)
     """A created message's name → the thread it went to."""
     keyed: dict[tuple[str, str], str] = field(default_factory=dict)
     """(space, thread key) → the thread the key started."""
+    source_tokens: set[str] = field(default_factory=set)
+    """Bearer tokens ``generateAccessToken`` accepts (those of the impersonating credentials)."""
+    account_tokens: dict[str, str] = field(default_factory=dict)
+    """Tokens ``generateAccessToken`` issued → the service account each stands for."""
     _count: int = 0
 
     def created(self) -> list[Recorded]:
@@ -63,6 +80,10 @@ class ChatFake:
     def reactions(self) -> list[Recorded]:
         return [r for r in self.log.requests if r.path.endswith("/reactions")]
 
+    def iam_requests(self) -> list[Recorded]:
+        """The ``generateAccessToken`` requests, in order."""
+        return [r for r in self.log.requests if r.path.endswith(":generateAccessToken")]
+
     def in_thread(self, thread: str) -> list[str]:
         """The names of the messages created in a thread, in order."""
         return [name for name, where in self.placed.items() if where == thread]
@@ -78,6 +99,12 @@ class ChatFake:
             rec = await self.log.record(request)
             self.changed.set()
             self.changed = trio.Event()
+            space = f"spaces/{request.path_params.get('space')}"
+            if space in self.unavailable:
+                self.unavailable_answers.append(space)
+                return rec, JSONResponse(
+                    {"error": {"code": 503, "message": "fake outage"}}, status_code=503
+                )
             if self.fail_next:
                 status = self.fail_next.pop(0)
                 return rec, JSONResponse(
@@ -144,8 +171,24 @@ class ChatFake:
                 return JSONResponse({"error": {"code": 404}}, status_code=404)
             return Response(data, media_type="application/octet-stream")
 
+        async def generate_access_token(request: Request) -> Response:
+            rec = await self.log.record(request)
+            bearer = rec.headers.get("authorization", "").removeprefix("Bearer ")
+            if bearer not in self.source_tokens:
+                error = {"code": 401, "status": "UNAUTHENTICATED", "message": "no valid token"}
+                return JSONResponse({"error": error}, status_code=401)
+            issued = f"account-token-{len(self.account_tokens) + 1}"
+            self.account_tokens[issued] = request.path_params["account"]
+            expires = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3600))
+            return JSONResponse({"accessToken": issued, "expireTime": expires})
+
         return Starlette(
             routes=[
+                Route(
+                    "/v1/projects/-/serviceAccounts/{account}:generateAccessToken",
+                    generate_access_token,
+                    methods=["POST"],
+                ),
                 Route("/v1/spaces/{space}/messages", create, methods=["POST"]),
                 Route("/v1/spaces/{space}/messages/{message}", patch, methods=["PUT", "PATCH"]),
                 Route("/v1/spaces/{space}/messages/{message}/reactions", react, methods=["POST"]),
