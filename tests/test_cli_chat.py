@@ -391,7 +391,7 @@ def test_ctrl_c_stops_a_one_shot_turn_with_130(tmp_path: Path) -> None:
     assert "six." not in out
     lines = err.splitlines()
     assert lines[0] == "stopping the turn (Ctrl-C again kills running tools)"
-    assert lines[-2].startswith("🛑 turn 1 ·") and lines[-2].endswith("(Stopped)")
+    assert lines[-2].startswith("🛑 turn 1 ·") and lines[-2].endswith("(Interrupted)")
     assert lines[-1] == f"continue with: kesoku chat --session {history(tmp_path)[0][0]}"
 
 
@@ -531,7 +531,7 @@ def test_ctrl_c_stops_the_turn_then_exits_at_an_empty_prompt(tmp_path: Path) -> 
         term.wait_for("two")  # drawn in the live area above the prompt
         term.type("\x03")
         term.wait_for("stopping the turn (Ctrl-C again kills running tools)")
-        term.wait_for("(Stopped)")
+        term.wait_for("(Interrupted)")  # the design's label for a stopped turn too
         term.wait_for("›")
         term.type("\x03")  # idle, nothing typed: leave
         assert term.wait_exit() == 0
@@ -556,7 +556,7 @@ def test_a_running_tool_shows_a_spinner_and_two_ctrl_c_kill_it(tmp_path: Path) -
         term.wait_for("killing running tools")
         term.wait_for("📥 shell · killed")
         term.wait_for("1 tool call · 0 tokens")  # the exact count below 1,000, not "0K"
-        term.wait_for("(Stopped)")
+        term.wait_for("(Interrupted)")
         term.type("\x04")
         assert term.wait_exit() == 0
     finally:

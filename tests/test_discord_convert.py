@@ -4,8 +4,10 @@ answering, chunking, rendering, labels, the context prompt, /restart."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+from fakes.discord_api import components_problem
 from hypothesis import given
 from hypothesis import strategies as st
 from kesoku_discord.convert import (
@@ -14,7 +16,9 @@ from kesoku_discord.convert import (
     button_label,
     channel_override,
     context_prompt,
+    fit_buttons,
     grapheme_cut,
+    question_content,
     render_thought,
     render_tool_call,
     render_tool_result,
@@ -24,7 +28,7 @@ from kesoku_discord.convert import (
     thread_name,
 )
 from kesoku_discord.restart import restart_command, service_scope
-from kesoku_discord.views import ChoiceButton, header_view
+from kesoku_discord.views import ChoiceButton, choice_views, header_view
 
 from kesoku.config.settings import DiscordChannel
 from kesoku.host.service import Scope
@@ -216,3 +220,63 @@ def test_the_entry_point_finds_the_adapter(tmp_path: Path) -> None:
     assert isinstance(adapter, Adapter)
     assert is_enabled(entry, adapter, Config(discord=DiscordConfig(enabled=True)))
     assert not is_enabled(entry, adapter, Config())
+
+
+def _layout(choices: list[str], message_id: int = 2**63) -> list[list[dict[str, Any]]]:
+    """The component rows of each message a question's choices take."""
+    return [view.to_components() for view in choice_views(message_id, 7, choices)]
+
+
+def test_up_to_25_short_choices_are_buttons_and_the_text_is_only_the_question() -> None:
+    choices = [f"option {n}" for n in range(25)]
+    (rows,) = _layout(choices)
+    assert components_problem(rows) == ""
+    buttons = [c for row in rows for c in row["components"]]
+    assert [b["label"] for b in buttons] == choices
+    assert [b["custom_id"] for b in buttons][-1] == f"kesoku:q:{2**63}:7:24"
+    assert fit_buttons(choices) and question_content("Which?", choices) == "Which?"
+    assert question_content("", ["a"]) == "❓"
+
+
+@pytest.mark.parametrize(
+    ("count", "menus"),
+    [(26, [[25, 1]]), (30, [[25, 5]]), (125, [[25] * 5]), (126, [[25] * 5, [1]])],
+)
+def test_more_than_25_choices_are_menus_of_25_five_per_message(
+    count: int, menus: list[list[int]]
+) -> None:
+    choices = [f"c{n}" for n in range(count)]
+    layout = _layout(choices)
+    values: list[str] = []
+    for rows in layout:
+        assert components_problem(rows) == "", rows
+        values += [o["value"] for row in rows for c in row["components"] for o in c["options"]]
+    assert [[len(row["components"][0]["options"]) for row in rows] for rows in layout] == menus
+    assert values == [str(i) for i in range(count)], "every choice once, in order"
+    assert not fit_buttons(choices)
+    assert question_content("Q", choices).split("\n") == ["Q"] + [
+        f"{n}. c{n - 1}" for n in range(1, count + 1)
+    ]
+
+
+def test_a_long_choice_is_cut_on_its_control_and_whole_in_the_text() -> None:
+    long = "w" * 150
+    (rows,) = _layout(["short", long])
+    labels = [c["label"] for row in rows for c in row["components"]]
+    assert labels == ["1. short", "2. " + "w" * 76 + "…"]
+    assert question_content("Q", ["short", long]) == f"Q\n1. short\n2. {long}"
+    (rows,) = _layout([long] + [f"c{n}" for n in range(30)])
+    first = rows[0]["components"][0]["options"][0]
+    assert len(first["label"]) == 100 and first["label"].startswith("1. www")
+
+
+def test_the_fake_refuses_what_discord_refuses() -> None:
+    button = {"type": 2, "style": 1, "label": "x", "custom_id": "a"}
+    assert components_problem([{"type": 1, "components": [button]}] * 6)
+    assert components_problem([{"type": 1, "components": [button] * 6}])
+    assert components_problem([{"type": 1, "components": [{**button, "label": "x" * 81}]}])
+    options = [{"label": str(i), "value": str(i)} for i in range(26)]
+    menu = {"type": 3, "custom_id": "m", "options": options}
+    assert components_problem([{"type": 1, "components": [menu]}])
+    two = [{**menu, "options": options[:2]}, button]
+    assert components_problem([{"type": 1, "components": two}]), "a menu shares no row"

@@ -288,7 +288,11 @@ async def test_the_stop_button_stops_the_turn_and_the_card_says_so(
         await acked(pubsub, click)
         card = "spaces/AAAA/messages/m1"
         await run.chat.wait_for(
-            lambda: any("(Stopped)" in t for p in run.chat.patched(card) for t in texts(p.body))
+            lambda: any(
+                t.startswith("🛑") and t.endswith("(Interrupted)")
+                for p in run.chat.patched(card)
+                for t in texts(p.body)
+            )
         )
         assert not any(
             m.role is Role.ASSISTANT and m.kind is Kind.TEXT and m.content == "abc"

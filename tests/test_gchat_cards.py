@@ -85,6 +85,26 @@ def test_an_answer_is_markdown_with_questions_as_lists_and_files_as_notes() -> N
     assert body["fallbackText"] == "**Done.**"
 
 
+def test_an_answer_of_many_parts_keeps_every_card_within_100_widgets() -> None:
+    text = "\n\n".join(f"part {n}\n[question: Q{n}? | a | b]" for n in range(120))
+    bodies = cards.answer_bodies(parse_reply(text))
+    widgets = [body["cardsV2"][0]["card"]["sections"][0]["widgets"] for body in bodies]
+    assert [len(w) for w in widgets] == [cards.MAX_WIDGETS, cards.MAX_WIDGETS, 40]
+    shown = [w["textParagraph"]["text"] for card in widgets for w in card]
+    assert shown[0] == "part 0" and shown[-1] == "**Q119?**\n- a\n- b" and len(shown) == 240
+    for body in bodies:
+        decoded(body)
+
+
+def test_a_question_lists_every_choice_in_full_however_many() -> None:
+    choices = [f"choice {n} " + "y" * 200 for n in range(1, 131)]
+    bodies = cards.answer_bodies(parse_reply("[question: Which? | " + " | ".join(choices) + "]"))
+    assert len(bodies) == 2, "27 KB of choices: two messages, split between two lines"
+    sections = [decoded(body).cards_v2[0].card.sections[0] for body in bodies]
+    pieces = [w.text_paragraph.text for section in sections for w in section.widgets]
+    assert "\n".join(pieces) == "**Which?**\n" + "\n".join(f"- {c}" for c in choices)
+
+
 def test_a_long_answer_is_split_within_the_message_limit_and_fences_stay_closed() -> None:
     code = "\n".join(f"line {i} {'x' * 60}" for i in range(600))
     text = "Intro\n\n```python\n" + code + '\n```\nOutro "quoted" \\ end\n' + "é" * 20_000

@@ -200,7 +200,8 @@ async def test_stop_cuts_the_stream_without_pivot(tmp_path: Path, autojump_clock
         assert h.gateway.stop(h.session.id)
         metrics = await h.turn_end()
         assert metrics.state is TurnState.STOPPED
-        assert metrics.render().endswith("(Stopped)")
+        # The design labels a stopped turn as an interrupted one; the state still tells them apart.
+        assert metrics.render().startswith("🛑") and metrics.render().endswith("(Interrupted)")
         assert kinds(h.history()) == [
             ("user", "text", "interrupted"),
             ("assistant", "thought", "interrupted"),

@@ -7,6 +7,8 @@ Discord limits used (Discord API docs):
 - a message's ``content`` holds at most 2,000 characters ("Create Message": content, max 2000);
 - a button label at most 80 characters, a ``custom_id`` at most 100, five buttons per action row and
   five rows per message ("Message Components": Button, Action Row);
+- a string select menu fills an action row and holds 1 to 25 options, each label at most 100
+  characters ("Component Reference": String Select, Select Option);
 - a thread name at most 100 characters ("Start Thread from Message": name, 1-100 characters).
 """
 
@@ -22,6 +24,12 @@ from kesoku.vocab.model import Message, Outcome, Status
 
 MAX_MESSAGE_CHARS = 2000
 MAX_LABEL_CHARS = 80
+MAX_OPTION_CHARS = 100
+"""A select menu option's label."""
+BUTTONS_PER_MESSAGE = 25
+"""Five action rows of five buttons."""
+MORE_CHOICES = "… more choices:"
+"""The text of a message carrying a question's select menus past the first 125 choices."""
 MAX_THREAD_NAME_CHARS = 100
 MAX_TOOL_RESULT_CHARS = 1500
 """A tool result is shown cut to this many characters: the model saw it whole; the chat needs a
@@ -294,6 +302,29 @@ def button_label(text: str, limit: int = MAX_LABEL_CHARS) -> str:
     if len(text) <= limit:
         return text
     return text[: grapheme_cut(text, limit - 1)] + "…"
+
+
+def fit_buttons(choices: Sequence[str]) -> bool:
+    """Whether a question's choices all show whole on one message's buttons.
+
+    At most :data:`BUTTONS_PER_MESSAGE`, none cut by :func:`button_label`; otherwise the message
+    lists every choice in full (:func:`question_content`) and the components number them.
+    """
+    return len(choices) <= BUTTONS_PER_MESSAGE and all(
+        button_label(c) == " ".join(c.split()) for c in choices
+    )
+
+
+def question_content(text: str, choices: Sequence[str]) -> str:
+    """The message of a ``[question: … | …]``: its text, and every choice numbered in full.
+
+    The list is left out when the choices all fit whole on buttons (:func:`fit_buttons`): the
+    buttons show them already. Numbered from 1, as the buttons or select options are.
+    """
+    head = text or "❓"
+    if fit_buttons(choices):
+        return head
+    return head + "\n" + "\n".join(f"{n}. {c}" for n, c in enumerate(choices, 1))
 
 
 def thread_name(text: str, *, fallback: str = "conversation") -> str:

@@ -8,7 +8,10 @@ The field names are those of the Chat API REST reference (``Message.cardsV2[]`` 
 the official client's ``Message`` type, which refuses an unknown field name.
 
 Limits: "The maximum message size, including any text or cards, is 32,000 bytes" (Chat API, "Send a
-message"); a card's text paragraph is HTML unless ``textSyntax`` is ``MARKDOWN``.
+message"); "You can add up to 100 widgets per card. Any widgets beyond this limit are ignored"
+(Cards v2 reference, ``Card``); a card's text paragraph is HTML unless ``textSyntax`` is
+``MARKDOWN``. A ``[question: … | …]`` is a Markdown list in one text paragraph, so neither a
+button count nor a ``selectionInput``'s 100 items limits its choices: all are listed, in full.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ MAX_MESSAGE_BYTES = 32_000
 TEXT_BUDGET_BYTES = 24_000
 """JSON-escaped answer text per message: the rest of the 32,000 bytes is left for the card's
 structure."""
+MAX_WIDGETS = 100
+"""Widgets per card; Chat ignores any beyond (Cards v2 reference, ``Card``)."""
 FALLBACK_CHARS = 200
 """``fallbackText`` (what notifications show of a card message) is the answer's first characters."""
 MAX_ENTRIES = 60
@@ -223,7 +228,8 @@ def answer_bodies(parts: Iterable[Part], *, file_note: str = "📎 {name}") -> l
     Text goes in ``textParagraph`` widgets with ``textSyntax: MARKDOWN``; a ``[question: … | …]`` is
     the question in bold with its choices as a Markdown list under it; a ``[file: …]`` becomes a
     note (``file_note`` with ``{name}``). Widgets are packed into one card until the next would pass
-    :data:`TEXT_BUDGET_BYTES`; a text longer than that is split at line boundaries first.
+    :data:`TEXT_BUDGET_BYTES` or :data:`MAX_WIDGETS`; a text longer than that is split at line
+    boundaries first. Every choice of a question is listed, in full: nothing is left out.
 
     Args:
         parts: The answer, parsed by :func:`kesoku.vocab.markup.parse_reply`.
@@ -246,7 +252,7 @@ def answer_bodies(parts: Iterable[Part], *, file_note: str = "📎 {name}") -> l
     used = 0
     for text in texts:
         cost = _json_cost(text)
-        if widgets and used + cost > TEXT_BUDGET_BYTES:
+        if widgets and (used + cost > TEXT_BUDGET_BYTES or len(widgets) >= MAX_WIDGETS):
             bodies.append(_answer_body(len(bodies), widgets))
             widgets, used = [], 0
         widgets.append(markdown(text))

@@ -6,7 +6,9 @@ The markers are ``[file: /abs/path]`` and ``[question: … | …]``. One parser 
 - ``[file: /absolute/path]`` asks the adapter to send that file (only if
   :func:`kesoku.tools.paths.check_share` allows it; otherwise the adapter says why in one line).
 - ``[question: Which one? | Option A | Option B]`` asks the user to choose; the choices become
-  buttons (Discord) or a list (Google Chat). A question without choices is plain text.
+  buttons or select menus (Discord) or a list (Google Chat). Every choice is kept (repeats once):
+  an adapter that cannot show them all as buttons lists them in full. A question without choices
+  is plain text.
 - Inside a fenced code block (```` ``` ````) nothing is a marker: a model showing the syntax is not
   using it.
 """
@@ -15,9 +17,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-
-MAX_CHOICES = 25
-"""Choices kept per question (Discord allows 25 buttons per message; more would not render)."""
 
 _MARKER = re.compile(r"\[(file|question):\s*([^\]\n]*)\]")
 _FENCE = re.compile(r"^\s*(```|~~~)", re.MULTILINE)
@@ -81,7 +80,7 @@ def parse_reply(text: str) -> list[Part]:
                 parts.append(FilePart(body))
             elif kind == "question":
                 question, *choices = [piece.strip() for piece in body.split("|")]
-                kept = tuple(dict.fromkeys(c for c in choices if c))[:MAX_CHOICES]
+                kept = tuple(dict.fromkeys(c for c in choices if c))
                 if kept:
                     flush()
                     parts.append(QuestionPart(question, kept))

@@ -39,7 +39,7 @@ _BADGES = {
 _SUFFIXES = {
     TurnState.DONE: "",
     TurnState.INTERRUPTED: " (Interrupted)",
-    TurnState.STOPPED: " (Stopped)",
+    TurnState.STOPPED: " (Interrupted)",  # the design's label for both; the state tells them apart
     TurnState.STEP_LIMIT: " (Step limit)",
     TurnState.FAILED: " (Failed)",
     TurnState.REPEATING: " (Repeating)",
@@ -81,7 +81,12 @@ class TurnMetrics(msgspec.Struct, frozen=True, kw_only=True):
         return _BADGES[self.state]
 
     def render(self) -> str:
-        """One line: ``⚡ turn 3 · context 12K · 2 tool calls · 15K tokens · $0.04 · 4.2 s``."""
+        """One line: ``⚡ turn 3 · context 12K · 2 tool calls · 15K tokens · $0.04 · 4.2 s``.
+
+        A turn that did not end done says how after the figures: an interrupted or stopped one
+        ``🛑 … (Interrupted)`` (the design's label for both), a failed one ``⚠ … (Failed)``, and
+        ``(Step limit)``, ``(Repeating)``, ``(Spend cap)`` after 🛑.
+        """
         calls = "1 tool call" if self.tool_calls == 1 else f"{self.tool_calls} tool calls"
         spend = f"{self.spend} · " if self.spend else ""
         return (
