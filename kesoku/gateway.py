@@ -648,15 +648,23 @@ class Listener:
         self.close()
 
 
-DELIVERED_WAIT_S = 60.0
-"""How long :meth:`DeliveryCursor.delivered` waits at most."""
+DELIVERED_WAIT_S = 600.0
+"""How long :meth:`DeliveryCursor.delivered` waits at most. Minutes: a channel the platform does
+not take for a while (its sends back off up to 60 s) holds only its own lane, and the end of its
+turn must still come after its messages (a header edited, not posted anew before them)."""
 
 
 class DeliveryCursor:
     """An adapter's durable place in the log, so each reply is delivered once across restarts.
 
-    The adapter follows ``gateway.listen(after=cursor.start(), adapter=...)`` and calls
-    :meth:`advance` after each message it delivered (or gave up on for good).
+    An adapter delivers its channels concurrently (:mod:`kesoku.delivery_lanes`), so messages
+    finish out of id order. The place is therefore a low watermark, :attr:`position` (every message
+    up to it handled), plus :attr:`done`, the ids handled above it; both are kept in the store after
+    each message (:meth:`Store.set_cursor`). The reader follows
+    ``gateway.listen(after=cursor.start(), adapter=...)``, calls :meth:`begin` for each message it
+    reads (in id order) and :meth:`advance` once that message is delivered (or given up on for
+    good). A restart listens after the watermark, and :meth:`begin` says which ids to skip. A reader
+    that handles one message at a time may call :meth:`advance` alone.
 
     Args:
         gateway: The gateway whose log it follows (the cursor is kept in its store).
@@ -667,11 +675,25 @@ class DeliveryCursor:
         self.store = gateway.store
         self.name = name
         self.position = 0
-        """The id of the last message handled."""
+        """The low watermark: every message with an id up to it is handled."""
+        self.done: set[int] = set()
+        """Ids above :attr:`position` already handled (after a restart: some not read yet)."""
+        self._open: deque[int] = deque()  # ids read past the watermark, ascending, done or not
+        self._unread: set[int] = set()  # ids of done saved before a restart, not read again yet
         self._progress = trio.Event()
 
+    @property
+    def open(self) -> int:
+        """How many messages were read past the watermark (being handled, or done out of order)."""
+        return len(self._open)
+
+    @property
+    def oldest_open(self) -> int | None:
+        """The id of the oldest message read and not handled yet, which holds the watermark."""
+        return next((i for i in self._open if i not in self.done), None)
+
     def start(self) -> int:
-        """The id to listen after: the saved cursor, or the newest stored message.
+        """The id to listen after: the saved watermark, or the newest stored message.
 
         An adapter's very first start begins after the newest message: older sessions are not
         replayed into a chat that never saw them.
@@ -680,18 +702,60 @@ class DeliveryCursor:
         self.position = self.store.last_message_id() if saved is None else saved
         if saved is None:
             self.store.set_cursor(self.name, self.position)
+        self.done = {i for i in self.store.cursor_done(self.name) if i > self.position}
+        self._unread = set(self.done)
+        self._open.clear()
         return self.position
 
+    def begin(self, message_id: int) -> bool:
+        """Record that the reader read ``message_id`` (ids come in increasing order).
+
+        Returns:
+            False when it was handled before (a restart): skip it. True: deliver it, then
+            :meth:`advance`.
+        """
+        if message_id <= self.position:
+            return False
+        self._open.append(message_id)
+        if message_id in self.done:
+            self._unread.discard(message_id)
+            self._settle()  # nothing to write: the store already says it is handled
+            return False
+        return True
+
     def advance(self, message_id: int) -> None:
-        """Record that ``message_id`` was handled, and wake :meth:`delivered` waiters."""
-        self.position = message_id
-        self.store.set_cursor(self.name, message_id)
+        """Record that ``message_id`` was handled, save the place, and wake :meth:`delivered`."""
+        if message_id <= self.position:
+            return
+        if not self._open or message_id > self._open[-1]:
+            self._open.append(message_id)  # a reader that did not call begin()
+        self.done.add(message_id)
+        self._settle()
+        above = message_id if message_id > self.position else None
+        self.store.set_cursor(self.name, self.position, done=above)
         self._progress.set()
         self._progress = trio.Event()
+
+    def _settle(self) -> None:
+        """Move the watermark over the handled ids at the front."""
+        moved = False
+        while self._open and self._open[0] in self.done:
+            self.position = self._open.popleft()
+            self.done.discard(self.position)
+            moved = True
+        if moved and self._unread:
+            # Ids saved before a restart whose messages were not read again (a session deleted).
+            gone = {i for i in self._unread if i <= self.position}
+            self._unread -= gone
+            self.done -= gone
 
     async def delivered(self, session_id: str, *, timeout_s: float = DELIVERED_WAIT_S) -> None:
         """Wait until every stored message of a session is handled (bounded by ``timeout_s``)."""
         flt = MessageFilter.from_kwargs({"session_id": session_id})
         with trio.move_on_after(timeout_s):
-            while self.store.messages_after(self.position, flt, limit=1):
+            while True:
+                # At most len(done) of them are handled: one more row shows whether any is not.
+                ahead = self.store.messages_after(self.position, flt, limit=len(self.done) + 1)
+                if all(m.id in self.done for m in ahead):
+                    return
                 await self._progress.wait()

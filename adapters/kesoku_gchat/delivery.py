@@ -1,7 +1,9 @@
 """Delivery: the adapter's sessions, from the durable log to Google Chat, each message once.
 
-The adapter follows ``ctx.gateway.listen(after=cursor, adapter=chatbot_id)`` and saves its cursor
-(``adapter:<chatbot_id>``) after each message, so a restart resumes where it stopped.
+The adapter follows ``ctx.gateway.listen(after=cursor, adapter=chatbot_id)`` and delivers each
+space's messages in order in a lane of its own (:mod:`kesoku.delivery_lanes`), so a space Chat does
+not take holds up only itself. It saves its cursor (``adapter:<chatbot_id>``: a watermark and the
+ids delivered above it) after each message, so a restart resumes where it stopped.
 
 Per turn (keyed by its root user message) there is one *turn card*: a status line and a collapsed
 "Thoughts & Tools" section that collects the turn's thoughts, tool calls (with their outcome) and
@@ -34,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import trio
 
+from kesoku.delivery_lanes import DeliveryLanes
 from kesoku.gateway import DeliveryCursor
 from kesoku.tools.attachments import display_name
 from kesoku.tools.paths import check_share
@@ -191,6 +194,8 @@ class Delivery:
         self.api = api
         self.card_interval_s = card_interval_s
         self.cursor = DeliveryCursor(self.gateway, f"adapter:{chatbot_id}")
+        self.lanes = DeliveryLanes(self.cursor, self, name="gchat")
+        """One lane per space (:meth:`lane_of`): a space Chat does not take holds up only itself."""
         self.cards: dict[int, TurnCard] = {}
         self.questions: dict[int, tuple[str, str]] = {}
         """An open question's id → (its Chat message name, its text)."""
@@ -205,9 +210,12 @@ class Delivery:
         The first start begins after the newest stored message (older sessions are not replayed into
         Chat); later starts resume from the saved cursor.
 
-        Each message is its own failure domain: an error is logged with the message's id, told in
-        one line in its thread, and the cursor moves past it (the Chat client already retried what
-        was worth retrying).
+        Messages are delivered in order in each space, the spaces independently
+        (:class:`~kesoku.delivery_lanes.DeliveryLanes`, keyed by :meth:`lane_of`).
+
+        Each message is its own failure domain: an error is logged with the message's id
+        (:meth:`failed`), told in one line in its thread, and the cursor moves past it (the Chat
+        client already retried what was worth retrying).
         """
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
@@ -219,18 +227,30 @@ class Delivery:
             ):
                 nursery.start_soon(self._follow_events, events)
                 task_status.started()
-                async for message in messages:
-                    try:
-                        await self.deliver(message)
-                    except Exception as exc:
-                        # A ChatApiError is a refusal for good (a space gone, no permission).
-                        if isinstance(exc, ChatApiError):
-                            log.warning("gchat: message %d not delivered: %s", message.id, exc)
-                        else:
-                            log.exception("gchat: message %d not delivered", message.id)
-                        notice = f"⚠️ Part of this reply could not be shown ({type(exc).__name__})."
-                        await self.notify(message, notice)
-                    self.cursor.advance(message.id)
+                await self.lanes.run(messages)
+
+    def lane_of(self, session: Session) -> str:
+        """The lane of a session's messages: its space.
+
+        Not its thread: Chat's write quota is per space (60 a minute, shared by all apps), so lanes
+        within one space would only compete for it, and an outage or a 429 there hits every thread
+        of the space alike. One lane keeps each thread's order too (a card before its updates'
+        lines, a question before the edit that records its answer).
+        """
+        return f"space {place(session)[0]}"
+
+    def failed(self, message: Message, exc: Exception) -> bool:
+        """Log a message not delivered, with its id.
+
+        Returns:
+            False when Chat could not be reached (the client's retries ran out); True for a refusal
+            for good (a space gone, no permission) or a bug.
+        """
+        if isinstance(exc, ChatApiError):
+            log.warning("gchat: message %d not delivered: %s", message.id, exc)
+        else:
+            log.error("gchat: message %d not delivered", message.id, exc_info=exc)
+        return not (isinstance(exc, ChatApiError) and exc.retryable)
 
     async def notify(self, message: Message, text: str) -> None:
         """One line in the thread of a message's session; a failure is only logged."""

@@ -137,6 +137,16 @@ def _row_to_session(row: tuple[Any, ...]) -> Session:
     )
 
 
+_DONE = "/done/"
+"""Rows of the cursors table named ``<cursor>/done/<id>`` hold the ids a cursor handled above it."""
+
+
+def _done_range(name: str) -> tuple[str, str]:
+    """The names of a cursor's done rows: ``[low, high)`` in SQLite's text order."""
+    low = f"{name}{_DONE}"
+    return low, low[:-1] + chr(ord(low[-1]) + 1)
+
+
 class Store(ScheduleTable, SpendTable, StoreBase):
     """Sessions, the message log, cursors, view states, spend and schedules in one SQLite file.
 
@@ -495,15 +505,40 @@ class Store(ScheduleTable, SpendTable, StoreBase):
         ).fetchone()
         return int(row[0]) if row else None
 
-    @writes
-    def set_cursor(self, name: str, message_id: int) -> None:
-        """Save a listener's cursor (last message id handled)."""
-        self._conn.execute(
-            "INSERT INTO cursors (name, message_id, updated_at) VALUES (?, ?, ?)"
-            " ON CONFLICT (name) DO UPDATE SET message_id = excluded.message_id,"
-            " updated_at = excluded.updated_at",
-            (name, message_id, time.time()),
+    def cursor_done(self, name: str) -> list[int]:
+        """The ids a listener handled above its saved cursor (see :meth:`set_cursor`), ascending."""
+        rows = self._conn.execute(
+            "SELECT message_id FROM cursors WHERE name >= ? AND name < ? ORDER BY message_id",
+            _done_range(name),
         )
+        return [int(row[0]) for row in rows]
+
+    @writes
+    def set_cursor(self, name: str, message_id: int, *, done: int | None = None) -> None:
+        """Save a listener's cursor: the last message id handled, or a low watermark.
+
+        A listener that handles messages out of id order (an adapter's delivery lanes) saves the
+        id up to which every message is handled, and with ``done`` one id it handled above it. Those
+        ids are rows of the same table named ``<name>/done/<id>`` (:meth:`cursor_done`); the ones
+        at or below the cursor are removed in the same transaction.
+        """
+        now = time.time()
+        with self._conn:
+            self._conn.execute(
+                "INSERT INTO cursors (name, message_id, updated_at) VALUES (?, ?, ?)"
+                " ON CONFLICT (name) DO UPDATE SET message_id = excluded.message_id,"
+                " updated_at = excluded.updated_at",
+                (name, message_id, now),
+            )
+            self._conn.execute(
+                "DELETE FROM cursors WHERE name >= ? AND name < ? AND message_id <= ?",
+                (*_done_range(name), message_id),
+            )
+            if done is not None and done > message_id:
+                self._conn.execute(
+                    "INSERT OR IGNORE INTO cursors (name, message_id, updated_at) VALUES (?, ?, ?)",
+                    (f"{name}{_DONE}{done}", done, now),
+                )
 
     # -- taint ------------------------------------------------------------------------------------
 
