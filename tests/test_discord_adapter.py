@@ -19,7 +19,6 @@ from typing import Any
 import msgspec
 import pytest
 import trio
-import yarl
 from fakes.discord_api import BOT_ID, FakeDiscord, FakeUser, serve_discord, snowflake_time
 from kesoku_discord._compat import discord
 from kesoku_discord.adapter import DiscordAdapter
@@ -150,6 +149,17 @@ async def running_adapter(bot: Bot, config: Config) -> AsyncIterator[DiscordAdap
         nursery.cancel_scope.cancel()
 
 
+def restore_endpoints(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Put discord.py's endpoints back after the test.
+
+    The adapter points discord.py at ``[discord] api_base_url`` and ``gateway_url`` process-wide
+    (``kesoku_discord.client.use_endpoints``).
+    """
+    monkeypatch.setattr(discord.http.Route, "BASE", discord.http.Route.BASE)
+    gateway = discord.gateway.DiscordWebSocket
+    monkeypatch.setattr(gateway, "DEFAULT_GATEWAY", gateway.DEFAULT_GATEWAY)
+
+
 @asynccontextmanager
 async def discord_bot(
     tmp_path: Path,
@@ -164,17 +174,17 @@ async def discord_bot(
 ) -> AsyncIterator[Bot]:
     """A runtime with the scripted model, the Discord fake, and the adapter logged into it.
 
-    The runtime's path gates are the daemon's (:meth:`PathGates.from_config`): ``shared`` is the
+    The adapter reaches the fake through ``[discord] api_base_url`` and ``gateway_url``. The
+    runtime's path gates are the daemon's (:meth:`PathGates.from_config`): ``shared`` is the
     shareable root (default ``tmp_path/shared``), ``config_file`` the protected config file. With
     ``adapter=False`` the test runs the adapter itself (``running_adapter(bot, bot.config)``, as
     often as it restarts it).
     """
     (tmp_path / "shared").mkdir(exist_ok=True)
+    restore_endpoints(monkeypatch)
     async with serve_discord() as fake:
-        monkeypatch.setattr(discord.http.Route, "BASE", f"{fake.base_url}/api/v10")
-        monkeypatch.setattr(
-            discord.gateway.DiscordWebSocket, "DEFAULT_GATEWAY", yarl.URL(fake.ws_url)
-        )
+        discord_options.setdefault("api_base_url", f"{fake.base_url}/api/v10")
+        discord_options.setdefault("gateway_url", fake.ws_url)
         general = fake.add_channel("general")
         quiet = fake.add_channel("quiet")
         users = (
@@ -398,7 +408,7 @@ async def test_stop_deletes_progress_and_marks_the_turn(
         await bot.reply_in(thread)
         await fake.wait_for(lambda: set(progress) <= set(fake.deleted))
         (after,) = fake.bot_messages(thread)
-        assert after["content"].startswith("🛑") and "(Stopped)" in after["content"]
+        assert after["content"].startswith("🛑") and after["content"].endswith("(Interrupted)")
         assert not any(i.startswith("kesoku:stop:") for i in custom_ids(after))
         (session,) = bot.sessions()
         root = next(m for m in bot.h.history(session) if m.role is Role.USER)

@@ -1,10 +1,12 @@
 """Delivery: every message of the adapter's sessions, from the durable log to Discord, exactly once.
 
-The adapter follows ``ctx.gateway.listen(after=cursor, adapter=chatbot_id)`` and saves its cursor
-(``adapter:<chatbot_id>`` in the store) after each message is delivered, so a restart resumes where
-it stopped: nothing lost, nothing sent twice (a crash in the middle of one message's chunks can
-repeat that message only). Discord's websocket reconnects do not touch this path: replies go out
-over REST.
+The adapter follows ``ctx.gateway.listen(after=cursor, adapter=chatbot_id)`` and delivers each
+channel's messages in order in a lane of its own (:mod:`kesoku.delivery_lanes`), so a channel
+Discord does not take holds up only itself. It saves its cursor (``adapter:<chatbot_id>`` in the
+store: a watermark and the ids delivered above it) after each message is delivered, so a restart
+resumes where it stopped: nothing lost, nothing sent twice (a crash in the middle of one message's
+chunks can repeat that message only). Discord's websocket reconnects do not touch this path:
+replies go out over REST.
 
 Per turn (keyed by its root user message) the adapter keeps the header message, the intermediate
 messages (thoughts, tool calls and results, which 🛑 deletes) and the typing indicator.
@@ -30,10 +32,11 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import aiohttp
 import trio
+from kesoku.delivery_lanes import DeliveryLanes
 from kesoku.gateway import DeliveryCursor
 from kesoku.tools.attachments import display_name
 from kesoku.tools.paths import check_share, os_problem, read_shared
@@ -54,15 +57,18 @@ from kesoku.vocab.schedule import HeldTurn, is_heartbeat_run
 from kesoku_discord._compat import discord, ui
 from kesoku_discord.client import NO_MASS_MENTIONS, aio, log_failure, tell
 from kesoku_discord.convert import (
+    MORE_CHOICES,
     ended_unseen,
     header_text,
+    question_content,
     render_thought,
     render_tool_call,
     render_tool_result,
     split_message,
     trigger_line,
 )
-from kesoku_discord.views import answer_view, choice_view, disabled_copy, header_view
+from kesoku_discord.inbound import channel_of_key
+from kesoku_discord.views import answer_view, choice_views, disabled_copy, header_view
 
 if TYPE_CHECKING:
     from kesoku.config.settings import Config
@@ -101,6 +107,33 @@ class TurnView:
     stopped: bool = False
     trigger: str = ""
     """The header's first line when no Discord message started the turn (else empty)."""
+
+
+class InChannel:
+    """A conversation held in a text channel (no thread): what is sent replies to its first message.
+
+    Discord refused the conversation's thread (:mod:`kesoku_discord.inbound`): a user's reply to
+    any of these messages leads the inbound side back to the conversation's session. Everything
+    else is the channel's.
+    """
+
+    def __init__(self, channel: discord.TextChannel, first_id: int) -> None:
+        self.channel = channel
+        self.reference = discord.MessageReference(
+            message_id=first_id,
+            channel_id=channel.id,
+            guild_id=channel.guild.id,
+            fail_if_not_exists=False,  # the first message deleted: sent all the same
+        )
+
+    async def send(self, content: str | None = None, **kwargs: Any) -> discord.Message:
+        """``channel.send`` as a reply to the conversation's first message."""
+        kwargs.setdefault("reference", self.reference)
+        sent: discord.Message = await self.channel.send(content, **kwargs)
+        return sent
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.channel, name)
 
 
 class Typing:
@@ -177,6 +210,8 @@ class Delivery:
         self.gateway = ctx.gateway
         self.adapter = config.discord.chatbot_id
         self.cursor = DeliveryCursor(self.gateway, f"adapter:{self.adapter}")
+        self.lanes = DeliveryLanes(self.cursor, self, name="discord")
+        """One lane per channel: a channel Discord does not take holds up only itself."""
         self.nursery = nursery
         self.typing = Typing(nursery)
         self.turns: dict[int, TurnView] = {}
@@ -192,20 +227,31 @@ class Delivery:
         The first start of an adapter begins after the newest stored message (older sessions are not
         replayed into Discord); later starts resume from the saved cursor.
 
+        Messages are delivered in order in each channel, the channels independently
+        (:class:`~kesoku.delivery_lanes.DeliveryLanes`, keyed by :meth:`lane_of`): a channel whose
+        sends :meth:`send` keeps retrying holds up only its own replies.
+
         Each message is its own failure domain: :meth:`send` waits out network failures, and any
-        other error (Discord refusing it for good, a bug) is logged with the message's id, told in
-        one line in its channel, and the cursor moves past it: one message never stops the rest.
+        other error (Discord refusing it for good, a bug) is logged with the message's id
+        (:meth:`failed`), told in one line in its channel, and the cursor moves past it: one message
+        never stops the rest.
         """
         with self.ctx.gateway.listen(after=self.cursor.start(), adapter=self.adapter) as messages:
             task_status.started()
-            async for message in messages:
-                try:
-                    await self.deliver(message)
-                except Exception as exc:  # refused for good (channel gone, no permission), or a bug
-                    log_failure(log, exc, "message %d not delivered", message.id)
-                    notice = f"⚠️ Part of this reply could not be shown ({type(exc).__name__})."
-                    await self.notify(message, notice)
-                self.cursor.advance(message.id)
+            await self.lanes.run(messages)
+
+    def lane_of(self, session: Session) -> str:
+        """The lane of a session's messages: its channel or thread (shared by its conversations)."""
+        return f"channel {channel_of_key(session.channel_id)[0]}"
+
+    def failed(self, message: Message, exc: Exception) -> bool:
+        """Log a message Discord refused for good (channel gone, no permission), or a bug.
+
+        Returns:
+            True: Discord answered (:meth:`send` never gives up on an unreachable Discord).
+        """
+        log_failure(log, exc, "message %d not delivered", message.id)
+        return True
 
     async def notify(self, message: Message, text: str) -> None:
         """One line in the channel of a message's session; a failure is only logged."""
@@ -221,8 +267,12 @@ class Delivery:
     # -- channels -------------------------------------------------------------------------------
 
     async def channel_of(self, session: Session) -> discord.abc.Messageable | None:
-        """The Discord channel or thread of a session (from the cache, else GET /channels/{id})."""
-        channel_id = int(session.channel_id)
+        """The Discord channel or thread of a session (from the cache, else GET /channels/{id}).
+
+        A conversation held in a text channel without a thread is the channel as
+        :class:`InChannel`.
+        """
+        channel_id, first = channel_of_key(session.channel_id)
         channel = self.client.get_channel(channel_id)
         if channel is None:
             try:
@@ -232,6 +282,8 @@ class Delivery:
                     "discord: channel %s of session %s is gone: %s", channel_id, session.id, exc
                 )
                 return None
+        if first is not None and isinstance(channel, discord.TextChannel):
+            return cast("discord.abc.Messageable", InChannel(channel, first))
         return channel if isinstance(channel, discord.abc.Messageable) else None
 
     async def send(
@@ -283,7 +335,7 @@ class Delivery:
         channel = await self.channel_of(session)
         if channel is None:
             return
-        channel_id = int(session.channel_id)
+        channel_id = channel_of_key(session.channel_id)[0]
         if message.role is Role.USER:
             if is_heartbeat_run(message):
                 self.hold(session, message)
@@ -330,7 +382,7 @@ class Delivery:
         restart) gets its header in its final form, without figures: its end event was not seen.
         One that comes late after all still edits them in (:meth:`finish_turn`).
         """
-        channel_id = int(session.channel_id)
+        channel_id = channel_of_key(session.channel_id)[0]
         in_thread = isinstance(channel, discord.Thread)
         turn = TurnView(session.id, root.id, channel_id, trigger=trigger_line(root))
         if root.status not in (Status.PENDING, Status.PROCESSING):
@@ -415,9 +467,22 @@ class Delivery:
             elif isinstance(part, FilePart):
                 await self.send_file(session, channel, part.path)
             elif isinstance(part, QuestionPart):
-                await self.send_text(
-                    channel, part.text or "❓", view=choice_view(message.id, index, part.choices)
-                )
+                await self.send_question(channel, message.id, index, part)
+
+    async def send_question(
+        self, channel: discord.abc.Messageable, message_id: int, index: int, part: QuestionPart
+    ) -> None:
+        """A ``[question: …]``: its text with the choices' buttons or menus; no choice left out.
+
+        Choices too many or too long for buttons are listed in full in the text, and carried by
+        select menus, 125 per message (:func:`~kesoku_discord.views.choice_views`); the menus past
+        the first 125 go in messages of their own, after the text.
+        """
+        content = question_content(part.text, part.choices)
+        first, *more = choice_views(message_id, index, part.choices)
+        await self.send_text(channel, content, view=first)
+        for view in more:
+            await self.send(channel, MORE_CHOICES, view=view)
 
     async def send_file(
         self, session: Session, channel: discord.abc.Messageable, path: str
@@ -525,8 +590,9 @@ class Delivery:
                     view=done,
                     allowed_mentions=NO_MENTIONS,
                 )
-        if not any(t.session_id == session.id for t in self.turns.values()):
-            self.typing.stop(int(session.channel_id))
+        channel_id = channel_of_key(session.channel_id)[0]
+        if not any(t.channel_id == channel_id for t in self.turns.values()):
+            self.typing.stop(channel_id)  # conversations held in one channel type there together
 
     def forget(self, session_id: str) -> Sequence[TurnView]:
         """Drop a deleted session's turns (♻️); returns them."""

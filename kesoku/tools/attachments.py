@@ -2,8 +2,9 @@
 
 A received file's name is the sender's to choose, so it is made into one safe path component before
 anything touches the disk (:func:`safe_attachment_name`), and saved without ever overwriting
-(:func:`save_attachment`). A name quoted back to the user or the model goes through
-:func:`display_name`, which keeps it short and printable.
+(:func:`save_attachment`); :func:`saved_copy` finds the copy an earlier take-in of the same message
+saved, so a message handled twice saves its files once. A name quoted back to the user or the model
+goes through :func:`display_name`, which keeps it short and printable.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ import errno
 import itertools
 import os
 import re
+import stat
 import unicodedata
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 from kesoku.tools.paths import BRIEF_CHARS, NAME_MAX_BYTES, brief
@@ -63,6 +66,14 @@ def safe_attachment_name(name: str, folder: Path) -> str:
         ``name (1).ext``, ``name (2).ext``, …. Create the file with ``open(..., "xb")``: a
         concurrent save may take the same name first.
     """
+    for candidate in _candidates(name):
+        if not os.path.lexists(folder / candidate):
+            return candidate
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _candidates(name: str) -> Iterator[str]:
+    """The names :func:`safe_attachment_name` tries for ``name``, in order, without end."""
     text = unicodedata.normalize("NFC", name)
     text = "".join(c for c in text if unicodedata.category(c) not in _DROPPED)
     text = _FORBIDDEN.sub("_", text)
@@ -76,13 +87,51 @@ def safe_attachment_name(name: str, folder: Path) -> str:
     suffix = f".{ext}" if ext else ""
     room = NAME_MAX_BYTES - len(suffix.encode("utf-8"))
     stem = _fit(stem, room) or FALLBACK_NAME
-    candidate = stem + suffix
+    yield stem + suffix
     for n in itertools.count(1):
-        if not os.path.lexists(folder / candidate):
-            return candidate
         mark = f" ({n})"
-        candidate = _fit(stem, room - len(mark)) + mark + suffix
-    raise AssertionError("unreachable")  # pragma: no cover
+        yield _fit(stem, room - len(mark)) + mark + suffix
+
+
+def saved_copy(
+    folder: Path, filename: str, data: bytes, *, exclude: Collection[Path] = ()
+) -> Path | None:
+    """The file :func:`save_attachment` saved ``data`` as earlier, if it is still there unchanged.
+
+    Blocking: run it in a thread. Looks at the names :func:`save_attachment` would have used for
+    ``filename`` (``name.ext``, ``name (1).ext``, … up to the first free one) for a regular file (a
+    symbolic link is never followed) holding exactly ``data``. A message taken in again (a replay
+    after a restart, a crash before it was stored) thus reuses its files instead of saving them
+    again; a copy the agent changed since is not reused.
+
+    Args:
+        folder: The session workspace.
+        filename: The name the user gave.
+        data: The file's bytes.
+        exclude: Paths not to reuse (the files of the same message already matched, so two equal
+            attachments of one message stay two files).
+
+    Returns:
+        The path, or None (nothing to reuse, or the folder cannot be read).
+    """
+    for candidate in _candidates(filename):
+        path = folder / candidate
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            return None  # the first free name: save_attachment never went past it
+        except OSError:
+            return None
+        if path in exclude or not stat.S_ISREG(info.st_mode) or info.st_size != len(data):
+            continue
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+            with os.fdopen(fd, "rb") as held:
+                if held.read(len(data) + 1) == data:
+                    return path
+        except OSError:
+            continue
+    return None  # pragma: no cover (the candidates never end)
 
 
 def save_attachment(folder: Path, filename: str, data: bytes) -> Path:
@@ -126,4 +175,11 @@ def display_name(name: str, max_chars: int = BRIEF_CHARS) -> str:
     return brief(" ".join(text.split()), max_chars) or "?"
 
 
-__all__ = ["FALLBACK_NAME", "SAVE_TRIES", "display_name", "safe_attachment_name", "save_attachment"]
+__all__ = [
+    "FALLBACK_NAME",
+    "SAVE_TRIES",
+    "display_name",
+    "safe_attachment_name",
+    "save_attachment",
+    "saved_copy",
+]

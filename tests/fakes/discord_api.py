@@ -1,8 +1,7 @@
 """A wire-level fake of Discord (REST API v10, Gateway websocket) for the real discord.py client.
 
-Served on loopback by hypercorn (see :mod:`fakes.server`); point discord.py at it with
-``discord.http.Route.BASE = f"{url}/api/v10"`` and ``DiscordWebSocket.DEFAULT_GATEWAY =
-yarl.URL(ws_url)``.
+Served on loopback by hypercorn (see :mod:`fakes.server`); point the adapter at it with
+``[discord] api_base_url = f"{fake.base_url}/api/v10"`` and ``gateway_url = fake.ws_url``.
 
 Gateway (https://discord.com/developers/docs/events/gateway): text frames of JSON ``{"op", "d", "s",
 "t"}``. The fake sends HELLO (op 10), answers IDENTIFY (op 2) with READY and one GUILD_CREATE per
@@ -24,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -37,7 +37,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from .server import RequestLog, serve_app
+from .server import Recorded, RequestLog, serve_app
 
 DISCORD_EPOCH_MS = 1420070400000
 """Snowflakes count milliseconds from 2015-01-01 (Discord API, "Snowflakes")."""
@@ -45,6 +45,8 @@ BOT_ID = 900000000000000001
 GUILD_ID = 900000000000000100
 THREAD_EXISTS = 160004
 """JSON error code: "A thread has already been created for this message"."""
+MISSING_PERMISSIONS = 50013
+"""JSON error code: "You lack permissions to perform that action" (HTTP 403)."""
 UPLOAD_LIMIT = 10 * 1024 * 1024
 """A guild's attachment size limit without boosts (Discord API, "Uploading Files")."""
 
@@ -116,7 +118,17 @@ class FakeDiscord:
         self.identifies = 0
         self.resumes = 0
         self.peer_wins_thread_race = False
+        self.refuse_threads = False
+        """Thread creation is refused with 403 Missing Permissions (the bot lacks Create Public
+        Threads in the channel)."""
+        self.attachment_status: dict[str, int] = {}
+        """CDN keys (the last part of an attachment's url) answered with this HTTP status."""
         self.max_upload_bytes = UPLOAD_LIMIT
+        self.unavailable: set[int] = set()
+        """Channels whose every REST call is answered 503 Service Unavailable (discord.py raises
+        ``DiscordServerError`` at once: it retries only 500, 502, 504 and 524)."""
+        self.unavailable_answers: list[int] = []
+        """The channel of each 503 answered, in order."""
         self.base_url = ""
         self.token: str | None = None
         """The bot token the REST API accepts (``Authorization: Bot TOKEN``); None: any."""
@@ -260,8 +272,13 @@ class FakeDiscord:
         *,
         mentions: tuple[FakeUser, ...] = (),
         attachments: tuple[tuple[str, bytes, str], ...] = (),
+        reply_to: int | None = None,
     ) -> dict[str, Any]:
-        """A user posts a message (MESSAGE_CREATE); attachments: (filename, data, content type)."""
+        """A user posts a message (MESSAGE_CREATE); attachments: (filename, data, content type).
+
+        ``reply_to``: the message it replies to (Discord's Reply: ``message_reference``, with the
+        message itself as ``referenced_message``).
+        """
         files = []
         for name, data, mime in attachments:
             key = str(self.new_id())
@@ -277,7 +294,12 @@ class FakeDiscord:
                 }
             )
         message = self._message(
-            channel_id, author, content, mentions=[m.payload() for m in mentions], files=files
+            channel_id,
+            author,
+            content,
+            mentions=[m.payload() for m in mentions],
+            files=files,
+            reference=reply_to,
         )
         self.dispatch("MESSAGE_CREATE", message)
         return message
@@ -292,6 +314,7 @@ class FakeDiscord:
         files: list[dict[str, Any]] | None = None,
         components: list[Any] | None = None,
         mention_everyone: bool = False,
+        reference: int | None = None,
     ) -> dict[str, Any]:
         mid = self.new_id()
         message = {
@@ -320,6 +343,21 @@ class FakeDiscord:
             "flags": 0,
             "components": components or [],
         }
+        if reference is not None:
+            message["message_reference"] = {
+                "type": 0,
+                "message_id": str(reference),
+                "channel_id": str(channel_id),
+                "guild_id": str(GUILD_ID),
+            }
+            # One level deep, as Discord sends it (the referenced message keeps its own
+            # message_reference, without its message); None: the message was deleted.
+            referenced = self.messages.get(reference)
+            message["referenced_message"] = (
+                None
+                if referenced is None
+                else {k: v for k, v in referenced.items() if k != "referenced_message"}
+            )
         self.messages[mid] = message
         self._touch()
         return message
@@ -372,6 +410,18 @@ class FakeDiscord:
             int(message["channel_id"]),
             user,
             {"custom_id": custom_id, "component_type": 2},
+            message=message,
+        )
+
+    def select(self, message_id: int, custom_id: str, values: list[str], user: FakeUser) -> str:
+        """A user picks options of a string select menu
+        (INTERACTION_CREATE type 3, MESSAGE_COMPONENT, component_type 3, ``values``)."""
+        message = self.messages[message_id]
+        return self._interaction(
+            3,
+            int(message["channel_id"]),
+            user,
+            {"custom_id": custom_id, "component_type": 3, "values": values},
             message=message,
         )
 
@@ -516,6 +566,9 @@ class FakeDiscord:
             self.interaction_replies.append({**body, "files": files})
             data = body.get("data") or {}
             clicked = self.interaction_messages.get(parts[1])
+            refused = components_problem(data.get("components") or [])
+            if refused:
+                return _error(400, 50035, f"Invalid Form Body: components: {refused}")
             # UPDATE_MESSAGE edits the clicked message
             if body.get("type") == 7 and clicked in self.messages:
                 self.messages[clicked].update(
@@ -543,6 +596,9 @@ class FakeDiscord:
         if parts[0] == "attachments":
             if parts[1] not in self.attachments:  # gone from the CDN
                 return _error(404, 0, "404: Not Found")
+            if parts[1] in self.attachment_status:
+                status = self.attachment_status[parts[1]]
+                return Response(f"{status}: failing", status_code=status)
             return Response(self.attachments[parts[1]], media_type="application/octet-stream")
         return _error(404, 0, f"404: no route {method} {path}")
 
@@ -550,6 +606,9 @@ class FakeDiscord:
         cid = int(parts[1])
         if cid not in self.channels:
             return _error(404, 10003, "Unknown Channel")
+        if cid in self.unavailable:
+            self.unavailable_answers.append(cid)
+            return _error(503, 0, "503: Service Unavailable")
         rest = parts[2:]
         if not rest and method == "GET":
             return _json(self.channels[cid])
@@ -569,12 +628,17 @@ class FakeDiscord:
             mid = int(rest[1])
             if mid not in self.messages:
                 return _error(404, 10008, "Unknown Message")
+            if method == "GET":
+                return _json(self.messages[mid])
             if method == "DELETE":
                 del self.messages[mid]
                 self.deleted.append(mid)
                 return Response(status_code=204)
             if method == "PATCH":
                 body = await _body(request)
+                refused = components_problem(body.get("components") or [])
+                if refused:
+                    return _error(400, 50035, f"Invalid Form Body: components: {refused}")
                 self.messages[mid].update(
                     {k: v for k, v in body.items() if k in ("content", "components")}
                 )
@@ -582,6 +646,8 @@ class FakeDiscord:
         if len(rest) == 3 and rest[0] == "messages" and rest[2] == "threads":
             mid = int(rest[1])
             body = await request.json()
+            if self.refuse_threads:
+                return _error(403, MISSING_PERMISSIONS, "Missing Permissions")
             if self.peer_wins_thread_race and mid not in self.channels:
                 peer = self.add_user(self.new_id(), "peer-bot", bot=True)
                 self._thread(cid, mid, body["name"], peer.id)
@@ -603,6 +669,9 @@ class FakeDiscord:
             return _error(
                 400, 50035, "Invalid Form Body: content: Must be 2000 or fewer in length."
             )
+        refused = components_problem(body.get("components") or [])
+        if refused:
+            return _error(400, 50035, f"Invalid Form Body: components: {refused}")
         attachments = [
             {
                 "id": str(self.new_id()),
@@ -613,8 +682,14 @@ class FakeDiscord:
             }
             for n, d in files
         ]
+        reference = (body.get("message_reference") or {}).get("message_id")
         message = self._message(
-            cid, self.bot, content, files=attachments, components=body.get("components")
+            cid,
+            self.bot,
+            content,
+            files=attachments,
+            components=body.get("components"),
+            reference=int(reference) if reference else None,
         )
         message["allowed_mentions"] = body.get("allowed_mentions")
         self.uploads[int(message["id"])] = files
@@ -622,6 +697,14 @@ class FakeDiscord:
         return _json(message)
 
     # -- queries for tests ------------------------------------------------------------------------
+
+    def requests(self, method: str, path_pattern: str) -> list[Recorded]:
+        """The requests received of a method whose path matches a regular expression (fullmatch)."""
+        return [
+            r
+            for r in self.log.requests
+            if r.method == method and re.fullmatch(path_pattern, r.path) is not None
+        ]
 
     def bot_messages(self, channel_id: int) -> list[dict[str, Any]]:
         """The bot's live (not deleted) messages in a channel, oldest first."""
@@ -640,6 +723,41 @@ class FakeDiscord:
                 Route("/attachments/{path:path}", self._rest, methods=["GET"]),
             ]
         )
+
+
+def components_problem(rows: list[Any]) -> str:
+    """What Discord would refuse in a message's components, or ``""`` (Discord API, "Component
+    Reference"): at most 5 action rows; a row holds 1 to 5 buttons or exactly one select menu; a
+    button label at most 80 characters; a custom id at most 100, unique in the message; a string
+    select 1 to 25 options, labels and values at most 100 characters, a placeholder at most 150."""
+    if len(rows) > 5:
+        return f"{len(rows)} action rows, at most 5"
+    seen: set[str] = set()
+    for r, row in enumerate(rows):
+        items = row.get("components") or []
+        if row.get("type") != 1 or not items:
+            return f"row {r} is not an action row with components"
+        selects = [c for c in items if c.get("type") == 3]
+        if (selects and len(items) != 1) or len(items) > 5:
+            return f"row {r}: {len(items)} components ({len(selects)} select menus)"
+        for item in items:
+            custom_id = str(item.get("custom_id") or "")
+            if len(custom_id) > 100 or (custom_id and custom_id in seen):
+                return f"row {r}: custom_id {custom_id[:40]!r} too long or repeated"
+            seen.add(custom_id)
+            if item.get("type") == 2 and len(str(item.get("label") or "")) > 80:
+                return f"row {r}: a button label over 80 characters"
+            if item.get("type") == 3:
+                options = item.get("options") or []
+                if not 1 <= len(options) <= 25:
+                    return f"row {r}: {len(options)} select options, 1 to 25"
+                if len(str(item.get("placeholder") or "")) > 150:
+                    return f"row {r}: a placeholder over 150 characters"
+                for option in options:
+                    texts = (str(option.get("label", "")), str(option.get("value", "")))
+                    if max(len(t) for t in texts) > 100:
+                        return f"row {r}: a select option over 100 characters"
+    return ""
 
 
 def _json(data: Any, *, status: int = 200) -> Response:
