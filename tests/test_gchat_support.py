@@ -96,10 +96,18 @@ class FakePubSub:
         self, requests: Iterator[StreamingPullRequest], context: grpc.ServicerContext
     ) -> Iterator[StreamingPullResponse]:
         next(requests)  # the opening request names the subscription
-        # Later requests (heartbeats) must be read, or the client's stream stalls.
-        threading.Thread(target=_drain, args=(requests,), daemon=True).start()
         mine: set[str] = set()
         ended: list[bool] = []
+
+        def drain() -> None:
+            # Later requests (heartbeats) must be read, or the client's stream stalls; their end
+            # (the client half-closed the stream to stop) ends the stream, as Pub/Sub does.
+            _drain(requests)
+            with self.cond:
+                ended.append(True)
+                self.cond.notify_all()
+
+        threading.Thread(target=drain, daemon=True).start()
 
         def lease_lost() -> None:
             # The stream ended (the subscriber closed): what it held unacked is delivered again, as
@@ -113,7 +121,7 @@ class FakePubSub:
                 self.cond.notify_all()
 
         context.add_callback(lease_lost)
-        while context.is_active():
+        while context.is_active() and not ended:
             with self.cond:
                 self.cond.wait_for(lambda: bool(self.ready) or bool(ended), timeout=0.2)
                 batch = []
@@ -128,6 +136,8 @@ class FakePubSub:
                             ack_id=ack_id, message=PubsubMessage(data=data, message_id=message_id)
                         )
                     )
+                if batch:
+                    self.cond.notify_all()  # a test may wait for a delivery
             if batch:
                 yield StreamingPullResponse(received_messages=batch)
 
@@ -265,6 +275,22 @@ def message_event(text: str, *, name: str = "spaces/AAAA/messages/M1.M1", **chan
     """A MESSAGE event as Pub/Sub carries it (UTF-8 JSON)."""
     return json.dumps(
         event(name=name, text=f"@Kesoku {text}", argumentText=f" {text}", **changes)
+    ).encode()
+
+
+def addon_event(text: str, *, name: str = "spaces/AAAA/messages/M1.M1", **changes: Any) -> bytes:
+    """The MESSAGE of :func:`message_event` in the Google Workspace add-on format (UTF-8 JSON)."""
+    classic = json.loads(message_event(text, name=name, **changes))
+    return json.dumps(
+        {
+            "commonEventObject": {"hostApp": "CHAT", "platform": "WEB"},
+            "authorizationEventObject": {"systemIdToken": "a.b.c"},
+            "chat": {
+                "user": classic["user"],
+                "eventTime": classic["eventTime"],
+                "messagePayload": {"space": classic["space"], "message": classic["message"]},
+            },
+        }
     ).encode()
 
 

@@ -53,6 +53,10 @@ EVENT_TRIES = 3
 """Handlings of one Pub/Sub message that failed before it is dropped (a poison message)."""
 FAILURES_KEPT = 1024
 """Pub/Sub message ids whose failed tries are counted (the oldest are forgotten)."""
+EVENT_WAIT_WARN_S = 5.0
+"""An event handled (stored) longer than this after the puller received it is logged: a chat
+normally sees its message taken in within a second; a longer wait means the queue in front of it
+was slow."""
 
 
 class Inbound:
@@ -103,6 +107,7 @@ class Inbound:
                     log.info("gchat: %s event in %s ignored", event.type, event.space)
                 done = True
                 self.failures.pop(pulled.message_id, None)
+                self.note_wait(pulled, event)
             except Exception as exc:
                 done = self.failed(pulled.message_id, event, exc)
         finally:
@@ -110,6 +115,17 @@ class Inbound:
                 pulled.ack()
             else:
                 pulled.nack()
+
+    def note_wait(self, pulled: PulledMessage, event: ChatEvent) -> None:
+        """One warning when the event waited over :data:`EVENT_WAIT_WARN_S` since its receipt."""
+        waited_s = trio.current_time() - pulled.received_at
+        if waited_s > EVENT_WAIT_WARN_S:
+            log.warning(
+                "gchat: Pub/Sub message %s (%s) handled %.1f s after it was received",
+                pulled.message_id,
+                event.message_name or event.type,
+                waited_s,
+            )
 
     def failed(self, message_id: str, event: ChatEvent, exc: Exception) -> bool:
         """Count a failed handling; True: drop (ack) the event now, False: nack it to retry."""

@@ -8,13 +8,20 @@ stream). A message is acked by its consumer only once it is persisted; one that 
 over (the channel closed, the trio run over) is nacked, so Pub/Sub delivers it again.
 
 Ack and nack are safe from the trio thread: they only queue a request for the library's dispatcher
-thread (google-cloud-pubsub, ``subscriber.message.Message.ack``).
+thread (google-cloud-pubsub, ``subscriber.message.Message.ack``). Each message is handed over as a
+:class:`Received`, stamped with its receipt time, so the consumer can say when one waited long.
+
+Stopping ends the stream from the client's side first (a half-close, :func:`_end_stream`) and only
+then cancels it: the Pub/Sub emulator does not notice a stream that is only cancelled and goes on
+giving it a share of new messages, each lost for the stream ack deadline (60 s).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -36,11 +43,25 @@ window."""
 CLOSE_TIMEOUT_S = 10.0
 """How long stopping the stream may take at shutdown (the library's threads join in the
 background)."""
+END_STREAM_TIMEOUT_S = 2.0
+"""How long stopping waits for the server to end a half-closed stream before cancelling it (the
+emulator ends it within 50 ms)."""
+END_STREAM_POLL_S = 0.01
+"""How often stopping looks whether a stream that has just started has opened its call."""
 PUBSUB_SCOPE = "https://www.googleapis.com/auth/pubsub"
 
 
 class PulledMessage(Protocol):
-    """What Kesoku uses of ``google.cloud.pubsub_v1.subscriber.message.Message``."""
+    """A pulled message as the consumer sees it (a :class:`Received`).
+
+    What Kesoku uses of the library's ``google.cloud.pubsub_v1.subscriber.message.Message``, and
+    when it arrived.
+    """
+
+    @property
+    def received_at(self) -> float:
+        """``trio.current_time()`` when the library's callback handed it over."""
+        ...
 
     @property
     def data(self) -> bytes:
@@ -57,6 +78,40 @@ class PulledMessage(Protocol):
 
     def nack(self) -> None:
         """Not handled: Pub/Sub delivers it again soon."""
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    """A pulled message as the puller hands it to trio: the library's message and when it arrived.
+
+    Attributes:
+        message: The library's ``Message`` (``data``, ``message_id``, ``ack()``, ``nack()``).
+        received_at: ``trio.current_time()`` when the library's callback handed it over (before
+            any wait for room in the channel).
+    """
+
+    message: Any
+    received_at: float
+
+    @property
+    def data(self) -> bytes:
+        """The payload: a Chat event's JSON."""
+        data: bytes = self.message.data
+        return data
+
+    @property
+    def message_id(self) -> str:
+        """Pub/Sub's id of the message."""
+        message_id: str = self.message.message_id
+        return message_id
+
+    def ack(self) -> None:
+        """Done with it: Pub/Sub will not deliver it again."""
+        self.message.ack()
+
+    def nack(self) -> None:
+        """Not handled: Pub/Sub delivers it again soon."""
+        self.message.nack()
 
 
 SubscriberFactory = Callable[[], Any]
@@ -120,7 +175,7 @@ class Puller:
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Pull until cancelled, sending each message into ``send``.
+        """Pull until cancelled, sending each message into ``send`` as a :class:`Received`.
 
         ``started`` once the stream is open.
 
@@ -135,10 +190,13 @@ class Puller:
         """
         token = trio.lowlevel.current_trio_token()
 
-        def callback(message: PulledMessage) -> None:
+        async def hand_over(message: Any) -> None:
+            await send.send(Received(message, trio.current_time()))
+
+        def callback(message: Any) -> None:
             # Runs on a library thread: hand over to trio, blocking while the channel is full.
             try:
-                trio.from_thread.run(send.send, message, trio_token=token)
+                trio.from_thread.run(hand_over, message, trio_token=token)
             except (
                 trio.RunFinishedError,
                 trio.BrokenResourceError,
@@ -163,7 +221,7 @@ class Puller:
             with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT_S):
                 await trio.to_thread.run_sync(_close, future, subscriber, abandon_on_cancel=True)
 
-    def _subscribe(self, subscriber: Any, callback: Callable[[PulledMessage], None]) -> Any:
+    def _subscribe(self, subscriber: Any, callback: Callable[[Any], None]) -> Any:
         from google.cloud.pubsub_v1.types import FlowControl  # type: ignore[import-untyped]
 
         flow = FlowControl(max_messages=self.max_outstanding, max_bytes=MAX_OUTSTANDING_BYTES)
@@ -172,9 +230,50 @@ class Puller:
 
 def _close(future: Any, subscriber: Any) -> None:
     if future is not None:
+        _end_stream(future)
         future.cancel()
         try:
             future.result(timeout=CLOSE_TIMEOUT_S)
         except Exception as exc:  # the stream's own error was already raised to serve's caller
             log.debug("gchat: pull stream ended: %s", exc)
     subscriber.close()
+
+
+def _end_stream(future: Any) -> None:
+    """Half-close the pull stream and wait for the server to end it (at most END_STREAM_TIMEOUT_S).
+
+    Why: ``future.cancel()`` only cancels the gRPC call (an HTTP/2 RST_STREAM). The Pub/Sub emulator
+    (0.8.20: ``NoSuchMethodError`` in ``onRstStreamRead`` in its log) never learns that such a
+    stream is gone: it keeps pushing that dead stream its share of new messages, and each is lost
+    until the stream ack deadline (60 s) passes, then maybe lost again. Every restart of the adapter
+    or daemon on a subscription added one such stream; events then waited 60 to 125 s before being
+    stored, with nothing logged. Ending the request stream is the clean end that servers answer by
+    completing the call; the cancel that follows finds it done.
+
+    The consumer is paused first so that it does not read the stream's end itself: the end then
+    reaches only the library's done-callback, which shuts the stream down (a clean end is not an
+    error it retries by reopening).
+    This reaches into google-cloud-pubsub's private parts (``StreamingPullManager._rpc``,
+    ``_consumer``; api_core's ``BidiRpc._request_queue``, whose ``None`` ends the request stream);
+    where a version lacks them, nothing is done and the cancel alone stops the stream, as before.
+    """
+    manager = getattr(future, "_StreamingPullFuture__manager", None)
+    rpc = getattr(manager, "_rpc", None)
+    consumer = getattr(manager, "_consumer", None)
+    requests = getattr(rpc, "_request_queue", None)
+    if consumer is None or requests is None:
+        return
+    # The library opens the call on its consumer thread: a stream stopped right after it started
+    # may not have one yet, and cancelling it as it opens would leave the same dead stream.
+    ended = threading.Event()
+    deadline = time.monotonic() + END_STREAM_TIMEOUT_S
+    while (call := getattr(rpc, "call", None)) is None and time.monotonic() < deadline:
+        ended.wait(END_STREAM_POLL_S)
+    if call is None:
+        return
+    if not call.add_callback(ended.set):  # the call is over already
+        return
+    consumer.pause()
+    requests.put(None)
+    if not ended.wait(END_STREAM_TIMEOUT_S):
+        log.debug("gchat: the pull stream did not end in %g s; cancelling it", END_STREAM_TIMEOUT_S)
