@@ -329,7 +329,7 @@ class LocalLLM(BaseLLM):
         """
         offered = tuple(tools) if self.tools else ()
         if self.system_prompt is not None:
-            system = f"{self.system_prompt} {date_sentence(dt.date.today())}"
+            system = f"{self.system_prompt} {date_sentence(today())}"
         if offered:
             system = "\n".join(
                 (system, "Tools: " + ", ".join(map(_tool_line, offered)), TOOLS_FORMAT)
@@ -665,6 +665,11 @@ def default_model_path() -> Path:
             f"{INSTALL_HINT} or set local.model_path"
         )
     return Path(next(iter(spec.submodule_search_locations))) / DEFAULT_MODEL_FILE
+
+
+def today() -> dt.date:
+    """Today's local date, as the prompt says it (a seam: the model's answers vary with it)."""
+    return dt.date.today()
 
 
 def date_sentence(day: dt.date) -> str:
