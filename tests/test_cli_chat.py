@@ -23,7 +23,7 @@ from pathlib import Path
 import pyte
 import pytest
 import yaml
-from kesoku_terminal.view import Follower
+from kesoku_terminal.view import Follower, StoreLog
 from runtime_harness import echo, serve_runtime
 
 from kesoku.store import Store
@@ -211,7 +211,7 @@ async def test_a_view_that_lags_a_whole_turn_still_shows_each_step_once_in_order
     )
     async with serve_runtime(tmp_path, llm, tools=[echo()]) as h:
         recorder = Recorder()
-        follower = Follower(h.rt.hub, h.gateway, h.session.id, recorder)
+        follower = Follower(h.rt.hub, StoreLog(h.gateway.store), h.session.id, recorder)
         with h.rt.hub.subscribe() as events:
             await h.say("what does it say?")
             await h.turn_end()  # the turn is over before the view reads its first event

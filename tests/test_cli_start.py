@@ -324,13 +324,17 @@ def test_each_adapter_failure_is_one_line_and_the_others_keep_running(tmp_path: 
     ]
 
 
+KESOKU_CHAT = (sys.executable, "-m", "kesoku", "chat")
+
+
 def test_a_chat_and_a_daemon_on_one_database_answer_once(tmp_path: Path) -> None:
     setup(tmp_path, "echo.yaml")
     daemon = Daemon(tmp_path)
     try:
         daemon.wait_line("ready")
         chat = subprocess.run(
-            [sys.executable, "-m", "kesoku", "chat", "-c", str(tmp_path / "kesoku.toml"), "hi"],
+            # --local: a chat running its own runtime (through the daemon: test_chat_daemon.py)
+            [*KESOKU_CHAT, "--local", "-c", str(tmp_path / "kesoku.toml"), "hi"],
             cwd=tmp_path,
             env={k: v for k, v in os.environ.items() if k not in CLEARED},
             stdin=subprocess.DEVNULL,

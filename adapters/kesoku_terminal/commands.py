@@ -8,10 +8,10 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from kesoku.host.build import INTERACTIVE_ADAPTER
+from kesoku.host.chat_sessions import hold
 from kesoku.vocab.text import plural
 from kesoku_terminal.mcp_commands import USAGE as MCP_USAGE
 from kesoku_terminal.mcp_commands import mcp_command
-from kesoku_terminal.sessions import hold
 
 if TYPE_CHECKING:
     from kesoku_terminal.interactive import ChatUI

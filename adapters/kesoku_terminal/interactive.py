@@ -29,6 +29,7 @@ import trio
 from rich.console import Console
 from rich.text import Text
 
+from kesoku.host.chat_sessions import discard_if_empty
 from kesoku.vocab.events import TurnEnded, TurnStarted
 from kesoku.vocab.model import ALLOW, parse_answer, user_text
 from kesoku_terminal.commands import run_command
@@ -43,8 +44,7 @@ from kesoku_terminal.prompt import (
     history_file,
 )
 from kesoku_terminal.render import THOUGHT_ICON, tool_call_line, tool_result_line
-from kesoku_terminal.sessions import discard_if_empty
-from kesoku_terminal.view import Follower, user_name
+from kesoku_terminal.view import Follower, StoreLog, user_name
 
 if TYPE_CHECKING:
     from kesoku.agent.runtime import Runtime
@@ -223,7 +223,9 @@ class ChatUI:
             emoji=False,
         )
         self.sink = LiveSink(self.console, self.live, self.prompt.invalidate)
-        self.follower = Follower(rt.hub, rt.gateway, session.id, self.sink, on_event=self._on_event)
+        self.follower = Follower(
+            rt.hub, StoreLog(rt.store), session.id, self.sink, on_event=self._on_event
+        )
         self.exiting = False
         self._last_posted = 0
         self._stops = 0

@@ -9,8 +9,12 @@ tool calls are posted before ``ToolStarted``, the results before ``ToolFinished`
 ``TurnEnded``), and every such event names its place in the log (the call, the result, the turn's
 root). At each one the view reads the log up to that place and no further, so a view that lags
 behind a fast turn still shows each step's persisted text right after that step's deltas. That read
-is a synchronous ``messages_after(cursor)`` on the gateway's store rather than a second
+is a synchronous ``messages_after(cursor)`` on the log (:class:`SessionLog`) rather than a second
 ``gateway.listen`` task: two independent iterators could not be put back in the turn's order.
+
+Where events and the log come from. In ``kesoku chat``'s own runtime, the event hub and the store
+(:class:`StoreLog`); for a chat served by the daemon, the frames of its control socket
+(``kesoku_terminal.remote``). This module imports neither trio nor the store for that client.
 
 Lost events. The hub drops events for a subscriber that falls a whole buffer behind (it never
 blocks the turn). The view then subscribes anew, reads the log up to that moment, and ignores
@@ -24,9 +28,6 @@ import getpass
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-import trio
-
-from kesoku.store import MessageFilter
 from kesoku.vocab.events import (
     Compacted,
     EventHub,
@@ -42,7 +43,10 @@ from kesoku.vocab.ir import TextDelta, ThoughtDelta
 from kesoku.vocab.model import Kind, Message, Role, is_question
 
 if TYPE_CHECKING:
-    from kesoku.gateway import Gateway
+    import trio
+
+    from kesoku.store import Store
+    from kesoku.vocab.events import Subscription
     from kesoku.vocab.metrics import TurnMetrics
 
 LOG_BATCH = 256
@@ -50,6 +54,40 @@ LOG_BATCH = 256
 EVENT_BUFFER = 4096
 """Hub events a terminal view may fall behind before some are lost: a long burst of deltas (a
 scripted step, a fast local model) while the terminal is slow to print still fits."""
+
+
+class SessionLog(Protocol):
+    """The durable log a view reads at each event: what the session's turns stored."""
+
+    def last_message_id(self) -> int:
+        """The newest message id of the whole log (0 when empty)."""
+        ...
+
+    def messages_after(self, after: int, session_id: str, limit: int) -> list[Message]:
+        """Up to ``limit`` messages of ``session_id`` with ids above ``after``, in id order."""
+        ...
+
+
+class StoreLog:
+    """A :class:`SessionLog` over a store this process opened."""
+
+    def __init__(self, store: Store) -> None:
+        from kesoku.store import MessageFilter  # loaded with the store that is passed in
+
+        self.store = store
+        self._filter = MessageFilter.from_kwargs
+        self._filters: dict[str, MessageFilter] = {}
+
+    def last_message_id(self) -> int:
+        """The newest message id of the store."""
+        return self.store.last_message_id()
+
+    def messages_after(self, after: int, session_id: str, limit: int) -> list[Message]:
+        """Messages of the session after ``after``, from the store."""
+        found = self._filters.get(session_id)
+        if found is None:
+            found = self._filters[session_id] = self._filter({"session_id": session_id})
+        return self.store.messages_after(after, found, limit=limit)
 
 
 class Sink(Protocol):
@@ -99,8 +137,9 @@ class Follower:
     """Renders the turns of the current session to a sink, each message exactly once.
 
     Args:
-        hub: The runtime's event hub.
-        gateway: The gateway (its store is the log read at each event).
+        hub: Where live events come from (the runtime's event hub); None for a client that hands
+            each event to :meth:`handle` itself.
+        log: The log read at each event.
         session_id: The session to show.
         sink: Where to show it.
         on_event: Called with each event of the shown session after it was shown (the chat's own
@@ -118,8 +157,8 @@ class Follower:
 
     def __init__(
         self,
-        hub: EventHub,
-        gateway: Gateway,
+        hub: EventHub | None,
+        log: SessionLog,
         session_id: str,
         sink: Sink,
         *,
@@ -128,46 +167,56 @@ class Follower:
     ) -> None:
         self.hub = hub
         self.live_answer = live_answer
-        self.gateway = gateway
+        self.log = log
         self.sink = sink
         self.session_id = session_id
         self.on_event = on_event
         self.ended_root_id = 0
         self.lossy = False
         self.gaps = 0
-        self._cursor = gateway.store.last_message_id()
-        self._filter = MessageFilter.from_kwargs({"session_id": session_id})
-        self._ended = trio.Event()
+        self._cursor = log.last_message_id()
+        self._ended: trio.Event | None = None
         # What the stream showed of the current step and the log has not confirmed yet (None:
         # nothing).
         self._text: str | None = None
         self._thought: str | None = None
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: trio.TaskStatus[None] | None = None) -> None:
         """Show events until cancelled; ``started`` once subscribed (post only after that).
 
         After a gap the subscription is replaced: the new one is contiguous from the moment it
         opens, the log is read up to that moment, and deltas are shown again from the next step
         boundary.
         """
+        assert self.hub is not None
         while True:
+            events: Subscription
             with self.hub.subscribe(buffer=EVENT_BUFFER) as events:
-                task_status.started()
-                task_status = trio.TASK_STATUS_IGNORED
+                if task_status is not None:  # nursery.start(run): subscribed, the post may follow
+                    task_status.started()
+                    task_status = None
                 async for event in events:
                     # The first event read after a drop still precedes the gap: everything in a
                     # full buffer was published before the drop. Show it, then start over.
                     self.handle(event)
                     if events.dropped:
                         break
-            self.gaps += 1
-            self._close_streams()
-            self.sync()
-            self.lossy = True
+            self.gap()
+
+    def gap(self) -> None:
+        """Events were lost: show the log up to now, and no deltas until the next step boundary."""
+        self.gaps += 1
+        self._close_streams()
+        self.sync()
+        self.lossy = True
 
     async def wait_ended(self, root_id: int) -> None:
         """Wait until the turn that answers user message ``root_id`` has ended."""
+        import trio
+
         while self.ended_root_id < root_id:
+            if self._ended is None:
+                self._ended = trio.Event()
             await self._ended.wait()
 
     def switch(self, session_id: str) -> None:
@@ -175,8 +224,7 @@ class Follower:
         self.sync()
         self._close_streams()
         self.session_id = session_id
-        self._filter = MessageFilter.from_kwargs({"session_id": session_id})
-        self._cursor = self.gateway.store.last_message_id()
+        self._cursor = self.log.last_message_id()
         self.ended_root_id = 0
 
     def handle(self, event: TurnEvent) -> None:
@@ -215,8 +263,9 @@ class Follower:
                 self._close_streams()
                 self.ended_root_id = max(self.ended_root_id, event.metrics.root_id)
                 self.sink.turn_ended(event.metrics)
-                self._ended.set()
-                self._ended = trio.Event()
+                if self._ended is not None:
+                    self._ended.set()
+                    self._ended = None
         if self.on_event is not None:
             self.on_event(event)
 
@@ -234,9 +283,8 @@ class Follower:
                 messages carry its root id; user messages are passed over: they interrupt this turn
                 but open the next).
         """
-        store = self.gateway.store
         while True:
-            batch = store.messages_after(self._cursor, self._filter, limit=LOG_BATCH)
+            batch = self.log.messages_after(self._cursor, self.session_id, LOG_BATCH)
             for message in batch:
                 if up_to is not None and message.id > up_to:
                     return

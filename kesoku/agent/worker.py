@@ -65,6 +65,8 @@ class SessionWorker:
         """``/compact`` asked; runs when no turn is running."""
         self._wakeup = trio.Event()
         self._session_turns: int | None = None
+        self.retiring = False
+        """:meth:`retire` was called: return as soon as idle."""
 
     def submit(self, message: Message) -> None:
         """Queue a user message; if a turn is running, interrupt it.
@@ -86,6 +88,15 @@ class SessionWorker:
         The result is a Compacted event.
         """
         self.compact_requested = True
+        self._wakeup.set()
+
+    def retire(self) -> None:
+        """Return (letting the session's lock go) once no turn runs and nothing waits.
+
+        The daemon calls it when the ``kesoku chat`` it answered for leaves: the session is the
+        terminal's again, not held until ``worker_idle_s`` runs out.
+        """
+        self.retiring = True
         self._wakeup.set()
 
     def stop(self, *, force: bool = False) -> bool:
@@ -135,6 +146,8 @@ class SessionWorker:
                 self.compact_requested = False
                 await self._compact()
             if not self.pending:
+                if self.retiring:
+                    return
                 self._wakeup = trio.Event()
                 with trio.move_on_after(self.rt.worker_idle_s):
                     await self._wakeup.wait()

@@ -21,6 +21,8 @@ def chat(
     session: Annotated[str | None, Parameter(name=["--session", "-s"])] = None,
     llm: Annotated[Backend | None, Parameter(name="--llm")] = None,
     config: Annotated[Path | None, Parameter(name=["--config", "-c"])] = None,
+    local: Annotated[bool, Parameter(name="--local", negative="")] = False,
+    verbose: Annotated[bool, Parameter(name=["--verbose", "-v"], negative="")] = False,
 ) -> None:
     """Talk to the agent in the terminal, or ask one question.
 
@@ -29,14 +31,19 @@ def chat(
     on stderr saying why when the turn fails, 2 when the config or the database cannot be used (a
     database locked past its busy timeout), or 130 after Ctrl-C. Piped stdin is appended to the
     prompt: `git diff | kesoku chat "review this"`. Without PROMPT on a terminal: an interactive
-    conversation (/help lists its commands). The whole runtime runs in this process; a daemon on the
-    same database leaves terminal sessions to it.
+    conversation (/help lists its commands).
+
+    Where it runs: when `kesoku start` serves the same database, a one-shot is answered by that
+    daemon (its model, tools and kesoku.toml; no SDK loads here, so it starts at once); otherwise,
+    with --local, or for an interactive chat, the runtime runs in this process. -v says which.
 
     Args:
         prompt: The question. Omit it for an interactive conversation.
         session: Continue a terminal session (its id, or a unique prefix of it); default: a new one.
         llm: A model backend overriding agent.llm for this chat.
         config: The TOML file. Default: $KESOKU_CONFIG, else ./kesoku.toml, else built-in defaults.
+        local: Run the runtime in this process even when a daemon serves the database.
+        verbose: Say on stderr whether the daemon or this process answers.
     """
     from kesoku.config.settings import default_config_path, load_config, set_config
     from kesoku.host.adapters import ChatAdapter, find_adapter
@@ -50,5 +57,13 @@ def chat(
     if not isinstance(adapter, ChatAdapter):
         raise OperatorError(f"the terminal adapter ({entry.value}) has no chat(); reinstall kesoku")
     raise SystemExit(
-        adapter.chat(cfg, config_file=path, prompt=prompt, session_id=session, llm_name=llm)
+        adapter.chat(
+            cfg,
+            config_file=path,
+            prompt=prompt,
+            session_id=session,
+            llm_name=llm,
+            local=local,
+            verbose=verbose,
+        )
     )

@@ -122,6 +122,8 @@ class ChatAdapter(Protocol):
         prompt: str | None,
         session_id: str | None,
         llm_name: str | None,
+        local: bool = False,
+        verbose: bool = False,
     ) -> int:
         """Answer one prompt (``prompt`` given) or hold an interactive conversation.
 
@@ -131,6 +133,8 @@ class ChatAdapter(Protocol):
             prompt: The one-shot prompt; None: interactive (or stdin when it is not a terminal).
             session_id: A session to continue; None: a new one.
             llm_name: A backend overriding ``agent.llm``.
+            local: Run in this process even when a daemon serves the database.
+            verbose: Say where the chat runs.
 
         Returns:
             The process exit code.

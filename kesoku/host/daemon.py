@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from kesoku.agent.runtime import Runtime
     from kesoku.config.settings import Config
     from kesoku.host.adapters import Adapter, AdapterEntry
+    from kesoku.host.control_server import ControlServer
     from kesoku.tools.sandbox import Sandbox
 
 log = logging.getLogger("kesoku.host.daemon")
@@ -76,6 +77,8 @@ def run(config_path: Path | None) -> int:
     from kesoku import __version__
     from kesoku.config.settings import default_config_path, load_config, set_config
     from kesoku.host.build import build_runtime, daemon_serves
+    from kesoku.host.control import socket_path
+    from kesoku.host.control_server import ControlServer
     from kesoku.host.logs import configure_logging
     from kesoku.store import Store
 
@@ -86,7 +89,14 @@ def run(config_path: Path | None) -> int:
     set_config(config)
     store = Store(config.workspace.db_path)
     try:
-        rt = build_runtime(config, store, config_file=path, serves=daemon_serves(store))
+        control = ControlServer(socket_path(config.workspace.db_path))
+        others = daemon_serves(store)
+        rt = build_runtime(
+            config,
+            store,
+            config_file=path,
+            serves=lambda session_id: control.serves(session_id) or others(session_id),
+        )
         from kesoku.agent.scheduler import sync_heartbeat
 
         sync_heartbeat(store, config.heartbeat, time.time())
@@ -99,7 +109,7 @@ def run(config_path: Path | None) -> int:
             config.workspace.db_path,
         )
         log_sandbox(rt.sandbox, config)
-        daemon = Daemon(rt, config, path)
+        daemon = Daemon(rt, config, path, control=control)
         try:
             return trio.run(daemon.serve)
         except KeyboardInterrupt:  # Ctrl-C before the signal watcher was listening
@@ -184,6 +194,8 @@ class Daemon:
         config: The loaded config.
         config_path: The file SIGHUP re-reads (None: the default lookup again).
         entries: The adapters to consider; None: every ``kesoku.adapters`` entry point.
+        control: The control socket ``kesoku chat`` clients reach it by (stopped with the
+            adapters, last); None: none.
     """
 
     def __init__(
@@ -193,10 +205,12 @@ class Daemon:
         config_path: Path | None,
         *,
         entries: list[AdapterEntry] | None = None,
+        control: ControlServer | None = None,
     ) -> None:
         from kesoku.agent.scheduler import Scheduler, adapter_targets
 
         self.rt = rt
+        self.control = control
         self.config = config
         self.config_path = config_path
         self.entries = entries
@@ -224,12 +238,18 @@ class Daemon:
             await nursery.start(self._watch_signals)
             runtime_scope: trio.CancelScope = await nursery.start(self._serve_runtime)
             adapters_scope: trio.CancelScope = await nursery.start(self._serve_adapters)
+            if self.control is not None:
+                # In the adapters' scope's place: clients follow the tools a stop lets finish.
+                control_scope = trio.CancelScope()
+                await nursery.start(self._serve_control, self.control, control_scope)
             log.info("ready: backend %s; %s", self._backend_name(), self._reach())
             task_status.started()
             await self.stopping.wait()
             runtime_scope.cancel()
             await self._wait_for_tools()
             adapters_scope.cancel()
+            if self.control is not None:
+                control_scope.cancel()
             nursery.cancel_scope.cancel()
         log.info("stopped")
         return 0
@@ -250,7 +270,7 @@ class Daemon:
         return (
             "no chat adapter is enabled ([discord] or [gchat] enabled = true), so no chat reaches "
             "it; it still runs schedules and the heartbeat, resumes turns cut by a restart, and "
-            "answers sessions other processes store (not kesoku chat's: that runs its own)"
+            "answers sessions other processes store and the kesoku chat one-shots it is asked"
         )
 
     def request_stop(self) -> None:
@@ -339,6 +359,16 @@ class Daemon:
                     session = store.get_session(event.session_id)
                     owner = session.adapter if session is not None else "deleted"
                     log.info("session %s (%s): %s", event.session_id, owner, event.metrics.render())
+
+    async def _serve_control(
+        self,
+        control: ControlServer,
+        scope: trio.CancelScope,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        with scope:
+            await control.serve(self.rt, task_status=task_status)
 
     async def _serve_adapters(self, *, task_status: trio.TaskStatus[trio.CancelScope]) -> None:
         with trio.CancelScope() as scope:

@@ -3,6 +3,10 @@
 The gateway carries the durable messages; these events carry what is too fine-grained to persist
 (text deltas) or only matters while a process watches (a tool started). They are lossy by design: a
 subscriber that falls behind its buffer misses events (counted in ``dropped``), never messages.
+
+trio is imported where the hub is used, not here: the events are also the frames of the daemon's
+control socket (:mod:`kesoku.host.control`), and a ``kesoku chat`` client reading them never starts
+trio (its import alone costs more than the client's whole budget).
 """
 
 from __future__ import annotations
@@ -12,7 +16,6 @@ from types import TracebackType
 from typing import Self
 
 import msgspec
-import trio
 
 from kesoku.vocab.ir import LLMEvent
 from kesoku.vocab.metrics import TurnMetrics
@@ -135,6 +138,8 @@ class EventHub:
 
     def publish(self, event: TurnEvent) -> None:
         """Hand an event to every matching subscriber; a full subscriber drops it."""
+        import trio  # loaded already: a subscriber exists only under trio (see the module doc)
+
         for sub in self._subscribers:
             if sub.session_id is None or sub.session_id == event.session_id:
                 try:
@@ -153,6 +158,8 @@ class Subscription:
         self.dropped = 0
         """Events lost because the buffer was full."""
         self._hub = hub
+        import trio
+
         self._send, self._receive = trio.open_memory_channel[TurnEvent](buffer)
 
     def __aiter__(self) -> Self:
@@ -164,6 +171,8 @@ class Subscription:
         Raises:
             StopAsyncIteration: After :meth:`close`.
         """
+        import trio
+
         try:
             return await self._receive.receive()
         except trio.EndOfChannel:

@@ -1,4 +1,8 @@
-"""The terminal's sessions: a new or continued ``kesoku chat`` session, held by this process."""
+"""The sessions of ``kesoku chat``: a new or continued terminal session, held by one process.
+
+The terminal adapter opens them for a chat it runs itself; the daemon's control socket
+(:mod:`kesoku.host.control_server`) for a chat it serves.
+"""
 
 from __future__ import annotations
 
@@ -16,8 +20,10 @@ if TYPE_CHECKING:
     from kesoku.vocab.model import Session
 
 
-def open_session(gateway: Gateway, session_id: str | None) -> Session:
+def open_session(gateway: Gateway, session_id: str | None, *, llm: str | None = None) -> Session:
     """A new terminal session, or the terminal session ``--session`` names (id or unique prefix).
+
+    ``llm`` is the backend of a new session (``kesoku chat --llm`` through the daemon).
 
     The session is held (:mod:`kesoku.store.locks`) from here on, so no other process answers it.
 
@@ -27,7 +33,7 @@ def open_session(gateway: Gateway, session_id: str | None) -> Session:
             folder that cannot be made.
     """
     if session_id is None:
-        session = gateway.open_session(INTERACTIVE_ADAPTER, f"tty-{uuid.uuid4().hex}")
+        session = gateway.open_session(INTERACTIVE_ADAPTER, f"tty-{uuid.uuid4().hex}", llm=llm)
         try:
             return hold(gateway, session)
         except BaseException:  # refused, or Ctrl-C: nothing was said in it

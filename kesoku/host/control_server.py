@@ -1,0 +1,291 @@
+"""The daemon's side of the control socket (:mod:`kesoku.host.control`): it serves ``kesoku chat``.
+
+One task per client. A client attaches to a terminal session (the daemon holds its lock and
+answers it while the client is attached), posts its question, and receives the session's stored
+messages and live events, relayed in the order :class:`kesoku_terminal.view.Follower` reads them:
+before each event, the log messages stored since the last frame (the event names its place among
+them). A client that falls a whole buffer behind gets :class:`~kesoku.host.control.Gap` instead of
+the lost events, as a view of the hub does.
+
+Only processes of the daemon's own user may connect (the socket is 0600 and ``SO_PEERCRED`` is
+checked): a client speaks as the operator at a terminal. A client leaving, or killed, detaches: the
+turn it started still ends in the daemon, and a new session nothing was said in is removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import socket
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import trio
+
+from kesoku.host.chat_sessions import discard_if_empty, open_session
+from kesoku.host.control import (
+    PROTOCOL,
+    Answer,
+    Attach,
+    Attached,
+    FrameError,
+    FrameReader,
+    Gap,
+    Log,
+    Post,
+    Posted,
+    Refused,
+    Stop,
+    ToClient,
+    encode,
+    peer_uid,
+    short_address,
+)
+from kesoku.store import MessageFilter
+from kesoku.vocab.errors import OperatorError
+from kesoku.vocab.model import user_text
+
+if TYPE_CHECKING:
+    from kesoku.agent.runtime import Runtime
+    from kesoku.vocab.events import Subscription
+    from kesoku.vocab.model import Message, Session
+
+log = logging.getLogger("kesoku.host.control")
+
+ATTACH_TIMEOUT_S = 10.0
+"""How long a new connection may take to send its first frame."""
+EVENT_BUFFER = 4096
+"""Events a client may fall behind before some are lost (as a terminal view of the hub)."""
+LOG_BATCH = 256
+"""Messages read from the store per query while relaying."""
+RECEIVE_BYTES = 65536
+
+
+class ControlServer:
+    """Listens on the control socket and serves each ``kesoku chat`` client.
+
+    Args:
+        path: The socket's path (:func:`kesoku.host.control.socket_path` of the database).
+
+    Attributes:
+        attached: Sessions with a client attached, and how many (one at most: a second is refused).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.attached: dict[str, int] = {}
+
+    def serves(self, session_id: str) -> bool:
+        """A client is attached to the session: the daemon answers it."""
+        return session_id in self.attached
+
+    async def serve(
+        self, rt: Runtime, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Serve clients until cancelled; the socket is removed at the end.
+
+        Without a socket (another daemon serves the database, or it cannot be made) this logs why
+        and returns: chats then run in their own process, as without a daemon.
+        """
+        try:
+            listener, inode = await self._listen()
+        except OSError as exc:
+            log.warning(
+                "no control socket at %s (%s): kesoku chat runs in its own process",
+                self.path,
+                exc.strerror or exc,
+            )
+            task_status.started()
+            return
+        try:
+            async with trio.open_nursery() as nursery:
+                task_status.started()
+                while True:
+                    stream = await listener.accept()
+                    nursery.start_soon(self._client, rt, stream)
+        finally:
+            with contextlib.suppress(OSError):
+                if os.stat(self.path).st_ino == inode:  # still ours, not a newer daemon's
+                    os.unlink(self.path)
+            with contextlib.suppress(OSError):
+                listener.socket.close()
+
+    async def _listen(self) -> tuple[trio.SocketListener, int]:
+        """Bind the socket (0600), in place of one a dead daemon left.
+
+        Raises:
+            OSError: A live daemon listens there (EADDRINUSE), or the socket cannot be made.
+        """
+        sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            with short_address(self.path) as address:
+                try:
+                    await sock.bind(address)
+                except OSError as exc:
+                    if exc.errno != errno.EADDRINUSE:
+                        raise
+                    await _remove_if_dead(address, self.path)
+                    await sock.bind(address)
+            # Before listen(): no client can connect until only this user may.
+            os.chmod(self.path, 0o600)
+            sock.listen(64)
+            return trio.SocketListener(sock), os.stat(self.path).st_ino
+        except BaseException:
+            sock.close()
+            raise
+
+    async def _client(self, rt: Runtime, stream: trio.SocketStream) -> None:
+        async with stream:
+            try:
+                uid = peer_uid(stream.socket)  # type: ignore[arg-type]
+            except OSError:
+                return
+            if uid != os.getuid():
+                log.warning("control socket: refused a client of uid %d", uid)
+                return
+            client = _Client(rt, stream, self)
+            try:
+                await client.run()
+            except (trio.BrokenResourceError, trio.ClosedResourceError, FrameError) as exc:
+                log.debug("control socket: client gone: %s", exc)
+
+
+async def _remove_if_dead(address: str, path: Path) -> None:
+    """Remove the socket at ``path`` unless a daemon answers on it.
+
+    Raises:
+        OSError: A daemon answers (EADDRINUSE): it serves this database already.
+    """
+    probe = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        await probe.connect(address)
+    except OSError:
+        os.unlink(path)  # left by a daemon that died
+    else:
+        raise OSError(errno.EADDRINUSE, "another daemon serves this database")
+    finally:
+        probe.close()
+
+
+class _Client:
+    """One connection: attach, then requests and the relay, until either side ends."""
+
+    def __init__(self, rt: Runtime, stream: trio.SocketStream, server: ControlServer) -> None:
+        self.rt = rt
+        self.stream = stream
+        self.server = server
+        self.reader = FrameReader(to_client=False)
+        self.pending: list[object] = []
+        self.sending = trio.Lock()
+        self.session: Session | None = None
+
+    async def send(self, frame: ToClient) -> None:
+        async with self.sending:  # two tasks send: the relay and the replies
+            await self.stream.send_all(encode(frame))
+
+    async def receive(self) -> object | None:
+        """The next frame from the client; None at the end of the stream."""
+        while not self.pending:
+            data = await self.stream.receive_some(RECEIVE_BYTES)
+            if not data:
+                return None
+            self.pending.extend(self.reader.feed(data))
+        return self.pending.pop(0)
+
+    async def run(self) -> None:
+        first = None
+        with trio.move_on_after(ATTACH_TIMEOUT_S):
+            first = await self.receive()
+        if not isinstance(first, Attach):
+            return
+        if first.protocol != PROTOCOL:
+            await self.send(
+                Refused(
+                    f"this kesoku chat speaks control protocol {first.protocol}, the daemon "
+                    f"{PROTOCOL}: restart the daemon after an upgrade, or add --local"
+                )
+            )
+            return
+        if first.session is not None and first.session in self.server.attached:
+            await self.send(
+                Refused(
+                    f"--session {first.session[:8]}: another kesoku chat is running this session"
+                )
+            )
+            return
+        try:
+            session = open_session(self.rt.gateway, first.session, llm=first.llm)
+        except OperatorError as exc:
+            await self.send(Refused(str(exc)))
+            return
+        if session.id in self.server.attached:  # attached meanwhile under a prefix
+            self.rt.gateway.locks.release(session.id)
+            await self.send(
+                Refused(f"--session {session.id[:8]}: another kesoku chat is running this session")
+            )
+            return
+        self.server.attached[session.id] = 1
+        created = first.session is None
+        try:
+            await self._serve(session)
+        finally:
+            del self.server.attached[session.id]
+            worker = self.rt.dispatcher.workers.get(session.id)
+            if worker is not None:  # the session is the terminal's again once its turn is over
+                worker.retire()
+            self.rt.gateway.locks.release(session.id)
+            if created:
+                discard_if_empty(self.rt.gateway, session)
+
+    async def _serve(self, session: Session) -> None:
+        store = self.rt.store
+        with self.rt.hub.subscribe(session.id, buffer=EVENT_BUFFER) as events:
+            cursor = store.last_message_id()
+            await self.send(Attached(session.id, last_message_id=cursor, pid=os.getpid()))
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._relay, session.id, events, cursor)
+                await self._requests(session.id)
+                nursery.cancel_scope.cancel()
+
+    async def _requests(self, session_id: str) -> None:
+        """Handle the client's frames until it closes the connection."""
+        while (frame := await self.receive()) is not None:
+            if isinstance(frame, Post):
+                try:
+                    posted = await self.rt.gateway.post(user_text(session_id, frame.text))
+                except OperatorError as exc:  # a database locked past its busy timeout
+                    await self.send(Refused(str(exc)))
+                    return
+                await self.send(Posted(posted.id))
+            elif isinstance(frame, Stop):
+                self.rt.gateway.stop(session_id, force=frame.force)
+            elif isinstance(frame, Answer):
+                self.rt.questions.answer(frame.question_id, frame.choice, by=frame.by)
+
+    async def _relay(self, session_id: str, events: Subscription, cursor: int) -> None:
+        """Send each event after the log messages stored before it; a gap when events were lost."""
+        flt = MessageFilter.from_kwargs({"session_id": session_id})
+        lost = 0
+        async for event in events:
+            cursor = await self._send_log(flt, cursor)
+            await self.send(event)
+            if events.dropped > lost:  # the event read after a drop still precedes the gap
+                lost = events.dropped
+                cursor = await self._send_log(flt, cursor)
+                await self.send(Gap())
+
+    async def _send_log(self, flt: MessageFilter, cursor: int) -> int:
+        """Send the session's messages stored after ``cursor``; the new cursor."""
+        messages: list[Message] = []
+        while True:
+            batch = self.rt.store.messages_after(cursor, flt, limit=LOG_BATCH)
+            messages.extend(batch)
+            if batch:
+                cursor = batch[-1].id
+            if len(batch) < LOG_BATCH:
+                break
+        if messages:
+            await self.send(Log(messages))
+        return cursor

@@ -1,0 +1,313 @@
+"""`kesoku chat` through a running daemon: the real `kesoku start` and CLI, in subprocesses.
+
+Each one-shot here is also answered by a chat in its own process (``--local``), and the two must
+show the same thing: the daemon changes where the turn runs, not what the user sees.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_cli_chat import (
+    as_at_a_terminal,
+    chat,
+    environ,
+    history,
+    setup,
+    wait_for_turn,
+    wait_until,
+)
+
+from kesoku.host.control import FrameError, FrameReader, encode, short_address, socket_path
+from kesoku.store import Store
+from kesoku.vocab.model import Message, Role, Status, user_text
+
+BY_DAEMON = "kesoku: answered by the daemon (pid {pid}) at {socket}"
+
+
+class Daemon:
+    """``kesoku start`` in the background, for the folder's kesoku.toml."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.log = folder / "daemon.log"
+        self.offset = self.log.stat().st_size if self.log.exists() else 0  # an earlier daemon's
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "kesoku", "start", "-c", str(folder / "kesoku.toml")],
+                cwd=folder,
+                env=environ(folder),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+            )
+        self.socket = socket_path(folder / "kesoku.db")
+        wait_until(self.ready, what="the daemon to be ready")
+
+    def ready(self) -> bool:
+        assert self.proc.poll() is None, self.log.read_text()
+        return b"ready:" in self.log.read_bytes()[self.offset :]
+
+    def by(self) -> str:
+        return BY_DAEMON.format(pid=self.proc.pid, socket=self.socket)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+
+
+@pytest.fixture
+def daemon_for() -> Iterator[type[Daemon]]:
+    started: list[Daemon] = []
+
+    class Tracked(Daemon):
+        def __init__(self, folder: Path) -> None:
+            super().__init__(folder)
+            started.append(self)
+
+    yield Tracked
+    for daemon in started:
+        if daemon.proc.poll() is None:
+            daemon.proc.kill()
+            daemon.proc.wait(timeout=30)
+
+
+def user_messages(folder: Path) -> list[Message]:
+    store = Store(folder / "kesoku.db")
+    try:
+        return [
+            m for s in store.list_sessions() for m in store.history(s.id) if m.role is Role.USER
+        ]
+    finally:
+        store.close()
+
+
+def without_ids(text: str) -> str:
+    """Output with session ids and durations blanked, to compare two runs."""
+    import re
+
+    text = re.sub(r"--session [0-9a-f]{16}", "--session ID", text)
+    return re.sub(r"\d+\.\d s", "T s", text)
+
+
+@pytest.mark.parametrize(
+    "scenario", ["answer.yaml", "fail.yaml", "write_outside.yaml"], ids=["tool", "fail", "question"]
+)
+def test_the_daemon_answers_a_one_shot_as_a_chat_of_its_own_does(
+    tmp_path: Path, daemon_for: type[Daemon], scenario: str
+) -> None:
+    setup(tmp_path, scenario)
+    here = chat(tmp_path, "--local", "the question")
+    daemon = daemon_for(tmp_path)
+    there = chat(tmp_path, "-v", "the question")
+    by, *err = there.stderr.splitlines(keepends=True)
+    assert by == daemon.by() + "\n"
+    assert there.returncode == here.returncode, there.stderr
+    assert there.stdout == here.stdout
+    assert without_ids("".join(err)) == without_ids(here.stderr)
+    sessions = {row[0] for row in history(tmp_path)}
+    assert len(sessions) == 2  # each one-shot its own session
+    if scenario == "write_outside.yaml":  # denied: nobody at a terminal
+        assert "denied by nobody (one-shot chat without a terminal)" in there.stderr
+        assert not (tmp_path / "outside.txt").exists()
+
+
+def test_a_session_goes_on_through_the_daemon_and_then_in_a_chat_of_its_own(
+    tmp_path: Path, daemon_for: type[Daemon]
+) -> None:
+    setup(tmp_path, "echo.yaml")
+    daemon_for(tmp_path)
+    first = chat(tmp_path, "-v", "one")
+    assert first.returncode == 0, first.stderr
+    session = first.stderr.splitlines()[-1].removeprefix("continue with: kesoku chat --session ")
+    again = chat(tmp_path, "-v", "--session", session[:8], "two")
+    assert again.returncode == 0, again.stderr
+    assert again.stderr.startswith("kesoku: answered by the daemon")
+    # The daemon let the session go when the chat left: a chat of its own can hold it now.
+    mine = chat(tmp_path, "-v", "--local", "--session", session, "three")
+    assert mine.returncode == 0, mine.stderr
+    assert mine.stderr.startswith("kesoku: running in this process (--local)")
+    rows = history(tmp_path)
+    assert {r[0] for r in rows} == {session}
+    assert [r[3] for r in rows] == ["one", "noted.", "two", "noted.", "three", "noted."]
+
+
+def test_without_a_daemon_or_with_a_dead_ones_socket_the_chat_runs_here(
+    tmp_path: Path, daemon_for: type[Daemon]
+) -> None:
+    setup(tmp_path, "echo.yaml")
+    alone = chat(tmp_path, "-v", "hi")
+    assert alone.returncode == 0, alone.stderr
+    assert alone.stderr.startswith(
+        "kesoku: running in this process (no daemon serves the database)\n"
+    )
+    daemon = daemon_for(tmp_path)
+    daemon.proc.kill()  # no clean-up: its socket stays behind
+    daemon.proc.wait(timeout=30)
+    assert daemon.socket.is_socket()
+    left = chat(tmp_path, "-v", "hi")
+    assert left.returncode == 0, left.stderr
+    assert "(no daemon serves the database)" in left.stderr
+    # A new daemon takes the place of the dead one's socket.
+    second = daemon_for(tmp_path)
+    served = chat(tmp_path, "-v", "hi")
+    assert served.stderr.startswith(second.by())
+    assert (daemon.socket.stat().st_mode & 0o777) == 0o600
+    second.stop()
+    assert not second.socket.exists()  # removed at a clean stop
+
+
+@pytest.mark.parametrize(
+    ("signum", "code"),
+    [(signal.SIGINT, 130), (signal.SIGTERM, 143)],
+    ids=["ctrl-c", "sigterm"],
+)
+def test_a_signal_stops_the_daemons_turn_with_the_chats_exit_code(
+    tmp_path: Path, daemon_for: type[Daemon], signum: int, code: int
+) -> None:
+    setup(tmp_path, "slow.yaml")
+    daemon_for(tmp_path)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kesoku", "chat", "-c", str(tmp_path / "kesoku.toml"), "count"],
+        cwd=tmp_path,
+        env=environ(tmp_path),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=as_at_a_terminal,
+    )
+    wait_for_turn(tmp_path)
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == code, err
+    assert "six." not in out
+    lines = err.splitlines()
+    assert lines[-2].startswith("🛑 turn 1 ·") and lines[-2].endswith("(Interrupted)")
+    (root,) = user_messages(tmp_path)
+    assert lines[-1] == f"continue with: kesoku chat --session {root.session_id}"
+    assert root.status is Status.INTERRUPTED  # a stopped turn's root
+
+
+def test_a_daemon_stopping_mid_turn_ends_the_chat_with_1_and_says_so(
+    tmp_path: Path, daemon_for: type[Daemon]
+) -> None:
+    setup(tmp_path, "slow.yaml")
+    daemon = daemon_for(tmp_path)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kesoku", "chat", "-c", str(tmp_path / "kesoku.toml"), "count"],
+        cwd=tmp_path,
+        env=environ(tmp_path),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_for_turn(tmp_path)
+    daemon.stop()
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 1, err
+    session = history(tmp_path)[0][0]
+    assert err.splitlines()[-1] == (
+        "kesoku: the daemon stopped before the turn ended; it resumes the turn when it starts "
+        f"again; continue with: kesoku chat --session {session}"
+    )
+
+
+def test_a_session_one_chat_is_attached_to_is_refused_to_another(
+    tmp_path: Path, daemon_for: type[Daemon]
+) -> None:
+    setup(tmp_path, "slow.yaml")
+    daemon_for(tmp_path)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kesoku", "chat", "-c", str(tmp_path / "kesoku.toml"), "count"],
+        cwd=tmp_path,
+        env=environ(tmp_path),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for_turn(tmp_path)
+        session = history(tmp_path)[0][0]
+        second = chat(tmp_path, "--session", session, "me too")
+        assert second.returncode == 2
+        assert second.stderr == (
+            f"kesoku: --session {session[:8]}: another kesoku chat is running this session\n"
+        )
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+    assert "me too" not in [r[3] for r in history(tmp_path)]
+
+
+def test_garbage_on_the_socket_leaves_the_daemon_serving(
+    tmp_path: Path, daemon_for: type[Daemon]
+) -> None:
+    setup(tmp_path, "echo.yaml")
+    daemon = daemon_for(tmp_path)
+    for junk in (b"\xff" * 64, b"\x00\x00\x00\x05nope!", b"\x7f\xff\xff\xff" + b"x" * 100, b""):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.connect(str(daemon.socket))
+            sock.sendall(junk)
+            sock.shutdown(socket.SHUT_WR)
+            sock.settimeout(30)
+            assert sock.recv(100) == b""  # the daemon hangs up
+    # A client that sends a question but never attached is hung up on too.
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.connect(str(daemon.socket))
+        sock.sendall(encode(user_text("s", "hi")))  # type: ignore[arg-type]
+        sock.settimeout(30)
+        assert sock.recv(100) == b""
+    served = chat(tmp_path, "-v", "still there?")
+    assert served.returncode == 0, served.stderr
+    assert served.stderr.startswith(daemon.by())
+    assert daemon.proc.poll() is None
+
+
+def test_a_database_path_longer_than_a_socket_address_still_finds_the_daemon(
+    tmp_path: Path, daemon_for: type[Daemon]
+) -> None:
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    setup(deep, "echo.yaml")
+    assert len(str(socket_path(deep / "kesoku.db"))) > 107
+    daemon = daemon_for(deep)
+    served = chat(deep, "-v", "hi")
+    assert served.returncode == 0, served.stderr
+    assert served.stderr.startswith(daemon.by())
+
+
+def test_frames_over_the_limit_or_unknown_are_refused() -> None:
+    reader = FrameReader(to_client=False)
+    with pytest.raises(FrameError, match="a frame of 2,147,483,647 bytes"):
+        list(reader.feed(b"\x7f\xff\xff\xff"))
+    with pytest.raises(FrameError, match="an unreadable frame"):
+        list(FrameReader(to_client=True).feed(b"\x00\x00\x00\x01\xc1"))
+
+
+def test_a_short_address_names_the_same_file(tmp_path: Path) -> None:
+    folder = tmp_path / ("x" * 120)
+    folder.mkdir()
+    path = folder / "kesoku.db.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        with short_address(path) as address:
+            assert len(address) <= 107
+            server.bind(address)
+        server.listen(1)
+        assert path.is_socket()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            with short_address(path) as address:
+                client.connect(address)
+            conn, _ = server.accept()
+            conn.close()
+    assert os.path.exists(path)
