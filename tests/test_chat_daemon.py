@@ -6,6 +6,7 @@ show the same thing: the daemon changes where the turn runs, not what the user s
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -311,3 +312,38 @@ def test_a_short_address_names_the_same_file(tmp_path: Path) -> None:
             conn, _ = server.accept()
             conn.close()
     assert os.path.exists(path)
+
+
+MODULES_PROBE = """
+import json, sys
+from kesoku.cli import main
+try:
+    main(sys.argv[2:])
+except SystemExit:
+    pass
+with open(sys.argv[1], "w") as out:
+    json.dump(sorted(sys.modules), out)
+"""
+
+
+def test_a_chat_the_daemon_answers_loads_no_runtime_store_sdk_or_trio(
+    tmp_path: Path, daemon_for: type[Daemon]
+) -> None:
+    setup(tmp_path, "echo.yaml")
+    daemon_for(tmp_path)
+    report = tmp_path / "modules.json"
+    args = ["chat", "-v", "-c", str(tmp_path / "kesoku.toml"), "hi"]
+    result = subprocess.run(
+        [sys.executable, "-c", MODULES_PROBE, str(report), *args],
+        cwd=tmp_path,
+        env=environ(tmp_path),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.stderr.startswith("kesoku: answered by the daemon"), result.stderr
+    modules = set(json.loads(report.read_text()))
+    heavy = ("trio", "apsw", "kesoku.store", "kesoku.agent", "kesoku.llm", "anthropic", "yaml")
+    assert sorted(m for m in modules if m.split(".")[0] in heavy or m.startswith(heavy)) == []

@@ -27,12 +27,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-import trio
-
 from kesoku.vocab.errors import OperatorError
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    import trio
 
     from kesoku.agent.questions import Questions
     from kesoku.agent.runtime import Runtime
@@ -94,7 +94,7 @@ class Adapter(Protocol):
         ctx: AdapterContext,
         config: Config,
         *,
-        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+        task_status: trio.TaskStatus[None] = ...,
     ) -> None:
         """Post user messages to ``ctx.gateway`` and deliver replies until cancelled.
 
