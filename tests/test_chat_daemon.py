@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 from test_cli_chat import (
-    as_at_a_terminal,
     chat,
     environ,
     history,
     setup,
+    start_chat,
     wait_for_turn,
     wait_until,
 )
@@ -176,16 +176,7 @@ def test_a_signal_stops_the_daemons_turn_with_the_chats_exit_code(
 ) -> None:
     setup(tmp_path, "slow.yaml")
     daemon_for(tmp_path)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kesoku", "chat", "-c", str(tmp_path / "kesoku.toml"), "count"],
-        cwd=tmp_path,
-        env=environ(tmp_path),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=as_at_a_terminal,
-    )
+    proc = start_chat(tmp_path, "count")
     wait_for_turn(tmp_path)
     proc.send_signal(signum)
     out, err = proc.communicate(timeout=30)
@@ -203,15 +194,7 @@ def test_a_daemon_stopping_mid_turn_ends_the_chat_with_1_and_says_so(
 ) -> None:
     setup(tmp_path, "slow.yaml")
     daemon = daemon_for(tmp_path)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kesoku", "chat", "-c", str(tmp_path / "kesoku.toml"), "count"],
-        cwd=tmp_path,
-        env=environ(tmp_path),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_chat(tmp_path, "count")
     wait_for_turn(tmp_path)
     daemon.stop()
     _, err = proc.communicate(timeout=30)
@@ -228,15 +211,7 @@ def test_a_session_one_chat_is_attached_to_is_refused_to_another(
 ) -> None:
     setup(tmp_path, "slow.yaml")
     daemon_for(tmp_path)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kesoku", "chat", "-c", str(tmp_path / "kesoku.toml"), "count"],
-        cwd=tmp_path,
-        env=environ(tmp_path),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_chat(tmp_path, "count")
     try:
         wait_for_turn(tmp_path)
         session = history(tmp_path)[0][0]
