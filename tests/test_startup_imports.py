@@ -10,12 +10,19 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
+import trio
+
+from kesoku.testing.fakes import anthropic_api, gemini_api, gemini_replies, openai_api
+from kesoku.testing.fakes.server import serve_app
 
 REPO = Path(__file__).resolve().parent.parent
 HEAVY = ("anthropic", "google.genai", "openai", "discord", "google.cloud.pubsub_v1", "llama_cpp")
+SDKS = {"claude": "anthropic", "gemini": "google.genai", "openai": "openai"}
 # What a help screen never needs either: the runtime, the event loop, the input library.
 HELP_NEEDS_NONE_OF = (
     *HEAVY,
@@ -38,15 +45,23 @@ with open(sys.argv[2], "w") as out:
 """
 
 
-def loaded_modules(args: list[str], tmp_path: Path, *, cwd: Path = REPO) -> set[str]:
-    report = tmp_path / "modules.json"
-    env = {
+def probe(args: list[str], report: Path) -> list[str]:
+    """The command running the CLI with ``args`` and writing its ``sys.modules`` to ``report``."""
+    return [sys.executable, "-c", PROBE, json.dumps(args), str(report)]
+
+
+def probe_env() -> dict[str, str]:
+    return {
         k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and k != "KESOKU_CONFIG"
     }
+
+
+def loaded_modules(args: list[str], tmp_path: Path, *, cwd: Path = REPO) -> set[str]:
+    report = tmp_path / "modules.json"
     result = subprocess.run(
-        [sys.executable, "-c", PROBE, json.dumps(args), str(report)],
+        probe(args, report),
         cwd=cwd,
-        env=env,
+        env=probe_env(),
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
@@ -99,3 +114,47 @@ def test_a_scripted_one_shot_chat_imports_no_sdk(tmp_path: Path) -> None:
     )
     assert "kesoku.agent.runtime" in modules  # it really ran
     assert present(modules, (*HEAVY, "prompt_toolkit")) == []
+
+
+@asynccontextmanager
+async def cloud_fake(llm: str) -> AsyncIterator[str]:
+    """The wire fake of ``llm``'s API answering "Paris." on loopback; yields its config section."""
+    if llm == "claude":
+        claude = anthropic_api.AnthropicFake()
+        claude.handler = lambda _body: anthropic_api.text_reply("Paris.")
+        async with claude.serve() as url:
+            yield f'[claude]\napi_key = "{claude.api_key}"\nbase_url = "{url}"\n'
+    elif llm == "gemini":
+        gemini = gemini_api.GeminiFake(handler=lambda _body: gemini_replies.answer("Paris."))
+        async with serve_app(gemini.app) as url:
+            yield f'[gemini]\napi_key = "test-key"\nbase_url = "{url}"\n'
+    else:
+        openai = openai_api.OpenAIFake()
+        openai.handler = lambda _body: openai_api.text_reply("Paris.")
+        async with openai.serve() as url:
+            yield f'[openai]\napi_key = "{openai.api_key}"\nbase_url = "{url}"\n'
+
+
+@pytest.mark.parametrize("llm", ["claude", "gemini", "openai"])
+async def test_a_cloud_one_shot_chat_imports_its_sdk_without_unused_transports(
+    llm: str, tmp_path: Path
+) -> None:
+    # the SDKs' aiohttp transport (asyncio) and httpcore2's HTTP/2 (h2) are never used: 100 ms each
+    report = tmp_path / "modules.json"
+    async with cloud_fake(llm) as section:
+        (tmp_path / "kesoku.toml").write_text(section)
+        args = ["chat", "-c", str(tmp_path / "kesoku.toml"), "--llm", llm, "capital of France?"]
+        done = await trio.run_process(
+            probe(args, report),
+            cwd=tmp_path,
+            env=probe_env() | {"XDG_STATE_HOME": str(tmp_path / "state")},
+            stdin=b"",
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+    assert "Paris." in done.stdout.decode(), done.stderr.decode()
+    modules = set(json.loads(report.read_text()))
+    assert SDKS[llm] in modules
+    others = [sdk for sdk in SDKS.values() if sdk != SDKS[llm]]
+    assert present(modules, ("aiohttp", "h2", *others)) == []

@@ -4,12 +4,21 @@ Provider modules (and their SDKs) are imported inside :func:`create_llm`, so a d
 the backend it uses. With ``agent.llm`` unset the backend follows the credentials present (Gemini,
 then Claude, then an OpenAI-compatible server), and the offline ``local`` model when there are none.
 ``agent.fallback`` wraps the choice in a :class:`~kesoku.llm.fallback.FallbackLLM`.
+
+A cloud SDK's import is most of a one-shot chat's start (anthropic about 1.3 s of CPU, google-genai
+and openai about 0.5 s each): the SDKs are imported without their optional transports that Kesoku
+never uses (:data:`UNUSED_OPTIONAL_MODULES`, :func:`import_backend`).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import logging
+import sys
+import threading
+from collections.abc import Sequence
+from types import ModuleType
 from typing import TYPE_CHECKING, get_args
 
 from kesoku.config.settings import Backend
@@ -28,6 +37,19 @@ _CLASSES: dict[str, tuple[str, str]] = {
     "local": ("kesoku.llm.local", "LocalLLM"),
 }
 """Where each provider backend lives; imported only when chosen."""
+UNUSED_OPTIONAL_MODULES = ("aiohttp", "h2")
+"""Optional dependencies of the SDKs' HTTP stacks, left out when a backend's SDK is imported.
+
+Each SDK imports aiohttp when it is installed, for an asyncio transport that cannot run under trio
+(the backends use httpx2), and httpcore2 imports h2 for HTTP/2, which no backend asks for: about
+100 ms of import each. Both imports are guarded by ``except ImportError`` in the SDKs; a module
+imported before (by an adapter) is used as it is.
+"""
+HTTP_STACK = ("httpcore2",)
+"""What the cloud SDKs' clients import when they are built (httpx2's transport), imported with the
+backend so that h2 is left out of it too and the client's build (in a worker thread) imports
+nothing."""
+_LOCAL = _CLASSES["local"][0]
 
 BUNDLED_NOTICE = (
     "answering with the bundled offline model (SmolLM2-135M: short answers, {tools}); "
@@ -100,6 +122,52 @@ def _notice_bundled(config: Config) -> None:
         log.warning(BUNDLED_NOTICE.format(tools=tools))
 
 
+def import_backend(module_name: str) -> ModuleType:
+    """Import a backend module, its SDK and :data:`HTTP_STACK`; not :data:`UNUSED_OPTIONAL_MODULES`.
+
+    Only this thread's imports are refused those modules, and only during this call; other threads
+    import as usual.
+
+    Raises:
+        ImportError: The module or its SDK is not installed.
+    """
+    _refusing.active = True
+    try:
+        module = importlib.import_module(module_name)
+        for name in HTTP_STACK if module_name != _LOCAL else ():  # local: no HTTP
+            importlib.import_module(name)
+        return module
+    finally:
+        _refusing.active = False
+
+
+class _Refuser:
+    """A meta path finder that refuses ``names`` (and their submodules) to a thread.
+
+    It refuses while ``switch.active`` is true in the importing thread. It is put on
+    ``sys.meta_path`` once, when this module loads, and never removed: a list another thread may be
+    iterating for its own import must not change under it.
+    """
+
+    def __init__(self, names: Sequence[str], switch: threading.local) -> None:
+        self.names = tuple(names)
+        self.switch = switch
+
+    def find_spec(
+        self,
+        fullname: str,
+        path: Sequence[str] | None,
+        target: ModuleType | None = None,
+    ) -> importlib.machinery.ModuleSpec | None:
+        if getattr(self.switch, "active", False) and fullname.split(".", 1)[0] in self.names:
+            raise ModuleNotFoundError(f"{fullname}: not used by Kesoku's backends", name=fullname)
+        return None  # the next finder looks
+
+
+_refusing = threading.local()
+sys.meta_path.insert(0, _Refuser(UNUSED_OPTIONAL_MODULES, _refusing))
+
+
 def _build(name: str, config: Config) -> BaseLLM:
     if name == "scripted":
         if config.scripted.path is None:
@@ -111,7 +179,7 @@ def _build(name: str, config: Config) -> BaseLLM:
         llm: BaseLLM = ScriptedLLM.from_yaml(config.scripted.path)
     elif name in _CLASSES:
         module_name, class_name = _CLASSES[name]
-        cls = getattr(importlib.import_module(module_name), class_name)
+        cls = getattr(import_backend(module_name), class_name)
         llm = cls.from_config(config)
     else:
         raise OperatorError(
