@@ -25,6 +25,7 @@ from test_cli_chat import (
     wait_for_turn,
     wait_until,
 )
+from test_startup_imports import probe
 
 from kesoku.host.control import FrameError, FrameReader, encode, short_address, socket_path
 from kesoku.store import Store
@@ -289,18 +290,6 @@ def test_a_short_address_names_the_same_file(tmp_path: Path) -> None:
     assert os.path.exists(path)
 
 
-MODULES_PROBE = """
-import json, sys
-from kesoku.cli import main
-try:
-    main(sys.argv[2:])
-except SystemExit:
-    pass
-with open(sys.argv[1], "w") as out:
-    json.dump(sorted(sys.modules), out)
-"""
-
-
 def test_a_chat_the_daemon_answers_loads_no_runtime_store_sdk_or_trio(
     tmp_path: Path, daemon_for: type[Daemon]
 ) -> None:
@@ -309,7 +298,7 @@ def test_a_chat_the_daemon_answers_loads_no_runtime_store_sdk_or_trio(
     report = tmp_path / "modules.json"
     args = ["chat", "-v", "-c", str(tmp_path / "kesoku.toml"), "hi"]
     result = subprocess.run(
-        [sys.executable, "-c", MODULES_PROBE, str(report), *args],
+        probe(args, report),
         cwd=tmp_path,
         env=environ(tmp_path),
         stdin=subprocess.DEVNULL,
@@ -322,3 +311,19 @@ def test_a_chat_the_daemon_answers_loads_no_runtime_store_sdk_or_trio(
     modules = set(json.loads(report.read_text()))
     heavy = ("trio", "apsw", "kesoku.store", "kesoku.agent", "kesoku.llm", "anthropic", "yaml")
     assert sorted(m for m in modules if m.split(".")[0] in heavy or m.startswith(heavy)) == []
+
+
+def test_llm_for_a_new_session_is_built_by_the_daemon_or_refused_as_here(
+    tmp_path: Path, daemon_for: type[Daemon]
+) -> None:
+    setup(tmp_path, "echo.yaml")
+    daemon = daemon_for(tmp_path)
+    here = chat(tmp_path, "--local", "--llm", "claude", "hi")  # no ANTHROPIC_API_KEY anywhere
+    there = chat(tmp_path, "--llm", "claude", "hi")
+    assert (there.returncode, there.stderr) == (here.returncode, here.stderr) == (2, here.stderr)
+    assert "ANTHROPIC_API_KEY" in there.stderr
+    assert history(tmp_path) == []  # no session left by either
+    served = chat(tmp_path, "-v", "--llm", "scripted", "hi")
+    assert served.returncode == 0, served.stderr
+    assert served.stderr.startswith(daemon.by())
+    assert served.stdout == "noted.\n"

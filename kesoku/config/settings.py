@@ -252,6 +252,8 @@ class HeartbeatConfig(_Section, frozen=True, kw_only=True):
     )
 
     def __post_init__(self) -> None:
+        if not self.every and self.target == "own":
+            return  # the default: nothing to check, and no zoneinfo for every command's start
         # Checked here, so `kesoku config check` refuses what `kesoku start` would.
         from kesoku.vocab.schedule import ScheduleError, check_target, parse_duration
 

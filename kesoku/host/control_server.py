@@ -179,7 +179,6 @@ class _Client:
         self.reader = FrameReader(to_client=False)
         self.pending: list[object] = []
         self.sending = trio.Lock()
-        self.session: Session | None = None
 
     async def send(self, frame: ToClient) -> None:
         async with self.sending:  # two tasks send: the relay and the replies
@@ -208,35 +207,33 @@ class _Client:
                 )
             )
             return
-        if first.session is not None and first.session in self.server.attached:
-            await self.send(
-                Refused(
-                    f"--session {first.session[:8]}: another kesoku chat is running this session"
-                )
-            )
-            return
         try:
             session = open_session(self.rt.gateway, first.session, llm=first.llm)
         except OperatorError as exc:
             await self.send(Refused(str(exc)))
             return
-        if session.id in self.server.attached:  # attached meanwhile under a prefix
-            self.rt.gateway.locks.release(session.id)
-            await self.send(
-                Refused(f"--session {session.id[:8]}: another kesoku chat is running this session")
-            )
-            return
-        self.server.attached[session.id] = 1
-        created = first.session is None
         try:
-            await self._serve(session)
+            if session.id in self.server.attached:
+                raise OperatorError(
+                    f"--session {session.id[:8]}: another kesoku chat is running this session"
+                )
+            if first.llm is not None:
+                # Built now, in a thread: an SDK imported by the first turn would stall every
+                # session of the daemon for as long (1.4 s for anthropic).
+                await trio.to_thread.run_sync(self.rt.llm_for, session)
+            self.server.attached[session.id] = 1
+            try:
+                await self._serve(session)
+            finally:
+                del self.server.attached[session.id]
+                worker = self.rt.dispatcher.workers.get(session.id)
+                if worker is not None:  # the session is the terminal's again once its turn ends
+                    worker.retire()
+        except OperatorError as exc:  # another chat's session, a backend that cannot be built
+            await self.send(Refused(str(exc)))
         finally:
-            del self.server.attached[session.id]
-            worker = self.rt.dispatcher.workers.get(session.id)
-            if worker is not None:  # the session is the terminal's again once its turn is over
-                worker.retire()
             self.rt.gateway.locks.release(session.id)
-            if created:
+            if first.session is None:  # a session this chat opened
                 discard_if_empty(self.rt.gateway, session)
 
     async def _serve(self, session: Session) -> None:
