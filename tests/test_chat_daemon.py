@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from test_cli_chat import (
+    Terminal,
     chat,
     environ,
     history,
@@ -327,3 +328,22 @@ def test_llm_for_a_new_session_is_built_by_the_daemon_or_refused_as_here(
     assert served.returncode == 0, served.stderr
     assert served.stderr.startswith(daemon.by())
     assert served.stdout == "noted.\n"
+
+
+def test_a_one_shot_at_a_terminal_asks_and_y_allows_through_the_daemon(
+    tmp_path: Path, daemon_for: type[Daemon]
+) -> None:
+    setup(tmp_path, "write_outside.yaml")
+    daemon = daemon_for(tmp_path)
+    term = Terminal(tmp_path, "-v", "write outside")
+    try:
+        term.wait_for(f"kesoku: answered by the daemon (pid {daemon.proc.pid})")
+        term.wait_for("wants to write")
+        term.wait_for("Allow? [y/N]")
+        term.type("y\r")
+        term.wait_for("✔ Allow: allowed by")
+        term.wait_for("Finished.")
+        assert term.wait_exit() == 0
+    finally:
+        term.kill()
+    assert (tmp_path / "outside.txt").read_text() == "written with consent\n"
