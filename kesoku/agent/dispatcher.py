@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from kesoku.agent.worker import SessionWorker
+from kesoku.agent.worker import Learned, SessionWorker
 from kesoku.vocab.errors import OperatorError, StoreError
 from kesoku.vocab.events import TurnEnded
 from kesoku.vocab.metrics import TurnMetrics, TurnState
@@ -44,6 +44,9 @@ log = logging.getLogger(__name__)
 
 BUSY_RETRY_S = 1.0
 """How often a message of a session held by another process is looked at again."""
+LEARNED_SESSIONS = 4096
+"""Sessions whose compaction calibration the dispatcher keeps once their worker returned (the
+oldest is forgotten first: its next worker learns again from its first model call)."""
 OUT_OF_FILES_RETRIES = 5
 """Times a session's worker may fail for want of file descriptors before its turn is marked
 failed."""
@@ -72,6 +75,9 @@ class Dispatcher:
         self._starved: dict[str, int] = {}
         """Sessions that ran out of file descriptors, by id: worker failures so far
         (0: the lock)."""
+        self.learned: dict[str, Learned] = {}
+        """What returned workers' compactors learned, by session id, for the session's next worker
+        (only sessions that learned something; at most :data:`LEARNED_SESSIONS`, oldest out)."""
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Recover, then dispatch user messages until cancelled.
@@ -149,7 +155,8 @@ class Dispatcher:
             session = self.rt.store.get_session(session_id)
             if session is None or not self._lock(session.id):
                 return None
-            worker = self.workers[session.id] = SessionWorker(self.rt, session)
+            learned = self.learned.pop(session.id, None)
+            worker = self.workers[session.id] = SessionWorker(self.rt, session, learned)
             self._nursery.start_soon(self._run_worker, worker, name=f"worker {session.id}")
         return worker
 
@@ -197,9 +204,12 @@ class Dispatcher:
                 log.exception("session worker %s crashed", sid)
                 await self._report_crash(worker.current_roots, exc)
         finally:
+            # An idle worker sheds everything but what its compactor learned: the next one reloads
+            # the history, view and taint from the store and takes the lock again.
             worker.history.close()
             if self.workers.get(sid) is worker:
                 del self.workers[sid]
+                self._keep_learned(sid, worker.learned())
             self.rt.gateway.locks.release(sid)
         if starved:  # the cut turn and what waited for it are tried again later, not at once
             for message in [*worker.current_roots, *worker.pending.values()]:
@@ -209,6 +219,13 @@ class Dispatcher:
         # Messages that arrived for the crashed worker still deserve an answer: give them a new one.
         for message in worker.pending.values():
             self.submit(message)
+
+    def _keep_learned(self, session_id: str, learned: Learned | None) -> None:
+        if learned is None:
+            return
+        self.learned[session_id] = learned
+        if len(self.learned) > LEARNED_SESSIONS:
+            del self.learned[next(iter(self.learned))]
 
     def _out_of_files(self, session_id: str, exc: Exception) -> bool:
         """Whether a worker failure is a want of descriptors to retry later (with a warning)."""

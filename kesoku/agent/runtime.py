@@ -38,8 +38,10 @@ log = logging.getLogger(__name__)
 
 MAX_STEPS_PER_TURN = 50
 """Model calls one turn may make (``agent.max_steps_per_turn``)."""
-WORKER_IDLE_S = 600.0
-"""An idle session worker is reaped after this long (``agent.worker_idle_s``)."""
+WORKER_IDLE_S = 60.0
+"""An idle session worker is reaped after this long (``agent.worker_idle_s``): a live one holds
+about 13 KB plus 1 KB a message, a shed one 0.6 KB, and resuming costs a reload from the store
+(``bench/idle_bench.py``)."""
 DEFAULT_PERSONA = AgentConfig().persona
 """``agent.persona`` when nothing else is given."""
 CLOSE_TIMEOUT_S = 5.0

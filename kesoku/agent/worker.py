@@ -5,8 +5,15 @@ Where it runs: ARCHITECTURE.md, "Task tree".
 The dispatcher hands the worker every new user message of its session. While a turn runs, a new
 message interrupts it (the model stream is cut; running tools finish) and the worker pivots: the
 next turn answers every message still waiting, rooted on the newest, so the turn's messages sort
-after all of them and the model sees the whole history. An idle worker returns after
-``worker_idle_s``; the dispatcher starts a new one when the session speaks again.
+after all of them and the model sees the whole history.
+
+A worker is idle when nothing waits for it: no turn running (a question to the user waits inside
+its turn), no message queued, no ``/compact`` asked. After ``worker_idle_s`` idle it returns and its
+session sheds what it held (the task, the history's listener, messages and transcript, the guard,
+the lock: about 13 KB plus 1 KB a message); only what its compactor learned stays, with the
+dispatcher (:meth:`SessionWorker.learned`). The dispatcher starts a new worker when the session
+speaks again; it reloads the history, the compacted view and the taint from the store (about 25 µs
+a message, on the event loop; ``bench/idle_bench.py``).
 """
 
 from __future__ import annotations
@@ -35,6 +42,10 @@ log = logging.getLogger(__name__)
 TITLE_MAX_CHARS = 48
 """Longest generated session title."""
 
+Learned = tuple[float, float]
+"""What a session's compactor learned, kept between its workers: the calibration ratio and the
+summary cooldown's end (trio clock)."""
+
 
 class SessionWorker:
     """Runs the turns of one session, one at a time.
@@ -42,9 +53,11 @@ class SessionWorker:
     Args:
         rt: The runtime.
         session: The session.
+        learned: What the session's previous worker learned about compacting it (see
+            :meth:`learned`); None: nothing yet.
     """
 
-    def __init__(self, rt: Runtime, session: Session) -> None:
+    def __init__(self, rt: Runtime, session: Session, learned: Learned | None = None) -> None:
         self.rt = rt
         self.session = session
         self.turn: Turn | None = None
@@ -61,12 +74,26 @@ class SessionWorker:
         """The session's taint sources and the questions its tools ask."""
         self.compactor = Compactor(rt.store, rt.compaction)
         """The session's compaction state (calibration, summary cooldown)."""
+        if learned is not None:
+            self.compactor.calibration.ratio, self.compactor.cooldown_until = learned
         self.compact_requested = False
         """``/compact`` asked; runs when no turn is running."""
         self._wakeup = trio.Event()
         self._session_turns: int | None = None
         self.retiring = False
         """:meth:`retire` was called: return as soon as idle."""
+
+    def learned(self) -> Learned | None:
+        """What the next worker of the session needs of this one's compactor, once it returned.
+
+        The provider's token ratio (an estimate off by it would overflow the window before
+        compacting) and the summary cooldown while it runs. None when both are at their defaults,
+        so a session that taught nothing keeps nothing.
+        """
+        ratio, cooldown = self.compactor.calibration.ratio, self.compactor.cooldown_until
+        if ratio == 1.0 and cooldown <= trio.current_time():
+            return None
+        return (ratio, cooldown)
 
     def submit(self, message: Message) -> None:
         """Queue a user message; if a turn is running, interrupt it.

@@ -98,8 +98,12 @@ class AgentConfig(_Section, frozen=True, kw_only=True):
         ),
     ] = None
     worker_idle_s: Annotated[
-        Seconds, _doc("An idle session worker is stopped after this long.")
-    ] = 600.0
+        Seconds,
+        _doc(
+            "An idle session worker is stopped after this long (its history is reloaded from "
+            "the database when the session speaks again)."
+        ),
+    ] = 60.0
     max_retries: Annotated[
         int,
         _doc(
