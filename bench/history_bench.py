@@ -54,17 +54,31 @@ def build(path: Path, n: int) -> str:
     return session.id
 
 
-def main() -> None:
+def built(tmp: str, messages: int) -> tuple[Path, str, Store]:
+    """A database in ``tmp`` with one session of ``messages`` messages (:func:`build`), opened.
+
+    Returns:
+        (its path, the session's id, the store).
+    """
+    path = Path(tmp) / "k.db"
+    session_id = build(path, messages)
+    return path, session_id, Store(path)
+
+
+def options(doc: str | None) -> argparse.Namespace:
+    """``--messages`` (10,000) and ``--rounds`` (21), for a benchmark over one long session."""
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--messages", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=21)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = options(__doc__)
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "k.db"
-        session_id = build(path, args.messages)
-        store = Store(path)
+        path, session_id, store = built(tmp, args.messages)
         raw = apsw.Connection(str(path))
         ours, bare = [], []
         for _ in range(args.rounds):

@@ -137,6 +137,7 @@ class Turn(StepLoop[Message]):
         self._last_ts = 0.0
         self._tools: dict[str, Tool] = {}
         """The tools of the current step, by name."""
+        self._cwd = rt.cwd(session)  # fixed for the turn: the session's and the runtime's settings
         self._overflow_retried = False
         self._system = ""
         self._fixed = 0.0
@@ -385,7 +386,7 @@ class Turn(StepLoop[Message]):
         cap = self.rt.compaction.result_cap(self.llm, self.compactor.calibration.ratio)
         ctx = ToolContext(
             self.session,
-            self.rt.cwd(self.session),
+            self._cwd,
             call_id_of(call),
             self.guard,
             max_output_bytes=cap,

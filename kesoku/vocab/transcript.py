@@ -110,9 +110,13 @@ class TurnMemo(Generic[T]):
         self.kept = shared
         done, values = self._turns, self._values
         del done[shared:], values[shared:]
-        for turn in turns[shared:]:
-            values.append(step(values[-1] if values else None, turn))
-            done.append(turn)
+        new = turns[shared:]
+        value = values[-1] if values else None
+        append = values.append
+        for turn in new:
+            value = step(value, turn)
+            append(value)
+        done.extend(new)  # after: a step that raises leaves no turn without its value
         return values
 
 
@@ -214,26 +218,37 @@ class _Builder:
             self.role = role
 
     def add(self, msg: Message) -> None:
-        if msg.role is Role.SYSTEM and (
-            QUESTION_KEY in msg.metadata.extra or ANSWER_KEY in msg.metadata.extra
-        ):
-            # between the user and the adapter: the tool's result tells the model what was decided
-            return
-        if msg.role in (Role.USER, Role.SYSTEM):
+        # The hot loop of a session's first request (every message of the history): attributes read
+        # once, the user-side steps inlined.
+        role = msg.role
+        if role is Role.USER or role is Role.SYSTEM:
+            if role is Role.SYSTEM:
+                extra = msg.metadata.extra
+                if QUESTION_KEY in extra or ANSWER_KEY in extra:
+                    # between the user and the adapter: the tool's result tells the model what was
+                    # decided
+                    return
             blocks = _user_blocks(msg)
             if blocks:
-                self._close_calls()
-                self._switch("user")
+                if self.open_calls:
+                    self._close_calls()
+                if self.role != "user":
+                    self._flush()
+                    self.role = "user"
                 self.blocks.extend(blocks)
             return
-        if msg.kind is Kind.TOOL_RESULT:
-            if any(call_msg.id == msg.parent_id for call_msg, _ in self.open_calls):
-                self.answered = True
+        kind = msg.kind
+        if kind is Kind.TOOL_RESULT:
+            parent_id = msg.parent_id
+            for call_msg, _ in self.open_calls:
+                if call_msg.id == parent_id:
+                    self.answered = True
+                    break
             return  # placed by _close_calls, right after its call
         if msg.status is Status.FAILED:
             return
         block: LLMBlock
-        if msg.kind is Kind.TOOL_CALL:
+        if kind is Kind.TOOL_CALL:
             meta = msg.metadata
             name, arguments = meta.tool_name or "", meta.tool_arguments or {}
             call_id = call_id_of(msg)
@@ -241,8 +256,14 @@ class _Builder:
             if call_id in self.call_ids:
                 call_id = f"{call_id}_{msg.id}"
             self.call_ids.add(call_id)
-            block = ToolCallBlock(call_id, name, arguments, meta.thought_signature, meta.signed_by)
-        elif msg.kind is Kind.THOUGHT:
+            call = ToolCallBlock(call_id, name, arguments, meta.thought_signature, meta.signed_by)
+            if self.answered:  # calls after their results start the next step
+                self._close_calls()
+            self._switch("assistant")
+            self.blocks.append(call)
+            self.open_calls.append((msg, call))
+            return
+        if kind is Kind.THOUGHT:
             if not msg.content and msg.metadata.thought_signature is None:
                 return
             block = ThoughtBlock(
@@ -253,14 +274,11 @@ class _Builder:
                 return
             text = msg.content + (INTERRUPTED_SUFFIX if msg.status is Status.INTERRUPTED else "")
             block = TextBlock(text)
-        if not isinstance(block, ToolCallBlock) or self.answered:
-            # Calls end an assistant step: text after them, or calls after their results, start the
-            # next.
+        # Calls end an assistant step: text after them starts the next.
+        if self.open_calls:
             self._close_calls()
         self._switch("assistant")
         self.blocks.append(block)
-        if isinstance(block, ToolCallBlock):
-            self.open_calls.append((msg, block))
 
     def finish(self) -> list[LLMTurn]:
         self._close_calls()
@@ -299,20 +317,24 @@ class Transcript:
     """
 
     def __init__(self, history: Sequence[Message]) -> None:
-        call_ids = {m.id for m in history if m.kind is Kind.TOOL_CALL}
-        results: dict[int, Message] = {}
+        calls: set[int] = set()
+        found: list[Message] = []
         for msg in history:
+            kind = msg.kind
+            if kind is Kind.TOOL_CALL:
+                calls.add(msg.id)
+            elif kind is Kind.TOOL_RESULT:
+                found.append(msg)
+        results: dict[int, Message] = {}
+        for msg in found:
             # The first result of a call wins; a result whose call is not in the history is an
             # orphan.
-            if (
-                msg.kind is Kind.TOOL_RESULT
-                and msg.parent_id in call_ids
-                and msg.parent_id not in results
-            ):
+            if msg.parent_id in calls and msg.parent_id not in results:
                 results[msg.parent_id] = msg
         self._builder = _Builder(results)
+        add = self._builder.add
         for msg in history:
-            self._builder.add(msg)
+            add(msg)
 
     def extend(self, messages: Iterable[Message]) -> bool:
         """Fold in messages appended at the end of the history.
@@ -381,6 +403,7 @@ class TurnChecker:
         self._memo: TurnMemo[_Checked] = TurnMemo()
         self._ids: list[str] = []
         self._id_set: set[str] = set()
+        self._attachments = 0  # image and document blocks of the turn _check_one last checked
 
     @property
     def attachments(self) -> int:
@@ -411,17 +434,72 @@ class TurnChecker:
                 self._id_set.discard(dropped)
             del self._ids[before.ids :]
         i = before.at + 1
-        previous_role = before.role or None
-        problems, calls = self._check_one(i, turn, previous_role, before.calls)
-        attachments = before.attachments + sum(
-            1 for b in turn.blocks if isinstance(b, ImageBlock | DocumentBlock)
-        )
-        bad = before.bad + bool(problems)
+        problems, calls = self._check_one(i, turn, before.role or None, before.calls)
+        attachments = before.attachments + self._attachments
+        if not problems:  # the usual turn: tuple.__new__, as a NamedTuple's __new__ is slow
+            return tuple.__new__(
+                _Checked, (i, turn.role, len(self._ids), calls, (), before.bad, attachments)
+            )
+        bad = before.bad + 1
         return _Checked(i, turn.role, len(self._ids), calls, tuple(problems), bad, attachments)
+
+    def _clean(
+        self, turn: LLMTurn, previous_role: str | None, expected: tuple[str, ...]
+    ) -> tuple[str, ...] | None:
+        """The call ids of a turn with no problem, else None; counts its attachments.
+
+        One pass over the blocks, no id recorded: a turn this cannot vouch for (any problem, or a
+        block of a type it does not know) is checked in full, whose findings are the reference.
+        """
+        blocks, role = turn.blocks, turn.role
+        if not blocks or role == previous_role:
+            return None
+        results = 0  # the leading results seen
+        calls: list[str] = []
+        attachments = 0
+        id_set = self._id_set
+        for block in blocks:
+            # isinstance, as the full check: what it accepts here, the full check accepts
+            if isinstance(block, ToolCallBlock):
+                call_id = block.id
+                if role != "assistant" or call_id in id_set or call_id in calls:
+                    return None
+                calls.append(call_id)
+            elif calls:
+                return None  # a block after the calls
+            elif isinstance(block, TextBlock):
+                if not block.text.strip():
+                    return None
+            elif isinstance(block, ToolResultBlock):
+                # a result past the leading ones, or not the next call's in order
+                if results == len(expected) or block.call_id != expected[results]:
+                    return None
+                if role != "user":
+                    return None
+                results += 1
+                continue
+            elif isinstance(block, ImageBlock | DocumentBlock):
+                attachments += 1
+            elif not isinstance(block, ThoughtBlock):
+                return None
+            if results != len(expected):
+                return None  # a block before all the expected results
+        if results != len(expected):
+            return None
+        self._attachments = attachments
+        return tuple(calls)
 
     def _check_one(
         self, i: int, turn: LLMTurn, previous_role: str | None, expected: tuple[str, ...]
     ) -> tuple[list[str], tuple[str, ...]]:
+        """The problems of one turn and its call ids (recorded as used); counts its attachments."""
+        clean = self._clean(turn, previous_role, expected)
+        if clean is not None:
+            if clean:
+                self._ids.extend(clean)
+                self._id_set.update(clean)
+            return [], clean
+        self._attachments = sum(1 for b in turn.blocks if isinstance(b, ImageBlock | DocumentBlock))
         problems: list[str] = []
         if turn.role == previous_role:
             problems.append(f"turn {i}: two {turn.role} turns in a row")

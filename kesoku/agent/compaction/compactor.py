@@ -23,6 +23,7 @@ so a cancelled compaction leaves nothing; messages arriving meanwhile wait in th
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,7 +39,7 @@ from kesoku.agent.compaction.tokens import (
     TurnSizes,
     estimate_turns,
     known_window,
-    window_of,
+    reported_or_default,
 )
 from kesoku.llm.base import BaseLLM
 from kesoku.vocab.errors import BackendError
@@ -121,12 +122,12 @@ class CompactionPolicy:
     def window(self, llm: BaseLLM) -> int:
         """The context window of a backend's model, in tokens.
 
-        See :func:`kesoku.agent.compaction.tokens.window_of`. A window the server reported counts
-        only once :meth:`learn_window` asked for it.
+        :func:`~kesoku.agent.compaction.tokens.known_window`, else what the server reported
+        (:func:`~kesoku.agent.compaction.tokens.reported_or_default`); a window the server reported
+        counts only once :meth:`learn_window` asked for it.
         """
-        return window_of(
-            dict(self.windows), llm.provider, llm.model, self.local_window, llm.reported_window
-        )
+        known = _known_window(self.windows, llm.provider, llm.model, self.local_window)
+        return known if known is not None else reported_or_default(llm.reported_window)
 
     def limit(self, llm: BaseLLM) -> int:
         """Tokens above which a request of this backend's model is compacted."""
@@ -151,7 +152,7 @@ class CompactionPolicy:
         Returns:
             The window in tokens (as :meth:`window` gives it from now on).
         """
-        if known_window(dict(self.windows), llm.provider, llm.model, self.local_window) is None:
+        if _known_window(self.windows, llm.provider, llm.model, self.local_window) is None:
             reported = await llm.context_window()
             if reported is None and (llm.provider, llm.model) not in _WARNED:
                 _WARNED.add((llm.provider, llm.model))
@@ -165,6 +166,17 @@ class CompactionPolicy:
                     msgspec.json.encode(llm.model).decode(),
                 )
         return self.window(llm)
+
+
+@functools.lru_cache(maxsize=64)
+def _known_window(
+    windows: tuple[tuple[str, int], ...], provider: str, model: str, local_window: int
+) -> int | None:
+    """:func:`known_window` of a policy's settings, kept (a pure function of its arguments).
+
+    Asked several times per step: the limit, the window check, each tool result's cap.
+    """
+    return known_window(dict(windows), provider, model, local_window)
 
 
 _WARNED: set[tuple[str, str]] = set()

@@ -67,29 +67,8 @@ def known_window(
     return next((size for prefix, size in _WINDOWS if model.startswith(prefix)), None)
 
 
-def window_of(
-    windows: Mapping[str, int],
-    provider: str,
-    model: str,
-    local_window: int,
-    reported: int | None = None,
-) -> int:
-    """A model's context window, in tokens: :func:`known_window`, else what its server reported.
-
-    Args:
-        windows: Per-model overrides (``compaction.context_windows``).
-        provider: The backend; ``local`` uses ``local_window``.
-        model: The model id.
-        local_window: ``local.n_ctx``.
-        reported: The window the model's server reported
-            (:meth:`kesoku.llm.base.BaseLLM.context_window`).
-
-    Returns:
-        Tokens; :data:`DEFAULT_WINDOW` for a model nobody knows.
-    """
-    known = known_window(windows, provider, model, local_window)
-    if known is not None:
-        return known
+def reported_or_default(reported: int | None) -> int:
+    """The window of a model nobody knows: what its server reported, else :data:`DEFAULT_WINDOW`."""
     return reported if reported is not None else DEFAULT_WINDOW
 
 
