@@ -45,6 +45,7 @@ from kesoku.host.control import (
 )
 from kesoku.store import MessageFilter
 from kesoku.vocab.errors import OperatorError
+from kesoku.vocab.events import ModelDelta
 from kesoku.vocab.model import user_text
 
 if TYPE_CHECKING:
@@ -266,7 +267,8 @@ class _Client:
         flt = MessageFilter.from_kwargs({"session_id": session_id})
         lost = 0
         async for event in events:
-            cursor = await self._send_log(flt, cursor)
+            if not isinstance(event, ModelDelta):  # a delta names no place in the log
+                cursor = await self._send_log(flt, cursor)
             await self.send(event)
             if events.dropped > lost:  # the event read after a drop still precedes the gap
                 lost = events.dropped
