@@ -13,11 +13,17 @@ How delivery stays both fast and lossless:
 - Ids come from SQLite's AUTOINCREMENT, so they only grow. When a freshly assigned id is not the
   previous one plus one, some other connection wrote in between (or a duplicate insert consumed an
   id): every listener turns stale and reads the store, which sees the other writer's rows in order.
-- While any listener waits, one of them is woken every ``poll_interval_s`` to check ``PRAGMA
-  data_version``, which changes when another connection commits; that is how messages from another
-  process arrive without a post of ours. The timer is the gateway's only task: a trio system task
-  started by the first listener that waits, so that the many listeners of a busy process do not each
-  pay for a cancel scope with a deadline on every wait.
+- Messages from another process: while any listener waits, the gateway's one task holds the
+  process's inbox (:mod:`kesoku.store.wakeup`), a FIFO to which every other process's store writes
+  a byte after it commits messages (never our own: a process does not wake itself). Woken, the task
+  wakes one waiting listener, which checks ``PRAGMA data_version`` (it changes when another
+  connection commits); when it changed, every listener reads the store. The byte only says "look":
+  the store says what is new. Looks are at least :data:`LOOK_GAP_S` apart, so another process's
+  flood of posts costs one look per gap. A slow poll (``poll_interval_s``) remains for what can be
+  missed (:mod:`kesoku.store.wakeup` lists it); without an inbox (its folder unusable) the poll runs
+  every :data:`UNWATCHED_POLL_S`. The task is a trio system task started by the first listener that
+  waits, so that the many listeners of a busy process do not each pay for a cancel scope with a
+  deadline on every wait.
 
 Everything here runs on the trio thread and never awaits between reading the store and updating a
 listener, so a post cannot slip between a listener's catch-up query and its switch back to the fast
@@ -43,6 +49,7 @@ from kesoku.config.redact import Redactor
 from kesoku.store import MessageFilter, Store
 from kesoku.store.locks import SessionLocks
 from kesoku.store.store import Inserted
+from kesoku.store.wakeup import SETTLE_S
 from kesoku.vocab.errors import OperatorError, StoreBusyError, StoreError
 from kesoku.vocab.model import Message, Session, check_message
 from kesoku.vocab.schedule import Schedule
@@ -62,8 +69,15 @@ BUSY_TRY_MS = 50
 
 LISTENER_BUFFER = 1024
 """Messages a listener may hold in memory before it falls back to reading the store."""
-POLL_INTERVAL_S = 0.05
-"""How often a waiting listener checks for commits by other processes (delivery within ~50 ms)."""
+POLL_INTERVAL_S = 1.0
+"""How often a waiting listener checks for commits by other processes when it was not woken: the
+safety net under the wake-ups (:mod:`kesoku.store.wakeup` says when it is needed)."""
+LOOK_GAP_S = 0.001
+"""The shortest time between two looks for other processes' commits: under another process's flood
+of posts (a byte per commit) this process looks once per gap, not once per commit."""
+UNWATCHED_POLL_S = 0.05
+"""The poll interval of a process without an inbox (at most ``poll_interval_s``): delivery from
+other processes within ~50 ms."""
 POST_YIELD_S = 0.0005
 """A task that keeps posting yields to the other tasks at least this often (see
 :meth:`Gateway.post`)."""
@@ -89,14 +103,15 @@ class Gateway:
     """Post messages durably and deliver them to listeners.
 
     Posting and waking happen in the caller's task, and each listener does its own catching up; the
-    gateway's only task is the poll timer (see the module docstring). Create one per process over
-    one :class:`~kesoku.store.Store`.
+    gateway's only task watches for other processes' commits (see the module docstring). Create one
+    per process over one :class:`~kesoku.store.Store`.
 
     Args:
         store: The store; the gateway uses it from the trio thread only.
         sessions_dir: The folder that holds session workspaces (``<sessions_dir>/<session_id>/``).
         listener_buffer: The memory bound of each listener, in messages.
-        poll_interval_s: How often an idle listener looks for other processes' commits.
+        poll_interval_s: How often a waiting listener looks for other processes' commits when not
+            woken (the safety poll under the wake-ups of :mod:`kesoku.store.wakeup`).
         post_yield_s: How long posts may follow each other without yielding to other tasks; 0 makes
             every post yield.
         redactor: Masks secrets in every message before it is stored and delivered
@@ -122,6 +137,7 @@ class Gateway:
         self.listener_buffer = listener_buffer
         self.poll_interval_s = poll_interval_s
         self.post_yield_s = post_yield_s
+        self._try_ms = min(BUSY_TRY_MS, store.busy_timeout_ms)  # a post's wait per try for the lock
         self.redactor = redactor
         """What masks the secrets of messages (and of the turn logs and prompts that use them)."""
         self._yielded_at = 0.0  # time.perf_counter() when a post last yielded
@@ -137,10 +153,8 @@ class Gateway:
         self._last_id = store.last_message_id()
         self._data_version = store.data_version()
         self._stop_handler: Callable[..., bool] | None = None
-        self._timer_token: trio.lowlevel.TrioToken | None = (
-            None  # the run whose poll timer is running
-        )
-        self._timer_idle: trio.Event | None = None  # set to restart the timer once a listener waits
+        self._watch_token: trio.lowlevel.TrioToken | None = None  # the run whose watch task runs
+        self._watch_idle: trio.Event | None = None  # set to restart the watch once a listener waits
 
     # -- posting ----------------------------------------------------------------------------------
 
@@ -207,7 +221,11 @@ class Gateway:
             messages = [self.redactor.mask_message(message) for message in messages]
         for message in messages:
             check_message(message)
-        results = await self._insert(messages)
+        try:
+            # The first try inline, not in a coroutine of its own: one fewer coroutine per post.
+            results = self.store.insert_messages(messages, busy_timeout_ms=self._try_ms)
+        except StoreBusyError:
+            results = await self._insert_when_busy(messages)
         for inserted in results:
             if inserted.new:
                 self._deliver(inserted.message, inserted.adapter)
@@ -220,8 +238,8 @@ class Gateway:
             self._yielded_at = time.perf_counter()
         return [inserted.message for inserted in results]
 
-    async def _insert(self, messages: Sequence[Message]) -> list[Inserted]:
-        """Store messages, waiting out another connection's write lock without blocking the loop.
+    async def _insert_when_busy(self, messages: Sequence[Message]) -> list[Inserted]:
+        """Store messages after a busy first try, waiting out the lock without blocking the loop.
 
         Each try waits at most :data:`BUSY_TRY_MS` for the lock, and the post sleeps between tries
         (from :data:`BUSY_FIRST_PAUSE_S` doubling to :data:`BUSY_RETRY_S`), so other sessions, the
@@ -235,13 +253,14 @@ class Gateway:
         Cancellation:
             A busy try wrote nothing, so a cancelled wait leaves nothing half done.
         """
-        try_ms = min(BUSY_TRY_MS, self.store.busy_timeout_ms)
-        started = trio.current_time()
+        started = trio.current_time() - self._try_ms / 1000  # the first try waited that long
         warned_at: float | None = None
         pause = BUSY_FIRST_PAUSE_S
         while True:
+            await trio.sleep(pause)
+            pause = min(pause * 2, BUSY_RETRY_S)
             try:
-                return self.store.insert_messages(messages, busy_timeout_ms=try_ms)
+                return self.store.insert_messages(messages, busy_timeout_ms=self._try_ms)
             except StoreBusyError as exc:
                 now, by = trio.current_time(), f"held by {exc.holder}"
                 if warned_at is None and now - started >= self.store.busy_timeout_ms / 1000:
@@ -252,8 +271,6 @@ class Gateway:
                         f"{self.store.path}: the database stayed locked for "
                         f"{BUSY_GIVE_UP_S:g} s ({by}); the message was not stored"
                     ) from None
-                await trio.sleep(pause)
-                pause = min(pause * 2, BUSY_RETRY_S)
 
     def _deliver(self, message: Message, adapter: str) -> None:
         if message.id != self._last_id + 1:
@@ -293,35 +310,65 @@ class Gateway:
             else:
                 self._by_session.pop(session_id, None)
 
-    def _poll_timer_needed(self) -> None:
-        """Make sure the poll timer runs in this trio run; a listener calls this before it waits."""
+    def _watch_needed(self) -> None:
+        """Start this run's commit watch if it is not running; a listener calls this to wait."""
         token = trio.lowlevel.current_trio_token()
-        if token is not self._timer_token:
+        if token is not self._watch_token:
             # A system task: it lives as long as this trio.run, not as long as some caller's
-            # nursery. (A gateway may outlive a run: the previous run's timer ended with it.)
-            self._timer_token = token
-            self._timer_idle = None
-            trio.lowlevel.spawn_system_task(self._poll_timer, name="kesoku gateway poll timer")
-        elif self._timer_idle is not None:
-            self._timer_idle.set()
-            self._timer_idle = None
+            # nursery. (A gateway may outlive a run: the previous run's task ended with it.)
+            self._watch_token = token
+            self._watch_idle = None
+            trio.lowlevel.spawn_system_task(self._watch_commits, name="kesoku gateway commit watch")
+        elif self._watch_idle is not None:
+            self._watch_idle.set()
+            self._watch_idle = None
 
-    async def _poll_timer(self) -> None:
-        """While listeners wait, wake one every poll interval to look for other processes' commits.
+    async def _watch_commits(self) -> None:
+        """While listeners wait, look for other processes' commits each time they wake us.
 
-        It wakes a listener rather than reading the store itself: a store error then surfaces in
-        that listener's task, where a system task would crash the whole run.
+        Looks when a byte arrives in the inbox, :data:`~kesoku.store.wakeup.SETTLE_S` after opening
+        it (a sender may not list it yet), and every ``poll_interval_s`` when not woken. The inbox
+        lives as long as this task (one trio run).
+
+        It wakes a waiting listener to look rather than reading the store itself: a store error then
+        surfaces in that listener's task, where a system task would crash the whole run; and a store
+        closed in a worker thread at shutdown is never used from two threads.
         """
-        while True:
-            if not any(listener._task is not None for listener in self._listeners):
-                event = self._timer_idle = trio.Event()
-                await event.wait()  # no deadline while nothing waits: an idle process stays asleep
-            await trio.sleep(self.poll_interval_s)
-            waiting = next(
-                (listener for listener in self._listeners if listener._task is not None), None
-            )
-            if waiting is not None:
-                waiting._poll()
+        wakeups = self.store.wakeups
+        inbox = wakeups.open_inbox() if wakeups is not None else None
+        poll_s = self.poll_interval_s
+        if inbox is None:
+            poll_s = min(poll_s, UNWATCHED_POLL_S)
+        timeout = SETTLE_S if inbox is not None else poll_s
+        looked_at = -LOOK_GAP_S
+        try:
+            while True:
+                if not any(listener._task is not None for listener in self._listeners):
+                    # No deadline while nothing waits: an idle process stays asleep. Bytes sent
+                    # meanwhile wait in the inbox.
+                    event = self._watch_idle = trio.Event()
+                    await event.wait()
+                with trio.move_on_after(timeout):
+                    if inbox is None:
+                        await trio.sleep_forever()
+                    else:
+                        await inbox.wait()
+                        pause = looked_at + LOOK_GAP_S - trio.current_time()
+                        if pause > 0:
+                            await trio.sleep(pause)
+                            inbox.take()  # the look below comes after these commits too
+                timeout = poll_s
+                looked_at = trio.current_time()
+                waiting = next(
+                    (listener for listener in self._listeners if listener._task is not None), None
+                )
+                if waiting is not None:
+                    waiting._poll()
+                else:
+                    timeout = 0  # none waits any more: the next listener that waits looks first
+        finally:
+            if inbox is not None:
+                inbox.close()
 
     # -- listening --------------------------------------------------------------------------------
 
@@ -521,7 +568,7 @@ class Listener:
         self._buffer: deque[Message] = deque()
         self._stale = True  # start by reading the store from the cursor
         self._task: trio.lowlevel.Task | None = None  # the task waiting in __anext__, to reschedule
-        self._poll_due = False  # the poll timer asks this listener to check for other writers
+        self._poll_due = False  # the watch task asks this listener to check for other writers
         self._closed = False
 
     # Called by the gateway, on the trio thread, without awaiting.
@@ -549,7 +596,7 @@ class Listener:
             self._task = None  # rescheduled exactly once: by this, or by _abort on cancellation
             trio.lowlevel.reschedule(task)
 
-    def _poll(self) -> None:
+    def _poll(self) -> None:  # the watch task asks this listener to look for other writers
         self._poll_due = True
         self._wake()
 
@@ -600,7 +647,7 @@ class Listener:
                 self._poll_due = False
                 self._gateway._check_other_writers()
                 continue
-            self._gateway._poll_timer_needed()
+            self._gateway._watch_needed()
             # Parked without an Event or a cancel scope: _wake() reschedules this task directly.
             self._task = trio.lowlevel.current_task()
             await trio.lowlevel.wait_task_rescheduled(self._abort)

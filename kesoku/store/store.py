@@ -32,6 +32,7 @@ from kesoku.store.db import BUSY_TIMEOUT_MS, open_connection
 from kesoku.store.filters import MessageFilter
 from kesoku.store.ledger import SpendTable
 from kesoku.store.schedules import ScheduleTable
+from kesoku.store.wakeup import Wakeups
 from kesoku.vocab.errors import AmbiguousSessionError, UnknownSessionError
 from kesoku.vocab.model import (
     EMPTY_METADATA,
@@ -191,7 +192,10 @@ class Store(ScheduleTable, SpendTable, StoreBase):
         self.busy_timeout_ms = busy_timeout_ms
         self._conn = open_connection(path, busy_timeout_ms=busy_timeout_ms)
         self._checkpointer: Checkpointer | None = None
+        self.wakeups: Wakeups | None = None
+        """Wakes other processes' listeners after a commit of messages (None in memory)."""
         if self.path != ":memory:":
+            self.wakeups = Wakeups(self.path)
             conn = self._conn
             conn.wal_autocheckpoint(wal_limit_pages)
             # Once the WAL restarts, truncate a file that grew past the limit (a long reader pinned
@@ -208,6 +212,8 @@ class Store(ScheduleTable, SpendTable, StoreBase):
         """
         if self._checkpointer is not None:
             self._checkpointer.close()
+        if self.wakeups is not None:
+            self.wakeups.close()
         self._conn.close()
 
     # -- sessions ---------------------------------------------------------------------------------
@@ -336,7 +342,8 @@ class Store(ScheduleTable, SpendTable, StoreBase):
         message's own id (a message that opens its turn). A message whose (adapter, external_id) is
         already stored is not written again: the stored one is returned with ``new=False``.
         Text is made valid UTF-8 first (:func:`~kesoku.vocab.model.valid_message`: a lone surrogate
-        becomes U+FFFD); the returned messages hold what was written.
+        becomes U+FFFD); the returned messages hold what was written. After the commit of a new
+        message, other processes' listeners are woken (:mod:`kesoku.store.wakeup`).
 
         Args:
             messages: Messages with ``id == 0``.
@@ -358,12 +365,18 @@ class Store(ScheduleTable, SpendTable, StoreBase):
         try:
             if len(messages) == 1:
                 # One statement is atomic by itself: no transaction to open and close around it.
-                return [self._insert(messages[0], now)]
-            with self._conn:  # one transaction (a savepoint) for the batch: all or nothing
-                inserted = [self._insert(msg, now) for msg in messages]
+                inserted = [self._insert(messages[0], now)]
+            else:
+                with self._conn:  # one transaction (a savepoint) for the batch: all or nothing
+                    inserted = [self._insert(msg, now) for msg in messages]
         finally:
             if busy_timeout_ms is not None:
                 self._conn.set_busy_timeout(self.busy_timeout_ms)
+        if self.wakeups is not None:
+            for item in inserted:
+                if item.new:
+                    self.wakeups.notify()  # after the commit: whoever it wakes sees the new rows
+                    break
         return inserted
 
     def _insert(self, msg: Message, now: float) -> Inserted:
@@ -378,9 +391,10 @@ class Store(ScheduleTable, SpendTable, StoreBase):
                 _INSERT_MESSAGE,
                 (
                     msg.session_id,
-                    msg.role.value,
-                    msg.kind.value,
-                    msg.status.value,
+                    # StrEnum members bind as their text; reading .value costs more than the bind.
+                    msg.role,
+                    msg.kind,
+                    msg.status,
                     msg.sender,
                     msg.content,
                     msg.root_id,
