@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from test_cli_chat import (
     Terminal,
     chat,
@@ -28,7 +29,15 @@ from test_cli_chat import (
 )
 from test_startup_imports import probe
 
-from kesoku.host.control import FrameError, FrameReader, encode, short_address, socket_path
+from kesoku.host.control import (
+    FrameError,
+    FrameReader,
+    descends_from,
+    encode,
+    short_address,
+    socket_path,
+)
+from kesoku.host.control_server import REFUSED_DESCENDANT
 from kesoku.store import Store
 from kesoku.vocab.model import Message, Role, Status, user_text
 
@@ -347,3 +356,36 @@ def test_a_one_shot_at_a_terminal_asks_and_y_allows_through_the_daemon(
     finally:
         term.kill()
     assert (tmp_path / "outside.txt").read_text() == "written with consent\n"
+
+
+def test_a_process_the_daemon_started_is_refused_on_its_socket(
+    tmp_path: Path, daemon_for: type[Daemon]
+) -> None:
+    # With no sandbox the socket is in reach of a tool: the daemon refuses its own descendants (a
+    # tool attached as a user could answer its own session's questions).
+    inner = f"{sys.executable} -m kesoku chat -c {tmp_path / 'kesoku.toml'} inner"
+    scenario = tmp_path / "nested.yaml"
+    scenario.write_text(
+        yaml.safe_dump(
+            {
+                "steps": [
+                    {"tool_calls": [{"name": "shell", "arguments": {"command": inner}}]},
+                    {"text": "done."},
+                ]
+            }
+        )
+    )
+    setup(tmp_path, scenario)
+    with (tmp_path / "kesoku.toml").open("a") as toml:
+        toml.write('[sandbox]\nmode = "off"\n')
+    daemon_for(tmp_path)
+    outer = chat(tmp_path, "-v", "outer")
+    assert outer.returncode == 0, outer.stderr
+    assert outer.stdout == "done.\n"
+    assert "(Kesoku's daemon started" not in outer.stderr  # the one line is the tool's result
+    (result,) = [r for r in history(tmp_path) if r[1] == Role.TOOL]
+    assert REFUSED_DESCENDANT in result[3]
+    assert "inner" not in [r[3] for r in history(tmp_path)]
+    assert descends_from(os.getpid(), os.getpid())
+    assert not descends_from(os.getppid(), os.getpid())
+    assert descends_from(2**22 + 12345, os.getpid())  # no such process: not cleared, refused

@@ -153,6 +153,7 @@ async def test_read_file_caps(tools: dict[str, Tool], ctx: ToolContext, ws: Path
         ("src/.env.local", ".env files hold secrets"),
         ("kesoku.db", "Kesoku's own file kesoku.db holds Kesoku's configuration and credentials"),
         ("kesoku.db-wal", "Kesoku's own file kesoku.db-wal"),
+        ("kesoku.db.sock", "Kesoku's own file kesoku.db.sock"),
         ("../kesoku.toml", "Kesoku's own file kesoku.toml"),
         ("/proc/self/environ", "a process environment holds credentials"),
     ],

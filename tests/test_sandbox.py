@@ -6,6 +6,7 @@ The confinement itself is tried with real processes in tests/test_sandbox_corpus
 
 from __future__ import annotations
 
+import socket
 import sys
 from pathlib import Path
 
@@ -72,10 +73,15 @@ def test_hidden_finds_the_secret_places_that_exist(tmp_path: Path) -> None:
     config.write_text("")
     db.write_text("")
     (tmp_path / "kesoku.db-wal").write_text("")
+    (tmp_path / "kesoku.db-wake").mkdir()  # the wake-up pipes
+    with socket.socket(socket.AF_UNIX) as control:  # the daemon's control socket
+        control.bind(str(tmp_path / "kesoku.db.sock"))
     (config.parent / ".env.production").write_text("C=3")
     gates = PathGates(home=home, protected_files=(config, db))
     folders, files = Sandbox(SandboxConfig(), gates).hidden([work])
     assert str(home / ".ssh") in folders
+    assert str(tmp_path / "kesoku.db-wake") in folders
+    assert str(tmp_path / "kesoku.db.sock") in files
     assert set(files) >= {
         str(home / ".netrc"),
         str(home / ".env"),

@@ -39,8 +39,9 @@ from kesoku.host.control import (
     Refused,
     Stop,
     ToClient,
+    descends_from,
     encode,
-    peer_uid,
+    peer_credentials,
     short_address,
 )
 from kesoku.store import MessageFilter
@@ -62,6 +63,9 @@ EVENT_BUFFER = 4096
 LOG_BATCH = 256
 """Messages read from the store per query while relaying."""
 RECEIVE_BYTES = 65536
+REFUSED_DESCENDANT = (
+    "chat: a process Kesoku's daemon started (a tool, an MCP server) cannot talk to it as a user"
+)
 
 
 class ControlServer:
@@ -140,11 +144,18 @@ class ControlServer:
     async def _client(self, rt: Runtime, stream: trio.SocketStream) -> None:
         async with stream:
             try:
-                uid = peer_uid(stream.socket)  # type: ignore[arg-type]
+                pid, uid = peer_credentials(stream.socket)  # type: ignore[arg-type]
             except OSError:
                 return
             if uid != os.getuid():
                 log.warning("control socket: refused a client of uid %d", uid)
+                return
+            # A tool's process (or an MCP server) is the daemon's descendant: attached, it could
+            # answer its own session's questions. bubblewrap hides the socket; Landlock cannot.
+            if descends_from(pid, os.getpid()):
+                log.warning("control socket: refused pid %d, a process the daemon started", pid)
+                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                    await stream.send_all(encode(Refused(REFUSED_DESCENDANT)))
                 return
             client = _Client(rt, stream, self)
             try:
@@ -260,7 +271,10 @@ class _Client:
             elif isinstance(frame, Stop):
                 self.rt.gateway.stop(session_id, force=frame.force)
             elif isinstance(frame, Answer):
-                self.rt.questions.answer(frame.question_id, frame.choice, by=frame.by)
+                # only this session's questions: the client speaks for its terminal, no other chat
+                waiting = self.rt.questions.open_questions(session_id)
+                if any(q.id == frame.question_id for q in waiting):
+                    self.rt.questions.answer(frame.question_id, frame.choice, by=frame.by)
 
     async def _relay(self, session_id: str, events: Subscription, cursor: int) -> None:
         """Send each event after the log messages stored before it; a gap when events were lost."""

@@ -66,7 +66,9 @@ SECRET_SYSTEM_PATHS: tuple[str, ...] = ("/etc/shadow", "/etc/gshadow", "/etc/ssh
 """System files holding password hashes and host keys."""
 
 _PROC_SECRET = re.compile(r"^/proc/[^/]+(?:/task/[^/]+)?/(?:environ|mem)$")
-_DB_SUFFIXES = ("", "-wal", "-shm", "-journal")
+_DB_SUFFIXES = ("", "-wal", "-shm", "-journal", ".sock", "-wake")
+"""A Kesoku file and its companions: SQLite's, the daemon's control socket (a tool attached to
+it could answer its own questions) and the wake-up pipes' folder."""
 _HARDLINK_SCAN_LIMIT = 5000
 """Files looked at when matching a hard link against the secret folders' files."""
 
