@@ -212,8 +212,8 @@ def test_a_daemon_stopping_mid_turn_ends_the_chat_with_1_and_says_so(
     assert proc.returncode == 1, err
     session = history(tmp_path)[0][0]
     assert err.splitlines()[-1] == (
-        "kesoku: the daemon stopped before the turn ended; it resumes the turn when it starts "
-        f"again; continue with: kesoku chat --session {session}"
+        "kesoku: the daemon stopped before the turn ended; the turn is cut; "
+        f"continue with: kesoku chat --session {session}"
     )
 
 

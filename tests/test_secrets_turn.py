@@ -80,7 +80,7 @@ def setup(tmp_path: Path) -> Path:
 
 def records(tmp_path: Path, store: Store, session_id: str) -> dict[str, bytes]:
     """The bytes of every record of the session: database (and WAL), turn logs, trace page."""
-    files = {p.name: p.read_bytes() for p in tmp_path.glob("kesoku.db*")}
+    files = {p.name: p.read_bytes() for p in tmp_path.glob("kesoku.db*") if p.is_file()}
     workspace = Path(next(s.workspace for s in store.list_sessions()))
     logs = sorted(workspace.glob("llm-turn-*.log.yaml"))
     assert len(logs) == 2  # one per model call

@@ -8,7 +8,7 @@ standard input.
 
 What is shown, what Ctrl-C and questions do, and the exit codes are those of a chat in its own
 process (:mod:`kesoku_terminal.plain`), with one more case: the daemon stopping before the turn
-ended (exit 1, the turn resumes when the daemon starts again).
+ended (exit 1: the turn is cut; the session goes on with ``--session``).
 """
 
 from __future__ import annotations
@@ -56,9 +56,7 @@ if TYPE_CHECKING:
     from kesoku.vocab.model import Message
 
 RECEIVE_BYTES = 65536
-GONE = (
-    "kesoku: the daemon stopped before the turn ended; it resumes the turn when it starts again"
-)
+GONE = "kesoku: the daemon stopped before the turn ended; the turn is cut"
 """The line of a chat whose daemon went away mid-turn (exit 1)."""
 
 
@@ -280,4 +278,3 @@ def _signals() -> Iterator[socket.socket]:
 
 def _ignore(signum: int, frame: object) -> None:
     """A handler that only lets the wake-up descriptor carry the signal."""
-

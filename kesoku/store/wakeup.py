@@ -114,7 +114,11 @@ class Wakeups:
             info = os.fstat(fd)
             if info.st_uid != os.getuid() or stat.S_IMODE(info.st_mode) & 0o077:
                 os.close(fd)
-                raise PermissionError(f"{self.folder} is not private to this user (mode 0700)")
+                raise PermissionError(
+                    f"{self.folder} is mode {stat.S_IMODE(info.st_mode):04o} (uid "
+                    f"{info.st_uid}), not private to this user: chmod 700 it, or remove it while "
+                    "Kesoku is stopped"
+                )
         except OSError as exc:
             self._failed = True
             _log.warning("wake-ups off, other processes' messages arrive by polling: %s", exc)
@@ -196,10 +200,17 @@ class Wakeups:
             os.unlink(os.path.join(self.folder, name))
 
     def close(self) -> None:
-        """Close the other inboxes and the folder's descriptor (not our inbox)."""
+        """Close the other inboxes and the folder's descriptor (not our inbox).
+
+        The folder is removed when no inbox is left in it.
+        """
         for fd in self._peers.values():
             os.close(fd)
         self._peers.clear()
         if self._dirfd >= 0:
             os.close(self._dirfd)
             self._dirfd = -1
+            # Only an empty folder goes (ENOTEMPTY otherwise). A process making its inbox at this
+            # instant finds the folder gone, says so once and polls instead.
+            with contextlib.suppress(OSError):
+                os.rmdir(self.folder)
