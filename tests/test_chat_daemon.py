@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -37,7 +38,7 @@ from kesoku.host.control import (
     short_address,
     socket_path,
 )
-from kesoku.host.control_server import REFUSED_DESCENDANT
+from kesoku.host.control_server import REFUSED_CONFINED
 from kesoku.store import Store
 from kesoku.vocab.model import Message, Role, Status, user_text
 
@@ -384,8 +385,42 @@ def test_a_process_the_daemon_started_is_refused_on_its_socket(
     assert outer.stdout == "done.\n"
     assert "(Kesoku's daemon started" not in outer.stderr  # the one line is the tool's result
     (result,) = [r for r in history(tmp_path) if r[1] == Role.TOOL]
-    assert REFUSED_DESCENDANT in result[3]
+    assert REFUSED_CONFINED in result[3]
     assert "inner" not in [r[3] for r in history(tmp_path)]
     assert descends_from(os.getpid(), os.getpid())
     assert not descends_from(os.getppid(), os.getpid())
     assert descends_from(2**22 + 12345, os.getpid())  # no such process: not cleared, refused
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="util-linux setpriv is not installed")
+def test_a_process_under_no_new_privs_is_refused_as_a_landlocked_tool_would_be(
+    tmp_path: Path, daemon_for: type[Daemon]
+) -> None:
+    setup(tmp_path, "echo.yaml")
+    daemon_for(tmp_path)
+    args = ["chat", "-c", str(tmp_path / "kesoku.toml"), "hi"]
+    confined = subprocess.run(
+        ["setpriv", "--no-new-privs", sys.executable, "-m", "kesoku", *args],
+        cwd=tmp_path,
+        env=environ(tmp_path),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (confined.returncode, confined.stderr) == (2, f"kesoku: {REFUSED_CONFINED}\n")
+    assert history(tmp_path) == []
+
+
+def test_a_file_where_the_socket_goes_is_kept_and_the_daemon_runs_without_one(
+    tmp_path: Path, daemon_for: type[Daemon]
+) -> None:
+    setup(tmp_path, "echo.yaml")
+    (tmp_path / "kesoku.db.sock").write_text("precious")
+    daemon = daemon_for(tmp_path)
+    assert (tmp_path / "kesoku.db.sock").read_text() == "precious"
+    assert "exists and is not a socket: move it away" in daemon.log.read_text()
+    alone = chat(tmp_path, "-v", "hi")
+    assert alone.returncode == 0, alone.stderr
+    assert "(no daemon serves the database)" in alone.stderr

@@ -19,6 +19,7 @@ import errno
 import logging
 import os
 import socket
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -63,8 +64,9 @@ EVENT_BUFFER = 4096
 LOG_BATCH = 256
 """Messages read from the store per query while relaying."""
 RECEIVE_BYTES = 65536
-REFUSED_DESCENDANT = (
-    "chat: a process Kesoku's daemon started (a tool, an MCP server) cannot talk to it as a user"
+REFUSED_CONFINED = (
+    "chat: the daemon does not take a process it started (a tool, an MCP server) or one running "
+    "with no_new_privs as a user; --local runs the chat in this process"
 )
 
 
@@ -98,7 +100,7 @@ class ControlServer:
             listener, inode = await self._listen()
         except OSError as exc:
             log.warning(
-                "no control socket at %s (%s): kesoku chat runs in its own process",
+                "no control socket at %s (%s): this daemon answers no kesoku chat",
                 self.path,
                 exc.strerror or exc,
             )
@@ -150,12 +152,12 @@ class ControlServer:
             if uid != os.getuid():
                 log.warning("control socket: refused a client of uid %d", uid)
                 return
-            # A tool's process (or an MCP server) is the daemon's descendant: attached, it could
-            # answer its own session's questions. bubblewrap hides the socket; Landlock cannot.
-            if descends_from(pid, os.getpid()):
-                log.warning("control socket: refused pid %d, a process the daemon started", pid)
+            refusal = _refusal(pid)
+            if refusal is not None:
+                if refusal:
+                    log.warning("control socket: refused pid %d: %s", pid, refusal)
                 with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                    await stream.send_all(encode(Refused(REFUSED_DESCENDANT)))
+                    await stream.send_all(encode(Refused(REFUSED_CONFINED)))
                 return
             client = _Client(rt, stream, self)
             try:
@@ -164,12 +166,34 @@ class ControlServer:
                 log.debug("control socket: client gone: %s", exc)
 
 
+def _refusal(pid: int) -> str | None:
+    """Why the process ``pid`` may not speak as a user ("" when it is gone); None: it may.
+
+    A tool's process or an MCP server attached as a user could answer its own session's questions.
+    bubblewrap hides the socket; Landlock cannot refuse a connect to a named socket. A process the
+    daemon started descends from it, unless it left by a double fork; one under Landlock runs with
+    ``no_new_privs`` whatever its parent (Landlock requires it of an unprivileged process).
+    """
+    try:
+        with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as status:
+            confined = any(line.split() == ["NoNewPrivs:", "1"] for line in status)
+    except OSError:
+        return ""  # it left already: nothing to say
+    if confined:
+        return "it runs with no_new_privs (a sandboxed tool, or a sandboxed terminal)"
+    if descends_from(pid, os.getpid()):
+        return "a process the daemon started"
+    return None
+
+
 async def _remove_if_dead(address: str, path: Path) -> None:
     """Remove the socket at ``path`` unless a daemon answers on it.
 
     Raises:
         OSError: A daemon answers (EADDRINUSE): it serves this database already.
     """
+    if not stat.S_ISSOCK(os.lstat(path).st_mode):  # never delete someone's file
+        raise OSError(errno.EEXIST, f"{path} exists and is not a socket: move it away")
     probe = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         await probe.connect(address)
