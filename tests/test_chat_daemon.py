@@ -33,12 +33,11 @@ from test_startup_imports import probe
 from kesoku.host.control import (
     FrameError,
     FrameReader,
-    descends_from,
     encode,
     short_address,
     socket_path,
 )
-from kesoku.host.control_server import REFUSED_CONFINED
+from kesoku.host.control_server import REFUSED_CONFINED, descends_from
 from kesoku.store import Store
 from kesoku.vocab.model import Message, Role, Status, user_text
 

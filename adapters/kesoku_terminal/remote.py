@@ -14,6 +14,7 @@ ended (exit 1: the turn is cut; the session goes on with ``--session``).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import selectors
 import signal
 import socket
@@ -129,7 +130,7 @@ class BufferedLog:
         """Relayed messages after ``after``; those before it are read, so they are let go."""
         while self._messages and self._messages[0].id <= after:
             self._messages.popleft()
-        return [m for _, m in zip(range(limit), self._messages, strict=False)]
+        return list(itertools.islice(self._messages, limit))
 
 
 class _Client:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -179,32 +178,3 @@ def short_address(path: Path) -> Iterator[str]:
         yield f"/proc/self/fd/{folder}/{path.name}"
     finally:
         os.close(folder)
-
-
-def peer_credentials(sock: socket.socket) -> tuple[int, int]:
-    """``(pid, uid)`` of the process at the other end of a Unix socket, as it connected.
-
-    ``SO_PEERCRED`` (unix(7)); the pid is as this process's pid namespace sees it.
-    """
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    pid, uid, _gid = struct.unpack("3i", creds)
-    return int(pid), int(uid)
-
-
-def descends_from(pid: int, ancestor: int, *, max_depth: int = 256) -> bool:
-    """Whether process ``pid`` is ``ancestor`` or one of its descendants (``/proc/PID/stat``).
-
-    True also when the chain cannot be read to its end: the caller refuses what it cannot clear.
-    """
-    for _ in range(max_depth):
-        if pid == ancestor:
-            return True
-        if pid <= 1:
-            return False
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as stat:
-                # pid (comm) state ppid ...: comm may hold spaces and parentheses
-                pid = int(stat.read().rpartition(b")")[2].split()[1])
-        except (OSError, ValueError, IndexError):
-            return True
-    return True

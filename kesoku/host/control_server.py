@@ -20,6 +20,7 @@ import logging
 import os
 import socket
 import stat
+import struct
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,9 +41,7 @@ from kesoku.host.control import (
     Refused,
     Stop,
     ToClient,
-    descends_from,
     encode,
-    peer_credentials,
     short_address,
 )
 from kesoku.store import MessageFilter
@@ -184,6 +183,35 @@ def _refusal(pid: int) -> str | None:
     if descends_from(pid, os.getpid()):
         return "a process the daemon started"
     return None
+
+
+def peer_credentials(sock: socket.socket) -> tuple[int, int]:
+    """``(pid, uid)`` of the process at the other end of a Unix socket, as it connected.
+
+    ``SO_PEERCRED`` (unix(7)); the pid is as this process's pid namespace sees it.
+    """
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, _gid = struct.unpack("3i", creds)
+    return int(pid), int(uid)
+
+
+def descends_from(pid: int, ancestor: int, *, max_depth: int = 256) -> bool:
+    """Whether process ``pid`` is ``ancestor`` or one of its descendants (``/proc/PID/stat``).
+
+    True also when the chain cannot be read to its end: the caller refuses what it cannot clear.
+    """
+    for _ in range(max_depth):
+        if pid == ancestor:
+            return True
+        if pid <= 1:
+            return False
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as stat:
+                # pid (comm) state ppid ...: comm may hold spaces and parentheses
+                pid = int(stat.read().rpartition(b")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            return True
+    return True
 
 
 async def _remove_if_dead(address: str, path: Path) -> None:

@@ -138,16 +138,9 @@ class EventHub:
 
     def publish(self, event: TurnEvent) -> None:
         """Hand an event to every matching subscriber; a full subscriber drops it."""
-        import trio  # loaded already: a subscriber exists only under trio (see the module doc)
-
         for sub in self._subscribers:
             if sub.session_id is None or sub.session_id == event.session_id:
-                try:
-                    sub._send.send_nowait(event)
-                except trio.WouldBlock:
-                    sub.dropped += 1
-                except trio.ClosedResourceError:
-                    pass
+                sub._offer(event)
 
 
 class Subscription:
@@ -158,9 +151,23 @@ class Subscription:
         self.dropped = 0
         """Events lost because the buffer was full."""
         self._hub = hub
-        import trio
+        import trio  # a subscriber exists only under trio (see the module doc)
 
         self._send, self._receive = trio.open_memory_channel[TurnEvent](buffer)
+        self._full, self._closed, self._ended = (
+            trio.WouldBlock,
+            trio.ClosedResourceError,
+            trio.EndOfChannel,
+        )
+
+    def _offer(self, event: TurnEvent) -> None:
+        """Queue an event without waiting; a full buffer drops it (counted)."""
+        try:
+            self._send.send_nowait(event)
+        except self._full:
+            self.dropped += 1
+        except self._closed:
+            pass
 
     def __aiter__(self) -> Self:
         return self
@@ -171,11 +178,9 @@ class Subscription:
         Raises:
             StopAsyncIteration: After :meth:`close`.
         """
-        import trio
-
         try:
             return await self._receive.receive()
-        except trio.EndOfChannel:
+        except self._ended:
             raise StopAsyncIteration from None
 
     def close(self) -> None:
