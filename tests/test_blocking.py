@@ -6,6 +6,7 @@ import os
 import select
 import subprocess
 import sys
+import threading
 import time
 
 import trio
@@ -96,6 +97,25 @@ def test_an_unseen_step_that_used_the_disk_is_not_blamed_and_one_that_did_not_is
     trio.run(main, instruments=[no_disk])
     assert disk.violations == []
     assert len(no_disk.violations) == 1  # no disk operation: the wait is the step's own
+
+
+def test_a_step_held_off_by_another_threads_gil_is_not_blamed() -> None:
+    steps: list[float] = []
+
+    async def main() -> None:
+        wall = time.perf_counter()
+        # One long C call keeps the GIL from the trio thread and the watchdog alike (as a library's
+        # dlopen in a client's thread did in CI): the step waits, but it is not its doing.
+        other = threading.Thread(target=sum, args=(range(30_000_000),))
+        other.start()  # waits for the thread to start, then for the GIL it keeps
+        steps.append(time.perf_counter() - wall)
+        await trio.lowlevel.checkpoint()
+        other.join()
+
+    detector = BlockingDetector()
+    trio.run(main, instruments=[detector])
+    assert steps[0] > 0.25  # the step's wall time alone would have been a violation
+    assert detector.violations == []
 
 
 # Runs in a child process pinned to one CPU at the lowest priority, next to a busy process on the

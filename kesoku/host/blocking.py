@@ -15,6 +15,10 @@ operations or major page faults, ``getrusage(RUSAGE_THREAD)``, getrusage(2)): on
 the watchdog itself waits for a CPU, or for the GIL a page fault holds, and sees little. A step that
 slept, or waited on a socket or a lock (state ``S``), is blamed, and the report says where the
 watchdog saw it waiting; one that touched no disk is blamed even when the watchdog saw nothing.
+A step the watchdog never once looked at although it ran for many of its periods is not blamed
+beyond its CPU time: the watchdog was held off the whole time, and what holds off a Python thread
+that long is another thread keeping the GIL in one long C call (a library's ``dlopen``, a parse) or
+a starved machine, neither the step's doing (a blocking call of the step's own releases the GIL).
 """
 
 from __future__ import annotations
@@ -70,6 +74,7 @@ class BlockingDetector(trio.abc.Instrument):
         self._step_started = 0.0
         self._disk_s = 0.0
         self._io = 0
+        self._looks = 0
         self._seen_at = ""
         self._stop = threading.Event()
         self._watchdog: threading.Thread | None = None
@@ -129,6 +134,7 @@ class BlockingDetector(trio.abc.Instrument):
             state = self.thread_state()
             if self._step_started != started:
                 continue  # that step ended while we looked
+            self._looks += 1
             if state == "D":
                 self._disk_s += now - since
             # R: running, or waiting for a CPU (not blamed)
@@ -159,6 +165,7 @@ class BlockingDetector(trio.abc.Instrument):
         """Start the clocks."""
         self._gc_s = 0.0
         self._disk_s = 0.0
+        self._looks = 0
         self._seen_at = ""
         self._io = self.disk_io()
         self._waited = self._run_queue_delay()
@@ -177,6 +184,8 @@ class BlockingDetector(trio.abc.Instrument):
                 # Seen only in disk sleep or on a CPU, or not seen at all while it read or wrote the
                 # disk: nothing was seen waiting on a sleep, a socket or a lock.
                 wall = min(wall, cpu)
+            elif not self._looks:
+                wall = min(wall, cpu)  # the watchdog was held off all along (module docstring)
         if cpu > self.cpu_threshold_s or wall > self.wall_threshold_s:
             self.violations.append((task.name, cpu, wall))
             self.where.append(self._seen_at.strip("?"))
