@@ -13,10 +13,14 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import test_cli_chat
+import test_cli_signals
+import test_mcp_cli
+import test_usage
 import yaml
 from test_cli_chat import (
     Terminal,
@@ -61,6 +65,7 @@ class Daemon:
                 stderr=log,
             )
         self.socket = socket_path(folder / "kesoku.db")
+        self.config = b""
         wait_until(self.ready, what="the daemon to be ready")
 
     def ready(self) -> bool:
@@ -423,3 +428,111 @@ def test_a_file_where_the_socket_goes_is_kept_and_the_daemon_runs_without_one(
     alone = chat(tmp_path, "-v", "hi")
     assert alone.returncode == 0, alone.stderr
     assert "(no daemon serves the database)" in alone.stderr
+
+
+# -- interactive, through the daemon ---------------------------------------------------------------
+
+INTERACTIVE = [
+    test_cli_chat.test_interactive_streams_the_answer_and_exits_on_ctrl_d,
+    test_cli_chat.test_a_line_typed_during_a_turn_interrupts_it,
+    test_cli_chat.test_ctrl_c_stops_the_turn_then_exits_at_an_empty_prompt,
+    test_cli_chat.test_a_running_tool_shows_a_spinner_and_two_ctrl_c_kill_it,
+    test_cli_chat.test_clear_asks_first_and_deletes_only_on_yes,
+    test_cli_chat.test_compact_during_a_turn_says_it_waits_for_the_turn,
+    test_cli_chat.test_a_chat_left_before_its_first_message_leaves_no_session,
+    test_cli_chat.test_interactive_asks_and_y_allows,
+    test_cli_chat.test_schedules_in_the_interactive_chat_lists_this_sessions_without_a_turn,
+    test_usage.test_usage_and_context_in_the_interactive_chat,
+    test_mcp_cli.test_a_prompt_becomes_the_message_of_an_interactive_chat,
+    test_cli_signals.test_sigterm_or_a_closed_terminal_stops_the_turn_and_kills_its_tool,
+]
+
+
+@pytest.mark.parametrize("test", INTERACTIVE, ids=lambda test: test.__name__.removeprefix("test_"))
+def test_an_interactive_chat_through_the_daemon_behaves_as_one_of_its_own(
+    tmp_path: Path,
+    daemon_for: type[Daemon],
+    monkeypatch: pytest.MonkeyPatch,
+    test: Callable[[Path], None],
+) -> None:
+    """The interactive tests of a chat in its own process, each chat answered by a daemon."""
+    daemons: list[Daemon] = []
+    terminals: list[tuple[Terminal, Daemon]] = []
+
+    def written(folder: Path) -> bytes:
+        """When the test last wrote its config and scenario (a scenario is played once)."""
+        return b"".join(
+            str((folder / name).stat().st_mtime_ns).encode()
+            for name in ("kesoku.toml", "scenario.yaml")
+        )
+
+    class Served(Terminal):
+        """A chat started once a daemon serves the folder with the test's config and scenario."""
+
+        def __init__(self, folder: Path, *args: str) -> None:
+            if not daemons or daemons[-1].config != written(folder):  # the test wrote anew
+                if daemons:
+                    daemons[-1].stop()
+                daemons.append(daemon_for(folder))
+                daemons[-1].config = written(folder)
+            super().__init__(folder, "-v", *args)
+            terminals.append((self, daemons[-1]))
+
+    for module in (test_cli_chat, test_usage, test_mcp_cli, test_cli_signals):
+        monkeypatch.setattr(module, "Terminal", Served)
+    test(tmp_path)
+    assert terminals
+    for term, daemon in terminals:
+        # the daemon answered, not a runtime of its own (the line wraps at the 120th column)
+        assert daemon.by() in term.screen.replace("\n", "")
+
+
+def test_an_interactive_chat_whose_daemon_stops_ends_with_1_and_says_how_to_go_on(
+    tmp_path: Path, daemon_for: type[Daemon]
+) -> None:
+    setup(tmp_path, "slow.yaml")
+    daemon = daemon_for(tmp_path)
+    term = Terminal(tmp_path)
+    try:
+        term.wait_for("›")
+        term.type("count\r")
+        term.wait_for("two")
+        daemon.stop()
+        assert term.wait_exit() == 1
+        session = history(tmp_path)[0][0]
+        term.wait_for(
+            "kesoku: the daemon stopped; the turn is cut; "
+            f"continue with: kesoku chat --session {session}"
+        )
+    finally:
+        term.kill()
+
+
+def test_a_session_left_by_an_interactive_chat_is_free_at_once(
+    tmp_path: Path, daemon_for: type[Daemon]
+) -> None:
+    setup(tmp_path, "echo.yaml")
+    daemon_for(tmp_path)
+    term = Terminal(tmp_path)
+    try:
+        term.wait_for("›")
+        term.type("one\r")
+        term.wait_for("⚡ turn 1")
+        term.type("/new\r")  # the daemon lets the first session go, and holds the new one
+        term.wait_for("the previous one is kept: kesoku chat --session ")
+        (first,) = {r[0] for r in history(tmp_path)}
+        here = chat(tmp_path, "--local", "--session", first, "two")
+        assert here.returncode == 0, here.stderr
+        term.type("three\r")
+        term.wait_for("⚡ turn 1", timeout_s=20)
+        term.type("\x04")
+        assert term.wait_exit() == 0
+    finally:
+        term.kill()
+    (second,) = {r[0] for r in history(tmp_path)} - {first}
+    # The chat exits once the daemon has let its session go: a chat of its own may take it now.
+    again = chat(tmp_path, "--local", "--session", second, "four")
+    assert again.returncode == 0, again.stderr
+    rows = history(tmp_path)
+    assert [r[3] for r in rows if r[0] == first] == ["one", "noted.", "two", "noted."]
+    assert [r[3] for r in rows if r[0] == second] == ["three", "noted.", "four", "noted."]

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 import trio
-from kesoku_terminal.mcp_commands import bind_arguments
 from test_cli_chat import Terminal, environ
 from test_mcp import http_server
 
+from kesoku.host.mcp_commands import bind_arguments
 from kesoku.store import Store
 from kesoku.vocab.model import Kind, Outcome
 

@@ -33,10 +33,10 @@ def chat(
 ) -> int:
     """Answer one prompt, or hold a conversation; the exit code (see ``kesoku chat --help``).
 
-    A one-shot goes through the daemon serving the database when one does
-    (:mod:`kesoku_terminal.remote`), else, or with ``local``, runs in this process
-    (:mod:`kesoku_terminal.app`). An interactive chat always runs in this process, and so does
-    ``--llm`` with ``--session`` (a continued session keeps the daemon's backend).
+    The chat goes through the daemon serving the database when one does (a one-shot:
+    :mod:`kesoku_terminal.remote`; an interactive chat: :mod:`kesoku_terminal.links`), else, or
+    with ``local``, runs in this process (:mod:`kesoku_terminal.app`); so does ``--llm`` with
+    ``--session`` (a continued session keeps the daemon's backend).
 
     Raises:
         OperatorError: Nothing to ask, no terminal for the interactive mode, an unknown session, or
@@ -55,16 +55,19 @@ def chat(
     question = None if interactive else read_question(prompt)
     if local:
         why = "--local"
-    elif question is None:
-        why = "an interactive chat"
     elif llm_name is not None and session_id is not None:
         why = "--llm with --session"
     else:
-        from kesoku_terminal.remote import ask_daemon
+        if question is None:
+            from kesoku_terminal.interactive import chat_with_daemon
 
-        code = ask_daemon(
-            config, question, session_id=session_id, llm_name=llm_name, verbose=verbose
-        )
+            code = chat_with_daemon(config, session_id, llm_name, verbose=verbose)
+        else:
+            from kesoku_terminal.remote import ask_daemon
+
+            code = ask_daemon(
+                config, question, session_id=session_id, llm_name=llm_name, verbose=verbose
+            )
         if code is not None:
             return code
         why = "no daemon serves the database"

@@ -1,6 +1,8 @@
 """``kesoku chat`` without a prompt: a conversation in the terminal.
 
-The trio thread runs the runtime, follows the session (:class:`~kesoku_terminal.view.Follower`) and
+The session runs in the daemon serving the database when one does, else in this process: the chat
+talks to either through a :class:`~kesoku_terminal.links.ChatLink`, and shows the same either way.
+The trio thread serves the link, follows the session (:class:`~kesoku_terminal.view.Follower`) and
 prints through :class:`~kesoku_terminal.prompt.AboveOutput`, so output appears above the input line;
 the input runs in a worker thread (:mod:`kesoku_terminal.prompt`). Keys:
 
@@ -13,7 +15,7 @@ the input runs in a worker thread (:mod:`kesoku_terminal.prompt`). Keys:
   takes the next line as its answer: ``y`` goes ahead, anything else (Ctrl-C too) does nothing.
 
 A session this chat opened and left without a message in it (Ctrl-D at once, ``/new``) is deleted,
-so it leaves no empty "untitled" session behind.
+so it leaves no empty "untitled" session behind. The daemon going away ends the chat (exit 1).
 """
 
 from __future__ import annotations
@@ -29,10 +31,11 @@ import trio
 from rich.console import Console
 from rich.text import Text
 
-from kesoku.host.chat_sessions import discard_if_empty
 from kesoku.vocab.events import TurnEnded, TurnStarted
-from kesoku.vocab.model import ALLOW, parse_answer, user_text
+from kesoku.vocab.model import ALLOW, parse_answer
 from kesoku_terminal.commands import run_command
+from kesoku_terminal.links import ChatGone, ChatLink, DaemonLink, LocalLink, connect
+from kesoku_terminal.plain import EXIT_FAILED, EXIT_STOPPED
 from kesoku_terminal.prompt import (
     THOUGHT_STYLE,
     AboveOutput,
@@ -44,10 +47,11 @@ from kesoku_terminal.prompt import (
     history_file,
 )
 from kesoku_terminal.render import THOUGHT_ICON, tool_call_line, tool_result_line
-from kesoku_terminal.view import Follower, StoreLog, user_name
+from kesoku_terminal.view import Follower
 
 if TYPE_CHECKING:
     from kesoku.agent.runtime import Runtime
+    from kesoku.config.settings import Config
     from kesoku.vocab.events import TurnEvent
     from kesoku.vocab.metrics import TurnMetrics
     from kesoku.vocab.model import Message, Session
@@ -193,25 +197,16 @@ class LiveSink:
 
 
 class ChatUI:
-    """An interactive conversation over a runtime.
+    """An interactive conversation over a link to what runs the session.
 
     Args:
-        rt: The runtime (not yet serving: :meth:`run` serves it).
-        session: The session to talk in.
-        serving: Session ids this process answers; ``/new`` adds to it.
+        link: The chat's own runtime, or the daemon (not yet serving: :meth:`run` serves it).
         resumed: The session existed before (``--session``).
-
-    Attributes:
-        created: The sessions this chat opened (the first one unless resumed, ``/new``'s) and has
-            not dropped: one left without a message is deleted when the chat leaves it.
     """
 
-    def __init__(self, rt: Runtime, session: Session, serving: set[str], *, resumed: bool) -> None:
-        self.rt = rt
-        self.session = session
-        self.serving = serving
+    def __init__(self, link: ChatLink, *, resumed: bool) -> None:
+        self.link = link
         self.resumed = resumed
-        self.created: dict[str, Session] = {} if resumed else {session.id: session}
         self.live = LiveState()
         self.prompt = PromptThread(self.live, history_file())
         self.output = AboveOutput(self.prompt, sys.stdout)
@@ -224,9 +219,11 @@ class ChatUI:
         )
         self.sink = LiveSink(self.console, self.live, self.prompt.invalidate)
         self.follower = Follower(
-            rt.hub, StoreLog(rt.store), session.id, self.sink, on_event=self._on_event
+            link.hub, link.log, link.session_id, self.sink, on_event=self._on_event
         )
         self.exiting = False
+        self.gone = False
+        """The daemon serving the chat went away (exit 1)."""
         self._last_posted = 0
         self._stops = 0
         self._idle = trio.Event()
@@ -247,7 +244,8 @@ class ChatUI:
         Returns:
             0; 128 + the signal number after SIGTERM or SIGHUP (a closed terminal), which stop the
             running turn and kill its tools first, so none outlives the chat, or after a SIGINT
-            outside a turn (Ctrl-C before the prompt is up).
+            outside a turn (Ctrl-C before the prompt is up); 1 when the daemon serving the chat
+            went away.
         """
         # log lines must not tear the prompt either
         handler = logging.StreamHandler(as_text_stream(self.output))
@@ -259,15 +257,19 @@ class ChatUI:
             send, receive = trio.open_memory_channel[InputEvent](INPUT_BUFFER)
             async with trio.open_nursery() as nursery:
                 await nursery.start(self._watch_signals)  # first: Ctrl-C is ours from here on
-                await nursery.start(self.follower.run)
-                await nursery.start(self.rt.serve)
+                if isinstance(self.link, DaemonLink):
+                    self.link.on_gone = self._gone
+                await nursery.start(self.link.serve, self.follower)
                 nursery.start_soon(trio.to_thread.run_sync, self.prompt.run, send)
                 if not self.exiting:  # a Ctrl-C while the runtime started
                     self._banner()
                 async with receive:
                     async for event in receive:
                         if isinstance(event, Line):
-                            await self.on_line(event.text)
+                            try:
+                                await self.on_line(event.text)
+                            except ChatGone as exc:
+                                await self._gone(str(exc))
                         elif isinstance(event, Eof):
                             self.exiting = True
                         elif self._confirm is not None:  # Ctrl-C answers "no"
@@ -283,8 +285,9 @@ class ChatUI:
         finally:
             root.handlers[:] = saved
             self.output.close()
-            for session in list(self.created.values()):  # the runtime has stopped
-                self.drop_if_empty(session)
+            await self.link.close()  # the runtime has stopped
+        if self.gone:
+            return EXIT_FAILED
         return 0 if self.terminated is None else 128 + self.terminated
 
     async def on_line(self, text: str) -> None:
@@ -298,23 +301,18 @@ class ChatUI:
             return
         if not stripped:
             return
-        waiting = self.rt.questions.open_questions(self.session.id)
-        if waiting and (choice := parse_answer(stripped)) is not None:
-            self.rt.questions.answer(waiting[0].id, choice, by=user_name())
-            self.sink.set_status("thinking")
-            return
         if stripped.startswith("//"):
             text = text.replace("/", "", 1)  # `//etc/hosts ...` sends "/etc/hosts ..."
         elif stripped.startswith("/"):
             await run_command(self, stripped)
             return
-        await self.send(text)
+        self.posted(await self.link.say(text))  # y or n answer an open question
 
-    async def send(self, text: str) -> None:
-        """Post a message to the current session."""
-        posted = await self.rt.gateway.post(user_text(self.session.id, text))
-        self._last_posted = posted.id
-        self._update_busy()
+    def posted(self, message_id: int) -> None:
+        """A line was sent: message ``message_id`` was posted (0: it answered a question)."""
+        if message_id:
+            self._last_posted = message_id
+            self._update_busy()
         self.sink.set_status("thinking")
 
     def confirm(self, question: str, action: Callable[[], Awaitable[None]], declined: str) -> None:
@@ -336,24 +334,13 @@ class ChatUI:
         else:
             self.sink.notice(declined)
 
-    def drop_if_empty(self, session: Session) -> bool:
-        """Delete ``session`` if this chat opened it and nothing was said in it.
-
-        Returns:
-            True when it was deleted.
-        """
-        if self.created.pop(session.id, None) is None:  # resumed, or dropped already
-            return False
-        self.serving.discard(session.id)
-        return discard_if_empty(self.rt.gateway, session)
-
     def stop_turn(self) -> None:
         """Stop the running turn; called again in the same turn, kill its running tools."""
         if not self.busy:
             self.sink.notice("no turn is running")
             return
         self._stops += 1
-        self.rt.gateway.stop(self.session.id, force=self._stops > 1)
+        self.link.stop(self._stops > 1)
         hint = (
             "stopping the turn (Ctrl-C again kills running tools)"
             if self._stops == 1
@@ -361,13 +348,20 @@ class ChatUI:
         )
         self.sink.notice(hint, "yellow")
 
-    def switch(self, session: Session) -> None:
-        """Talk in another session from now on (``/new``, ``/clear``)."""
-        self.serving.add(session.id)
-        self.session = session
-        self.follower.switch(session.id)
+    async def switch(self, *, delete: bool) -> bool:
+        """Talk in a new session from now on (``/new``; ``/clear`` deletes the one left).
+
+        Returns:
+            True when the session left was deleted (``delete``, or nothing was said in it).
+
+        Raises:
+            ChatGone: The daemon went away.
+            OperatorError: The new session's lock or folder cannot be made.
+        """
+        dropped = await self.link.switch(delete=delete)
         self._last_posted = 0
         self._update_busy()
+        return dropped
 
     async def wait_idle(self, timeout_s: float) -> bool:
         """Wait until no turn of ours runs; False on timeout."""
@@ -381,7 +375,7 @@ class ChatUI:
         """After the follower showed an event of the current session."""
         if isinstance(event, TurnStarted) and self._stops:
             # A stop asked before the turn opened applies to it.
-            self.rt.gateway.stop(self.session.id, force=self._stops > 1)
+            self.link.stop(self._stops > 1)
         elif isinstance(event, TurnEnded):
             self._update_busy()
 
@@ -400,8 +394,8 @@ class ChatUI:
                 # terminal or a service manager wants the process gone: nothing it started may
                 # outlive it, and the turn must not be left half-run for a later start to resume.
                 self.terminated = signum
-                if self.busy:
-                    self.rt.gateway.stop(self.session.id, force=True)
+                if self.busy and not self.gone:
+                    self.link.stop(True)
                     await self.wait_idle(EXIT_KILL_WAIT_S)
                 self.exiting = True
                 await self._close_prompt()  # ends the input loop, then run() leaves
@@ -412,12 +406,24 @@ class ChatUI:
 
         The turn is stopped so it does not resume later.
         """
-        if self.busy:
+        if self.busy and not self.gone:
             self.sink.notice("stopping the turn before exit", "yellow")
-            self.rt.gateway.stop(self.session.id)
+            self.link.stop(False)
             if not await self.wait_idle(EXIT_STOP_WAIT_S):
-                self.rt.gateway.stop(self.session.id, force=True)
+                self.link.stop(True)
                 await self.wait_idle(EXIT_KILL_WAIT_S)
+        await self._close_prompt()
+
+    async def _gone(self, why: str) -> None:
+        """The daemon serving the chat went away: say so, and leave."""
+        if self.gone:
+            return
+        self.gone = self.exiting = True
+        cut = "; the turn is cut" if self.busy else ""
+        self.sink.notice(
+            f"kesoku: {why}{cut}; continue with: kesoku chat --session {self.link.session_id}",
+            "bold red",
+        )
         await self._close_prompt()
 
     async def _close_prompt(self) -> None:
@@ -438,10 +444,10 @@ class ChatUI:
             self.sink.set_status(None)
 
     def _banner(self) -> None:
-        llm = self.rt.llm_for(self.session)
-        state = f"resumed ({self.session.title or 'untitled'})" if self.resumed else "new"
+        link = self.link
+        state = f"resumed ({link.title or 'untitled'})" if self.resumed else "new"
         self.sink.notice(
-            f"Kesoku · session {self.session.id} {state} · {llm.provider}/{llm.model} · "
+            f"Kesoku · session {link.session_id} {state} · {link.backend} · "
             "/help for commands · Ctrl-D to exit"
         )
 
@@ -452,9 +458,49 @@ def as_text_stream(output: AboveOutput) -> IO[str]:
 
 
 async def run_interactive(rt: Runtime, session: Session, serving: set[str], resumed: bool) -> int:
-    """Run an interactive conversation (see :class:`ChatUI`).
+    """Run an interactive conversation in this process (see :class:`ChatUI`).
+
+    Args:
+        rt: The runtime (not yet serving).
+        session: The session to talk in, held by this process.
+        serving: Session ids the runtime answers (``/new`` moves it).
+        resumed: ``session`` existed before (``--session``).
 
     Returns:
         The exit code.
     """
-    return await ChatUI(rt, session, serving, resumed=resumed).run()
+    link = LocalLink(rt, session, serving, opened=not resumed)
+    return await ChatUI(link, resumed=resumed).run()
+
+
+def chat_with_daemon(
+    config: Config, session_id: str | None, llm_name: str | None, *, verbose: bool
+) -> int | None:
+    """Run an interactive conversation served by the daemon of the database, if one serves it.
+
+    Returns:
+        The exit code; None when no daemon listens (the caller runs the chat itself).
+
+    Raises:
+        OperatorError: The daemon refused (an unknown or busy session, a backend it cannot build).
+    """
+    db_path = config.workspace.db_path
+
+    async def main() -> int | None:
+        link = await connect(db_path, session_id, llm_name)
+        if link is None:
+            return None
+        if verbose:
+            print(
+                f"kesoku: answered by the daemon (pid {link.pid}) at {link.socket}",
+                file=sys.stderr,
+                flush=True,
+            )
+        return await ChatUI(link, resumed=session_id is not None).run()
+
+    code: int | None = EXIT_STOPPED
+    try:
+        code = trio.run(main)
+    except* KeyboardInterrupt:  # Ctrl-C while attaching, before the chat listens for it
+        pass
+    return code

@@ -34,6 +34,7 @@ from kesoku.host.control import (
     Post,
     Posted,
     Refused,
+    Reply,
     Stop,
     ToClient,
     ToDaemon,
@@ -115,6 +116,11 @@ class BufferedLog:
     def __init__(self, last_id: int) -> None:
         self.last_id = last_id
         self._messages: deque[Message] = deque()
+
+    def reset(self, last_id: int) -> None:
+        """Start over after ``last_id`` (the chat moved to another session)."""
+        self._messages.clear()
+        self.last_id = last_id
 
     def add(self, messages: list[Message]) -> None:
         """Messages the daemon relayed, in id order."""
@@ -214,7 +220,7 @@ class _Client:
                 follower.gap()
             elif isinstance(frame, Refused):
                 raise OperatorError(frame.error)
-            elif not isinstance(frame, Attached):
+            elif not isinstance(frame, (Attached, Reply)):
                 follower.handle(frame)
         return finish(sink, stops, session_id, asked=True)
 

@@ -108,3 +108,33 @@ def hold(gateway: Gateway, session: Session) -> Session:
             "try again when it is done, or start a new session"
         )
     return session
+
+
+async def next_session(
+    gateway: Gateway, previous: Session, *, opened: bool, delete: bool, llm: str | None = None
+) -> tuple[Session, bool]:
+    """A new terminal session in place of ``previous``, for a chat that leaves it (``/new``).
+
+    The new one is held before ``previous`` is let go (its worker, if one still runs, holds it
+    until it ends).
+
+    Args:
+        gateway: The gateway of the sessions' database.
+        previous: The session the chat leaves.
+        opened: The chat opened ``previous`` (rather than continuing it): it is deleted if nothing
+            was said in it.
+        delete: Delete ``previous`` whatever it holds (``/clear``, after the user said yes).
+        llm: The new session's backend (the chat's ``--llm``).
+
+    Returns:
+        The new session, and whether ``previous`` was deleted.
+
+    Raises:
+        OperatorError: The new session's lock or workspace folder cannot be made.
+    """
+    session = open_session(gateway, None, llm=llm)
+    gateway.locks.release(previous.id)
+    if delete:
+        await gateway.delete_session(previous.id)
+        return session, True
+    return session, opened and discard_if_empty(gateway, previous)

@@ -1,11 +1,14 @@
 """The daemon's control socket: where it is, and the frames a ``kesoku chat`` client exchanges.
 
-``kesoku start`` listens on a Unix socket next to its database (:func:`socket_path`). A one-shot
-``kesoku chat`` that finds it attaches to a session, posts its question and follows the turn there,
-instead of building a runtime and importing a model SDK in its own process (ARCHITECTURE.md, "The
-chat client"). SQLite stays the only source of truth: the daemon posts through its gateway, and the
-frames it sends back are copies of what its log holds (:class:`Log`) and of its live, lossy turn
-events, in the order a follower needs them.
+``kesoku start`` listens on a Unix socket next to its database (:func:`socket_path`). A ``kesoku
+chat`` that finds it attaches to a session, posts its lines and follows the turns there, instead of
+building a runtime and importing a model SDK in its own process (ARCHITECTURE.md, "The chat
+client"). A one-shot sends ``Attach``, ``Post`` and maybe ``Stop`` and ``Answer``; an interactive
+chat also ``Say``, ``Command`` and ``Switch``. The daemon answers each request in order (``Attach``
+and ``Switch``: ``Attached`` or ``Refused``; ``Post`` and ``Say``: ``Posted``; ``Command``:
+``Reply``), between the frames it relays. SQLite stays the only source of truth: the daemon posts
+through its gateway, and the frames it sends back are copies of what its log holds (:class:`Log`)
+and of its live, lossy turn events, in the order a follower needs them.
 
 Wire format: each frame is a 4-byte big-endian length, then one MessagePack map (msgspec), tagged
 by ``type``. Frames are at most :data:`MAX_FRAME_BYTES`.
@@ -26,7 +29,7 @@ import msgspec
 from kesoku.vocab.events import TurnEvent
 from kesoku.vocab.model import Message
 
-PROTOCOL = 1
+PROTOCOL = 2
 """Bumped when a frame changes meaning; a client refuses a daemon speaking another."""
 MAX_FRAME_BYTES = 64 * 1024 * 1024
 """The largest frame either side accepts (a log batch of long tool results fits)."""
@@ -69,16 +72,52 @@ class Answer(msgspec.Struct, frozen=True, tag="answer"):
     by: str
 
 
+class Say(msgspec.Struct, frozen=True, tag="say"):
+    """A line typed in an interactive chat (:func:`kesoku.host.chat_commands.say`).
+
+    It answers the oldest open question when it is an answer (``y``, ``n``) and one is open, else
+    it is posted.
+    """
+
+    text: str
+    by: str
+
+
+class Command(msgspec.Struct, frozen=True, tag="command"):
+    """Run a session command (:data:`kesoku.host.chat_commands.COMMANDS`) on the attached session.
+
+    ``busy``: a turn of the chat's runs.
+    """
+
+    name: str
+    args: str = ""
+    busy: bool = False
+
+
+class Switch(msgspec.Struct, frozen=True, tag="switch"):
+    """Leave the attached session for a new one (``/new``); ``delete``: delete it (``/clear``)."""
+
+    delete: bool = False
+
+
 # -- daemon → client ------------------------------------------------------------------------------
 
 
 class Attached(msgspec.Struct, frozen=True, tag="attached"):
-    """The session is held by the daemon; log frames start after ``last_message_id``."""
+    """The session is held by the daemon; log frames start after ``last_message_id``.
+
+    ``backend`` is the session's ``provider/model``; ``dropped``, after a ``Switch``, says the
+    session left was deleted (nothing was said in it, or ``delete`` asked it).
+    """
 
     session_id: str
     last_message_id: int
     pid: int
     protocol: int = PROTOCOL
+    backend: str = ""
+    title: str | None = None
+    workspace: str = ""
+    dropped: bool = False
 
 
 class Refused(msgspec.Struct, frozen=True, tag="refused"):
@@ -88,9 +127,16 @@ class Refused(msgspec.Struct, frozen=True, tag="refused"):
 
 
 class Posted(msgspec.Struct, frozen=True, tag="posted"):
-    """The question is stored as message ``message_id``."""
+    """The question is stored as message ``message_id`` (0: a ``Say`` that answered a question)."""
 
     message_id: int
+
+
+class Reply(msgspec.Struct, frozen=True, tag="reply"):
+    """A ``Command``'s lines ``(text, style)``; ``posted``: the message it sent, else 0."""
+
+    lines: list[tuple[str, str]]
+    posted: int = 0
 
 
 class Log(msgspec.Struct, frozen=True, tag="log"):
@@ -103,8 +149,8 @@ class Gap(msgspec.Struct, frozen=True, tag="gap"):
     """Live events were lost (the client fell behind): read the log, show deltas again later."""
 
 
-ToDaemon = Attach | Post | Stop | Answer
-ToClient = Attached | Refused | Posted | Log | Gap | TurnEvent
+ToDaemon = Attach | Post | Stop | Answer | Say | Command | Switch
+ToClient = Attached | Refused | Posted | Reply | Log | Gap | TurnEvent
 
 _encoder = msgspec.msgpack.Encoder()
 _to_daemon = msgspec.msgpack.Decoder(ToDaemon)

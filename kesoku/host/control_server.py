@@ -1,11 +1,12 @@
 """The daemon's side of the control socket (:mod:`kesoku.host.control`): it serves ``kesoku chat``.
 
-One task per client. A client attaches to a terminal session (the daemon holds its lock and
-answers it while the client is attached), posts its question, and receives the session's stored
-messages and live events, relayed in the order :class:`kesoku_terminal.view.Follower` reads them:
-before each event, the log messages stored since the last frame (the event names its place among
-them). A client that falls a whole buffer behind gets :class:`~kesoku.host.control.Gap` instead of
-the lost events, as a view of the hub does.
+One task per client. A client attaches to a terminal session (the daemon holds its lock and answers
+it while the client is attached), posts its lines, runs session commands
+(:mod:`kesoku.host.chat_commands`), may switch to a new session (``/new``, ``/clear``), and receives
+the session's stored messages and live events, relayed in the order
+:class:`kesoku_terminal.view.Follower` reads them: before each event, the log messages stored since
+the last frame (the event names its place among them). A client that falls a whole buffer behind
+gets :class:`~kesoku.host.control.Gap` instead of the lost events, as a view of the hub does.
 
 Only processes of the daemon's own user may connect (the socket is 0600 and ``SO_PEERCRED`` is
 checked): a client speaks as the operator at a terminal. A client leaving, or killed, detaches: the
@@ -26,12 +27,14 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from kesoku.host.chat_sessions import discard_if_empty, open_session
+from kesoku.host.chat_commands import run_command, say
+from kesoku.host.chat_sessions import discard_if_empty, next_session, open_session
 from kesoku.host.control import (
     PROTOCOL,
     Answer,
     Attach,
     Attached,
+    Command,
     FrameError,
     FrameReader,
     Gap,
@@ -39,7 +42,10 @@ from kesoku.host.control import (
     Post,
     Posted,
     Refused,
+    Reply,
+    Say,
     Stop,
+    Switch,
     ToClient,
     encode,
     short_address,
@@ -271,55 +277,83 @@ class _Client:
                 )
             )
             return
+        gateway = self.rt.gateway
         try:
-            session = open_session(self.rt.gateway, first.session, llm=first.llm)
+            session = open_session(gateway, first.session, llm=first.llm)
         except OperatorError as exc:
             await self.send(Refused(str(exc)))
             return
+        opened, dropped = first.session is None, False  # opened: a session this chat made
         try:
-            if session.id in self.server.attached:
-                raise OperatorError(
-                    f"--session {session.id[:8]}: another kesoku chat is running this session"
+            while (switch := await self._attached(session, dropped)) is not None:
+                session, dropped = await next_session(
+                    gateway, session, opened=opened, delete=switch.delete, llm=first.llm
                 )
-            if first.llm is not None:
-                # Built now, in a thread: an SDK imported by the first turn would stall every
-                # session of the daemon for as long (1.4 s for anthropic).
-                await trio.to_thread.run_sync(self.rt.llm_for, session)
-            self.server.attached[session.id] = 1
-            try:
-                await self._serve(session)
-            finally:
-                del self.server.attached[session.id]
-                worker = self.rt.dispatcher.workers.get(session.id)
-                if worker is not None:  # the session is the terminal's again once its turn ends
-                    worker.retire()
-        except OperatorError as exc:  # another chat's session, a backend that cannot be built
+                opened = True
+        except OperatorError as exc:  # another chat's session, a backend or folder not made
             await self.send(Refused(str(exc)))
         finally:
-            self.rt.gateway.locks.release(session.id)
-            if first.session is None:  # a session this chat opened
-                discard_if_empty(self.rt.gateway, session)
+            gateway.locks.release(session.id)
+            if opened:
+                discard_if_empty(gateway, session)
 
-    async def _serve(self, session: Session) -> None:
-        store = self.rt.store
-        with self.rt.hub.subscribe(session.id, buffer=EVENT_BUFFER) as events:
-            cursor = store.last_message_id()
-            await self.send(Attached(session.id, last_message_id=cursor, pid=os.getpid()))
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._relay, session.id, events, cursor)
-                await self._requests(session.id)
-                nursery.cancel_scope.cancel()
+    async def _attached(self, session: Session, dropped: bool) -> Switch | None:
+        """Serve ``session`` until the client leaves (None) or switches to a new one.
 
-    async def _requests(self, session_id: str) -> None:
-        """Handle the client's frames until it closes the connection."""
+        Raises:
+            OperatorError: Another chat is attached to it, or its backend cannot be built.
+        """
+        if session.id in self.server.attached:
+            raise OperatorError(
+                f"--session {session.id[:8]}: another kesoku chat is running this session"
+            )
+        # Built now, in a thread: an SDK imported by the first turn would stall every session of
+        # the daemon for as long (1.4 s for anthropic).
+        llm = await trio.to_thread.run_sync(self.rt.llm_for, session)
+        self.server.attached[session.id] = 1
+        try:
+            with self.rt.hub.subscribe(session.id, buffer=EVENT_BUFFER) as events:
+                cursor = self.rt.store.last_message_id()
+                await self.send(
+                    Attached(
+                        session.id,
+                        last_message_id=cursor,
+                        pid=os.getpid(),
+                        backend=f"{llm.provider}/{llm.model}",
+                        title=session.title,
+                        workspace=session.workspace,
+                        dropped=dropped,
+                    )
+                )
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._relay, session.id, events, cursor)
+                    switch = await self._requests(session)
+                    nursery.cancel_scope.cancel()
+            return switch
+        finally:
+            del self.server.attached[session.id]
+            worker = self.rt.dispatcher.workers.get(session.id)
+            if worker is not None:  # the session is the terminal's again once its turn ends
+                worker.retire()
+
+    async def _requests(self, session: Session) -> Switch | None:
+        """Handle the client's frames until it closes the connection (None) or switches."""
+        session_id = session.id
         while (frame := await self.receive()) is not None:
-            if isinstance(frame, Post):
+            if isinstance(frame, Switch):
+                return frame
+            if isinstance(frame, Post | Say):
                 try:
-                    posted = await self.rt.gateway.post(user_text(session_id, frame.text))
+                    if isinstance(frame, Say):
+                        posted = await say(self.rt, session_id, frame.text, frame.by)
+                    else:
+                        posted = (await self.rt.gateway.post(user_text(session_id, frame.text))).id
                 except OperatorError as exc:  # a database locked past its busy timeout
                     await self.send(Refused(str(exc)))
-                    return
-                await self.send(Posted(posted.id))
+                    return None
+                await self.send(Posted(posted))
+            elif isinstance(frame, Command):
+                await self.send(await self._command(session, frame))
             elif isinstance(frame, Stop):
                 self.rt.gateway.stop(session_id, force=frame.force)
             elif isinstance(frame, Answer):
@@ -327,6 +361,16 @@ class _Client:
                 waiting = self.rt.questions.open_questions(session_id)
                 if any(q.id == frame.question_id for q in waiting):
                     self.rt.questions.answer(frame.question_id, frame.choice, by=frame.by)
+        return None
+
+    async def _command(self, session: Session, frame: Command) -> Reply:
+        """Run a session command; a failure is one line to the client and a traceback in the log."""
+        try:
+            run = await run_command(self.rt, session, frame.name, frame.args, busy=frame.busy)
+        except Exception:
+            log.exception("control socket: /%s failed", frame.name)
+            return Reply([(f"/{frame.name} failed; the daemon's log says why", "yellow")])
+        return Reply(run.lines, run.posted)
 
     async def _relay(self, session_id: str, events: Subscription, cursor: int) -> None:
         """Send each event after the log messages stored before it; a gap when events were lost."""

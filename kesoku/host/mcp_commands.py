@@ -19,18 +19,19 @@ from kesoku.vocab.model import TaintSource
 from kesoku.vocab.text import plural
 
 if TYPE_CHECKING:
+    from kesoku.agent.runtime import Runtime
+    from kesoku.host.chat_commands import CommandRun
     from kesoku.mcp.manager import McpManager, ServerStatus
-    from kesoku_terminal.interactive import ChatUI
 
 USAGE = "/mcp [SERVER [PROMPT [NAME=VALUE | VALUE ...]]]"
 """The command's synopsis."""
 
 
-def find_manager(chat: ChatUI) -> McpManager | None:
+def find_manager(rt: Runtime) -> McpManager | None:
     """The runtime's MCP tool source (None when no server is enabled)."""
     from kesoku.mcp.manager import McpManager
 
-    return next((s for s in chat.rt.tool_sources if isinstance(s, McpManager)), None)
+    return next((s for s in rt.tool_sources if isinstance(s, McpManager)), None)
 
 
 def bind_arguments(spec: Sequence[tuple[str, bool]], words: Sequence[str]) -> dict[str, str]:
@@ -76,79 +77,79 @@ def _signature(status: ServerStatus, prompt: str, spec: Sequence[tuple[str, bool
     return f"/mcp {quoted} {prompt} {args}".rstrip()
 
 
-def _list(chat: ChatUI, statuses: Sequence[ServerStatus]) -> None:
+def _list(run: CommandRun, statuses: Sequence[ServerStatus]) -> None:
     for status in statuses:
         detail = (
             plural(len(status.tools), "tool")
             if status.state == "connected"
             else (status.error or "")
         )
-        chat.sink.notice(f"{status.name} ({status.state}){': ' + detail if detail else ''}", "")
+        run.notice(f"{status.name} ({status.state}){': ' + detail if detail else ''}", "")
         for name, text, spec in status.prompts:
-            chat.sink.notice(f"  {_signature(status, name, spec)}{'  ' + text if text else ''}", "")
-    chat.sink.notice(f"usage: {USAGE}")
+            run.notice(f"  {_signature(status, name, spec)}{'  ' + text if text else ''}", "")
+    run.notice(f"usage: {USAGE}")
 
 
-def _taint(chat: ChatUI, server: str) -> None:
+def _taint(run: CommandRun, server: str) -> None:
     """Record ``mcp: server`` on the session.
 
     Through its worker's guard when it has one (it caches).
     """
-    worker = chat.rt.dispatcher.workers.get(chat.session.id)
+    worker = run.rt.dispatcher.workers.get(run.session.id)
     if worker is not None:
         worker.guard.add_taint("mcp", server)
         worker.guard.flush()
     else:
-        chat.rt.store.add_taint(chat.session.id, [TaintSource("mcp", server)])
+        run.rt.store.add_taint(run.session.id, [TaintSource("mcp", server)])
 
 
-async def mcp_command(chat: ChatUI, args: str) -> None:
+async def mcp_command(run: CommandRun, args: str) -> None:
     """``/mcp``: list servers and prompts, or send a server's prompt as the user's message."""
-    manager = find_manager(chat)
+    manager = find_manager(run.rt)
     if manager is None:
-        chat.sink.notice(
+        run.notice(
             "no MCP server is enabled: add a [[mcp.servers]] table to kesoku.toml", "yellow"
         )
         return
     try:
         words = shlex.split(args)
     except ValueError as exc:
-        chat.sink.notice(f"/mcp: {exc}; usage: {USAGE}", "yellow")
+        run.notice(f"/mcp: {exc}; usage: {USAGE}", "yellow")
         return
     statuses = manager.statuses()
     if not words:
-        _list(chat, statuses)
+        _list(run, statuses)
         return
     status = next((s for s in statuses if s.name == words[0]), None)
     if status is None:
         known = ", ".join(s.name for s in statuses)
-        chat.sink.notice(f"/mcp: no server named {words[0]!r} (servers: {known})", "yellow")
+        run.notice(f"/mcp: no server named {words[0]!r} (servers: {known})", "yellow")
         return
     if len(words) == 1:
-        _list(chat, [status])
+        _list(run, [status])
         return
     spec = next((s for name, _, s in status.prompts if name == words[1]), None)
     if spec is None:
         known = ", ".join(name for name, _, _ in status.prompts) or "none"
-        chat.sink.notice(
+        run.notice(
             f"/mcp: {status.name} has no prompt {words[1]!r} (prompts: {known})", "yellow"
         )
         return
     try:
         arguments = bind_arguments(spec, words[2:])
     except ValueError as exc:
-        chat.sink.notice(f"/mcp: {exc}; usage: {_signature(status, words[1], spec)}", "yellow")
+        run.notice(f"/mcp: {exc}; usage: {_signature(status, words[1], spec)}", "yellow")
         return
     try:
         text = await manager.get_prompt(status.name, words[1], arguments)
     except TimeoutError:
-        chat.sink.notice(f"/mcp: {status.name} did not render {words[1]} in time", "yellow")
+        run.notice(f"/mcp: {status.name} did not render {words[1]} in time", "yellow")
         return
     except LookupError as exc:
-        chat.sink.notice(f"/mcp: {exc}", "yellow")
+        run.notice(f"/mcp: {exc}", "yellow")
         return
-    _taint(chat, status.name)
-    chat.sink.notice(
+    _taint(run, status.name)
+    run.notice(
         f"sending {status.name}'s prompt {words[1]} ({len(text):,} characters) as your message"
     )
-    await chat.send(text)
+    await run.send(text)
