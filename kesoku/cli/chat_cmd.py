@@ -33,9 +33,10 @@ def chat(
     prompt: `git diff | kesoku chat "review this"`. Without PROMPT on a terminal: an interactive
     conversation (/help lists its commands).
 
-    Where it runs: when `kesoku start` serves the same database, a one-shot is answered by that
-    daemon (its model, tools and kesoku.toml; no SDK loads here, so it starts at once); otherwise,
-    with --local, or for an interactive chat, the runtime runs in this process. -v says which.
+    Where it runs: when `kesoku start` serves the same database, the chat (one-shot or
+    interactive) is answered by that daemon (its model, tools and kesoku.toml; no SDK loads here,
+    so it starts at once); otherwise, with --local, or for --llm with --session, the runtime runs
+    in this process. -v says which.
 
     Args:
         prompt: The question. Omit it for an interactive conversation.
