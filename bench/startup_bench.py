@@ -14,7 +14,9 @@ Each case is a fresh subprocess (cold interpreter; the OS file cache warm after 
   ``base_url`` in the temp kesoku.toml), so the figure is the cold path of a real model call: the
   SDK's import, its client, one streamed request;
 - the same one-shots while ``kesoku start`` runs on that kesoku.toml: the chat is answered by the
-  daemon (its control socket), so the figure is the client's (the daemon's SDK is loaded).
+  daemon (its control socket), so the figure is the client's (the daemon's SDK is loaded); and
+  ``kesoku chat "..."`` alone, in a folder whose ./kesoku.toml is the daemon's (claude): the form
+  ``kesoku`` runs without cyclopts.
 
 Kesoku's own sources are compiled to bytecode first (``compileall``), as Python does by itself on a
 first run: where ``PYTHONDONTWRITEBYTECODE`` is set (these machines set it) an editable install
@@ -283,16 +285,29 @@ def main() -> None:
             if args.only not in name:
                 continue
             show(name, measure(argv, folder, args.rounds, env), target)
+        # `kesoku chat "question"` alone, in a folder whose ./kesoku.toml is the daemon's (claude)
+        plain = folder / "plain"
+        plain.mkdir()
+        (plain / "kesoku.toml").write_text(
+            cloud.read_text().replace('db_path = "cloud.db"', f'db_path = "{folder / "cloud.db"}"')
+            + '[agent]\nllm = "claude"\n'
+        )
         served = [
-            (f"kesoku chat --llm {llm} '...' (daemon running)", [str(KESOKU), *chats[llm][:3]])
+            (
+                f"kesoku chat --llm {llm} '...' (daemon running)",
+                [str(KESOKU), *chats[llm][:3], *chats[llm][4:]],
+                folder,
+            )
             for llm in urls
         ]
-        if any(args.only in name for name, _ in served):
+        served.append(
+            ("kesoku chat '...' (daemon running, claude)", [str(KESOKU), "chat", question], plain)
+        )
+        if any(args.only in name for name, _, _ in served):
             with daemon(cloud, folder, env):
-                for name, argv in served:
+                for name, argv, cwd in served:
                     if args.only in name:
-                        argv += chats[name.split()[3]][4:]  # the chat's --llm and question
-                        show(name, measure(argv, folder, args.rounds, env), "100 ms, 30 MB")
+                        show(name, measure(argv, cwd, args.rounds, env), "100 ms, 30 MB")
         if args.importtime:
             print(f"\nslowest imports of the one-shot chat ({args.importtime}, cumulative):")
             for micros, module in importtime(

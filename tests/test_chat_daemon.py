@@ -305,13 +305,15 @@ def test_a_short_address_names_the_same_file(tmp_path: Path) -> None:
     assert os.path.exists(path)
 
 
+@pytest.mark.parametrize("options", [True, False], ids=["options", "prompt-only"])
 def test_a_chat_the_daemon_answers_loads_no_runtime_store_sdk_or_trio(
-    tmp_path: Path, daemon_for: type[Daemon]
+    tmp_path: Path, daemon_for: type[Daemon], options: bool
 ) -> None:
     setup(tmp_path, "echo.yaml")
     daemon_for(tmp_path)
     report = tmp_path / "modules.json"
-    args = ["chat", "-v", "-c", str(tmp_path / "kesoku.toml"), "hi"]
+    # `kesoku chat "question"` alone (./kesoku.toml) is run without cyclopts, as parsed by it
+    args = ["chat", "-v", "-c", str(tmp_path / "kesoku.toml"), "hi"] if options else ["chat", "hi"]
     result = subprocess.run(
         probe(args, report),
         cwd=tmp_path,
@@ -322,10 +324,13 @@ def test_a_chat_the_daemon_answers_loads_no_runtime_store_sdk_or_trio(
         timeout=60,
         check=False,
     )
-    assert result.stderr.startswith("kesoku: answered by the daemon"), result.stderr
+    if options:
+        assert result.stderr.startswith("kesoku: answered by the daemon"), result.stderr
+    assert (result.returncode, result.stdout) == (0, "noted.\n"), result.stderr
     modules = set(json.loads(report.read_text()))
     heavy = ("trio", "apsw", "kesoku.store", "kesoku.agent", "kesoku.llm", "anthropic", "yaml")
     assert sorted(m for m in modules if m.split(".")[0] in heavy or m.startswith(heavy)) == []
+    assert ("cyclopts" in modules) is options
 
 
 def test_llm_for_a_new_session_is_built_by_the_daemon_or_refused_as_here(

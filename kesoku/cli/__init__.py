@@ -5,7 +5,8 @@ cyclopts (``app.command("module:function")``), so SDKs, discord and Pub/Sub are 
 code that uses them. The bare overview (``kesoku``, ``kesoku --help``, ``kesoku --version``) is
 printed without importing cyclopts and rich at all: they cost about 200 ms before the first line,
 several times the interpreter itself (bench/startup_bench.py). A test keeps that overview equal to
-the commands the cyclopts app knows.
+the commands the cyclopts app knows. So is ``kesoku chat "question"`` (one argument, not an option)
+run: the same call cyclopts would make (:mod:`kesoku.cli.chat_run`).
 """
 
 from __future__ import annotations
@@ -167,6 +168,12 @@ def _run(args: list[str]) -> None:
         except ConfigError:
             if args[:1] != ["doctor"]:
                 raise  # doctor reports a malformed keys file among its findings
+        if len(args) == 2 and args[0] == "chat" and not args[1].startswith("-"):
+            # `kesoku chat "question"`, the common one-shot, as cyclopts would parse it: through a
+            # running daemon, importing cyclopts would be a third of its time.
+            from kesoku.cli.chat_run import run_chat
+
+            raise SystemExit(run_chat(args[1]))
         build_app()(args)
     except OperatorError as exc:
         print(f"kesoku: {exc}", file=sys.stderr)

@@ -1,7 +1,6 @@
-"""``kesoku chat``: parse, load the config, and hand over to the terminal adapter.
+"""``kesoku chat``: its options and help (cyclopts); :mod:`kesoku.cli.chat_run` does the rest.
 
-The adapter is found through the ``kesoku.adapters`` entry points (the core never imports an adapter
-package by name), and everything heavy loads after parsing: ``kesoku chat --help`` stays light.
+Everything heavy loads after parsing: ``kesoku chat --help`` stays light.
 """
 
 from __future__ import annotations
@@ -46,25 +45,8 @@ def chat(
         local: Run the runtime in this process even when a daemon serves the database.
         verbose: Say on stderr whether the daemon or this process answers.
     """
-    from kesoku.config.settings import default_config_path, load_config, set_config
-    from kesoku.host.adapters import ChatAdapter, find_adapter
-    from kesoku.vocab.errors import OperatorError
+    from kesoku.cli.chat_run import run_chat
 
-    path = config if config is not None else default_config_path()
-    cfg = load_config(path)
-    set_config(cfg)
-    entry = find_adapter("terminal")
-    adapter = entry.load()
-    if not isinstance(adapter, ChatAdapter):
-        raise OperatorError(f"the terminal adapter ({entry.value}) has no chat(); reinstall kesoku")
     raise SystemExit(
-        adapter.chat(
-            cfg,
-            config_file=path,
-            prompt=prompt,
-            session_id=session,
-            llm_name=llm,
-            local=local,
-            verbose=verbose,
-        )
+        run_chat(prompt, session=session, llm=llm, config=config, local=local, verbose=verbose)
     )
