@@ -104,6 +104,24 @@ def test_the_overview_lists_exactly_the_commands_of_the_cli() -> None:
     assert {line.split()[0] for line in listed.splitlines()} == registered
 
 
+@pytest.mark.parametrize("group", ["sessions", "schedule", "mcp", "skills", "config", "service"])
+def test_a_groups_help_gives_each_command_its_line(group: str) -> None:
+    from kesoku.cli import build_app
+
+    commands = {name for name in build_app()[group] if not name.startswith("-")}
+    shown = subprocess.run(
+        [sys.executable, "-m", "kesoku", group, "--help"],
+        env=probe_env() | {"COLUMNS": "100"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    rows = [line.strip("│ ").split(None, 1) for line in shown.splitlines() if line.startswith("│ ")]
+    described = {row[0] for row in rows if len(row) == 2 and row[0] in commands}
+    assert described == commands, shown  # each with its docstring's first line, not a bare name
+
+
 def test_a_scripted_one_shot_chat_imports_no_sdk(tmp_path: Path) -> None:
     (tmp_path / "scenario.yaml").write_text("steps: [{text: 'hi there'}]\n")
     (tmp_path / "kesoku.toml").write_text(

@@ -82,15 +82,10 @@ def build_app() -> App:
     mcp_app.command("kesoku.cli.mcp_cmd:list_servers", name="list")
     app.command(mcp_app)
     sessions_app = App(name="sessions", help=dict((c[0], c[2]) for c in COMMANDS)["sessions"])
-    for name, text in (
-        ("list", "List the sessions: id, creation time, adapter, turns, title."),
-        ("show", "Show a session: its fields, token totals and last messages (with their ids)."),
-        ("clear", "Delete a session: its messages and its workspace folder."),
-        ("fork", "Copy a session's history (up to --at MESSAGE_ID) into a new terminal session."),
-        ("export", "Print a session and its messages as JSON lines."),
-    ):
+    for name in ("list", "show", "clear", "fork", "export"):
         function = "list_sessions" if name == "list" else name
-        sessions_app.command(f"kesoku.cli.sessions_cmd:{function}", name=name, help=text)
+        # No help=: it would replace the command's whole docstring in its own --help.
+        sessions_app.command(f"kesoku.cli.sessions_cmd:{function}", name=name)
     app.command(sessions_app)
     schedule_app = App(name="schedule", help=dict((c[0], c[2]) for c in COMMANDS)["schedule"])
     for name in ("add", "list", "run", "pause", "resume", "remove"):
@@ -174,7 +169,14 @@ def _run(args: list[str]) -> None:
             from kesoku.cli.chat_run import run_chat
 
             raise SystemExit(run_chat(args[1]))
-        build_app()(args)
+        app = build_app()
+        if len(args) == 2 and args[1] in _HELP_FLAGS and args[0] in app:
+            # `kesoku sessions --help`: cyclopts lists a lazily registered command without
+            # importing it, so with no description; import the group's commands for their lines.
+            group = app[args[0]]
+            for name in list(group):
+                group[name]
+        app(args)
     except OperatorError as exc:
         print(f"kesoku: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
