@@ -42,6 +42,7 @@ from kesoku.host.control import (
     socket_path,
 )
 from kesoku.host.control_server import REFUSED_CONFINED, descends_from
+from kesoku.host.doctor import daemon_finding
 from kesoku.store import Store
 from kesoku.vocab.model import Message, Role, Status, user_text
 
@@ -541,3 +542,27 @@ def test_a_session_left_by_an_interactive_chat_is_free_at_once(
     rows = history(tmp_path)
     assert [r[3] for r in rows if r[0] == first] == ["one", "noted.", "two", "noted."]
     assert [r[3] for r in rows if r[0] == second] == ["three", "noted.", "four", "noted."]
+
+
+def test_doctor_says_which_daemon_serves_the_database(
+    tmp_path: Path, daemon_for: type[Daemon]
+) -> None:
+    setup(tmp_path, "echo.yaml")
+    db = tmp_path / "kesoku.db"
+    assert daemon_finding(db).lines() == [
+        "--    daemon: none serves kesoku.db: kesoku chat runs its own runtime"
+    ]
+    daemon = daemon_for(tmp_path)
+    served = daemon_finding(db)
+    assert served.lines() == [
+        f"ok    daemon: pid {daemon.proc.pid} serves kesoku.db at {daemon.socket}: "
+        "kesoku chat goes through it"
+    ]
+    assert chat(tmp_path, "-v", "hi").stderr.startswith(daemon.by())  # doctor disturbed nothing
+    daemon.proc.kill()  # its socket stays behind
+    daemon.proc.wait(timeout=30)
+    assert daemon_finding(db).lines() == [
+        f"--    daemon: none answers at {daemon.socket} (left by a daemon that stopped): kesoku "
+        "chat runs its own runtime",
+        "      → the next kesoku start replaces it",
+    ]

@@ -164,10 +164,12 @@ async def test_a_healthy_setup_says_so_line_by_line_and_exits_0(setup: Setup) ->
     assert found["--"] == [
         "backend: openai: an OpenAI key or base_url is configured",
         "adapters: none enabled: only kesoku chat reaches the agent",
+        "daemon: none serves kesoku.db: kesoku chat runs its own runtime",
     ]
     # Sections in their fixed order, whatever order they finished in.
     firsts = [line[6:].split(":")[0].split(" ")[0] for line in out.splitlines() if line[:1] != " "]
     order = ["config", "keys", "backend", "model", "adapters", "MCP", "sandbox", "database"]
+    order.append("daemon")
     assert [w for w in dict.fromkeys(firsts) if w][: len(order) + 1] == [*order, "service"]
     if sandbox.mark == "ok":
         assert out.rstrip().endswith("\nall well")

@@ -1,10 +1,10 @@
 """``kesoku doctor``: every part of a setup checked at once, each finding one line with its fix.
 
 Sections, in the order they are shown: the config, the keys (names and where each comes from, never
-a value), the model backends (one live call each, :func:`~kesoku.host.checks.check_model`), the
-chat adapters, the MCP servers, the tools' sandbox, the database and the systemd unit. They run
-concurrently under trio, each bounded in time; a section that breaks or overruns is itself a failed
-line, never a traceback.
+a value), the model backends (one live call each, :func:`~kesoku.host.checks.check_model`), the chat
+adapters, the MCP servers, the tools' sandbox, the database (and the daemon serving it, if one does)
+and the systemd unit. They run concurrently under trio, each bounded in time; a section that breaks
+or overruns is itself a failed line, never a traceback.
 
 A finding is ``ok``, ``warn`` (works, but something would be better: the fix says what), ``FAIL``
 (does not work: the fix says what to do) or ``--`` (a fact, neither good nor bad: "no database
@@ -18,10 +18,12 @@ the fix.
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import os
 import pwd
 import shlex
+import socket
 import subprocess
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
@@ -49,6 +51,8 @@ from kesoku.host.checks import (
     check_model,
     check_sandbox,
 )
+from kesoku.host.control import short_address, socket_path
+from kesoku.host.control_server import peer_credentials
 from kesoku.host.service import UNIT_NAME, Scope, ServiceError, require_systemd
 from kesoku.llm.factory import default_backend
 from kesoku.mcp.client import describe
@@ -555,7 +559,39 @@ def database_findings(cfg: Config) -> list[Finding]:
     size = sum(_size(Path(f"{path}{suffix}")) for suffix in ("", "-wal"))
     schema = migrations()[-1].version  # opening migrated it to this Kesoku's newest
     detail = f"{path}: {sessions} session(s), {size / 1e6:.1f} MB, schema version {schema}"
-    return [ok("database", detail)]
+    return [ok("database", detail), daemon_finding(path)]
+
+
+def daemon_finding(db_path: Path) -> Finding:
+    """Whether a daemon serves the database on its control socket (``kesoku chat`` goes there).
+
+    A connection that sends nothing is closed by the daemon without a word; the daemon's pid is
+    the socket peer's (``SO_PEERCRED``).
+    """
+    path = socket_path(db_path)
+    if not path.exists():
+        return fact("daemon", f"none serves {db_path.name}: kesoku chat runs its own runtime")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        with short_address(path) as address:
+            sock.connect(address)
+        pid, _ = peer_credentials(sock)
+    except OSError as exc:
+        if exc.errno == errno.EACCES:
+            return fail(
+                "daemon",
+                f"{path} is not this user's to reach ({exc.strerror})",
+                "run kesoku chat as the daemon's user, or with --local",
+            )
+        return fact(
+            "daemon",
+            f"none answers at {path} (left by a daemon that stopped): kesoku chat runs its own "
+            "runtime",
+            "the next kesoku start replaces it",
+        )
+    finally:
+        sock.close()
+    return ok("daemon", f"pid {pid} serves {db_path.name} at {path}: kesoku chat goes through it")
 
 
 def _size(path: Path) -> int:
