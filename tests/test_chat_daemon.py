@@ -566,3 +566,34 @@ def test_doctor_says_which_daemon_serves_the_database(
         "chat runs its own runtime",
         "      → the next kesoku start replaces it",
     ]
+
+
+def test_a_one_shot_returns_once_the_daemon_has_let_its_session_go(
+    tmp_path: Path,
+    daemon_for: type[Daemon],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+) -> None:
+    from kesoku_terminal.remote import ask_daemon
+
+    from kesoku.config.settings import load_config
+    from kesoku.store.locks import SessionLocks
+
+    setup(tmp_path, "echo.yaml")
+    daemon_for(tmp_path)
+    config = load_config(tmp_path / "kesoku.toml")
+    devnull = open(os.devnull)  # noqa: SIM115 (closed when the test ends)
+    request.addfinalizer(devnull.close)
+    monkeypatch.setattr(sys, "stdin", devnull)  # ask_daemon reads its file descriptor
+    assert ask_daemon(config, "one", session_id=None, llm_name=None) == 0
+    (session,) = {row[0] for row in history(tmp_path)}
+    locks = SessionLocks(tmp_path / "sessions" / ".locks")
+    try:
+        for n in range(5):
+            assert ask_daemon(config, f"again {n}", session_id=session, llm_name=None) == 0
+            assert locks.acquire(session)  # at once: the daemon holds it no more
+            locks.release(session)
+    finally:
+        locks.close()
+    assert capsys.readouterr().out == "noted.\n" * 6

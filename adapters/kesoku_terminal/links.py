@@ -39,7 +39,7 @@ from kesoku.host.control import (
     socket_path,
 )
 from kesoku.vocab.errors import OperatorError
-from kesoku_terminal.remote import BufferedLog
+from kesoku_terminal.remote import LEAVE_WAIT_S, BufferedLog
 from kesoku_terminal.view import Follower, SessionLog, StoreLog, user_name
 
 if TYPE_CHECKING:
@@ -52,8 +52,6 @@ if TYPE_CHECKING:
 Lines = list[tuple[str, str]]
 """A command's output: ``(text, style)`` per line."""
 RECEIVE_BYTES = 65536
-LEAVE_WAIT_S = 5.0
-"""At exit, how long the daemon may take to let the session go (normally a few ms)."""
 OUTBOX = 256
 """Frames waiting to be written to the daemon (a stop is never held up by a slow request)."""
 

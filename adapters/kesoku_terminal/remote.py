@@ -58,6 +58,8 @@ if TYPE_CHECKING:
     from kesoku.vocab.model import Message
 
 RECEIVE_BYTES = 65536
+LEAVE_WAIT_S = 5.0
+"""At exit, how long the daemon may take to let the session go (normally under a millisecond)."""
 GONE = "kesoku: the daemon stopped before the turn ended; the turn is cut"
 """The line of a chat whose daemon went away mid-turn (exit 1)."""
 
@@ -103,7 +105,9 @@ def ask_daemon(
                 file=sys.stderr,
                 flush=True,
             )
-        return client.ask(attached, question)
+        code = client.ask(attached, question)
+        client.leave()
+        return code
 
 
 class BufferedLog:
@@ -156,6 +160,17 @@ class _Client:
     def send(self, frame: ToDaemon) -> None:
         with contextlib.suppress(OSError):  # the daemon gone: the next read says so
             self.sock.sendall(encode(frame))
+
+    def leave(self) -> None:
+        """Hang up, and wait until the daemon has let the session go (it closes its end then).
+
+        So a chat that follows at once (``--session``, here or ``--local``) finds it free.
+        """
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_WR)
+            self.sock.settimeout(LEAVE_WAIT_S)
+            while self.sock.recv(RECEIVE_BYTES):
+                pass  # what it relayed meanwhile
 
     def attach(self, request: Attach) -> Attached:
         """Send ``request``; the daemon's answer.

@@ -78,6 +78,7 @@ class Dispatcher:
         self.learned: dict[str, Learned] = {}
         """What returned workers' compactors learned, by session id, for the session's next worker
         (only sessions that learned something; at most :data:`LEARNED_SESSIONS`, oldest out)."""
+        self._ended: dict[int, trio.Event] = {}  # id(worker) -> set once it let its lock go
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Recover, then dispatch user messages until cancelled.
@@ -180,6 +181,15 @@ class Dispatcher:
             log.info("session %s: its lock was taken at last", session_id)
         return held
 
+    async def ended(self, worker: SessionWorker) -> None:
+        """Wait until ``worker`` has returned and let its session's lock go (at once if it has).
+
+        Cancellation:
+            Safe: the wait only ends; the worker goes on.
+        """
+        if self.workers.get(worker.session.id) is worker:
+            await self._ended.setdefault(id(worker), trio.Event()).wait()
+
     def stop(self, session_id: str, *, force: bool = False) -> bool:
         """Stop a session's running turn (see :meth:`SessionWorker.stop`); False if none runs."""
         worker = self.workers.get(session_id)
@@ -211,6 +221,8 @@ class Dispatcher:
                 del self.workers[sid]
                 self._keep_learned(sid, worker.learned())
             self.rt.gateway.locks.release(sid)
+            if (ended := self._ended.pop(id(worker), None)) is not None:
+                ended.set()
         if starved:  # the cut turn and what waited for it are tried again later, not at once
             for message in [*worker.current_roots, *worker.pending.values()]:
                 self.busy[message.id] = message

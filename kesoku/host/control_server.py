@@ -69,6 +69,9 @@ EVENT_BUFFER = 4096
 LOG_BATCH = 256
 """Messages read from the store per query while relaying."""
 RECEIVE_BYTES = 65536
+RETIRE_WAIT_S = 2.0
+"""When a client leaves, how long its session's worker may take to let the lock go before the
+connection closes anyway (an idle worker takes a few ms; a running turn goes on after)."""
 REFUSED_CONFINED = (
     "chat: the daemon does not take a process it started (a tool, an MCP server) or one running "
     "with no_new_privs as a user; --local runs the chat in this process"
@@ -335,6 +338,10 @@ class _Client:
             worker = self.rt.dispatcher.workers.get(session.id)
             if worker is not None:  # the session is the terminal's again once its turn ends
                 worker.retire()
+                # The client waits for the connection's end: then the session is free for a chat
+                # that follows at once (a turn a killed client left running is not waited for).
+                with trio.move_on_after(RETIRE_WAIT_S):
+                    await self.rt.dispatcher.ended(worker)
 
     async def _requests(self, session: Session) -> Switch | None:
         """Handle the client's frames until it closes the connection (None) or switches."""
