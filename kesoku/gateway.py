@@ -43,6 +43,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+import msgspec
 import trio
 
 from kesoku.config.redact import Redactor
@@ -273,16 +274,36 @@ class Gateway:
                     ) from None
 
     def _deliver(self, message: Message, adapter: str) -> None:
+        """Hand a message just stored to each listener it matches (its buffer, then a wake-up).
+
+        Runs once per message and listener: kept to plain comparisons, no calls it can avoid (the
+        filter is asked only for a listener that does not take everything of its session, or of the
+        log; the first message of a post slice reschedules a waiting listener's task).
+        """
         if message.id != self._last_id + 1:
             # Another connection wrote the ids in between: only the store knows them, in order.
             self._resync_all()
         else:
+            bound = self.listener_buffer
             for refs in (self._fanout, self._by_session.get(message.session_id, ())):
                 for ref in refs:
                     listener = ref()
-                    if listener is not None and listener.filter.matches(message, adapter):
-                        listener._offer(message)
-        self._last_id = max(self._last_id, message.id)
+                    if listener is None or listener._stale:  # a stale one reads the store anyway
+                        continue
+                    if not listener._takes_all and not listener.filter.matches(message, adapter):
+                        continue
+                    buffer = listener._buffer
+                    held = len(buffer)
+                    if held >= bound:
+                        listener._mark_stale()
+                        continue
+                    buffer.append(message)
+                    if held >= listener.max_buffered:
+                        listener.max_buffered = held + 1
+                    if listener._task is not None:
+                        listener._wake()
+        if message.id > self._last_id:
+            self._last_id = message.id
 
     def _resync_all(self) -> None:
         self._data_version = self.store.data_version()
@@ -565,25 +586,15 @@ class Listener:
         self.store_reads = 0
         """How many times it read the store to catch up (the first read included)."""
         self._gateway = gateway
+        # Whether every message the gateway considers for it passes the filter: none of it but the
+        # session (a listener of given sessions is only offered their messages), so the gateway
+        # skips the filter's call.
+        self._takes_all = msgspec.structs.replace(flt, session_id=None) == MessageFilter()
         self._buffer: deque[Message] = deque()
         self._stale = True  # start by reading the store from the cursor
         self._task: trio.lowlevel.Task | None = None  # the task waiting in __anext__, to reschedule
         self._poll_due = False  # the watch task asks this listener to check for other writers
         self._closed = False
-
-    # Called by the gateway, on the trio thread, without awaiting.
-    # Runs once per message and listener: kept to plain comparisons, no calls it can avoid.
-    def _offer(self, message: Message) -> None:
-        if not self._stale:
-            held = len(self._buffer)
-            if held >= self._gateway.listener_buffer:
-                self._mark_stale()
-                return
-            self._buffer.append(message)
-            if held >= self.max_buffered:
-                self.max_buffered = held + 1
-        if self._task is not None:
-            self._wake()
 
     def _mark_stale(self) -> None:
         self._stale = True
@@ -630,28 +641,48 @@ class Listener:
             call.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
-        while not self._closed:
-            buffer = self._buffer
+        buffer = self._buffer
+        while True:
             while buffer:
                 message = buffer.popleft()
                 if message.id > self.cursor:
                     self.cursor = message.id
                     return message
-            if self._stale:
-                # A full checkpoint per store read: replaying a long backlog yields once per batch.
-                await trio.lowlevel.checkpoint()
-                if not self._closed:
-                    self._catch_up()
-                continue
-            if self._poll_due:
-                self._poll_due = False
-                self._gateway._check_other_writers()
-                continue
+            if self._closed:
+                raise StopAsyncIteration
+            await self._refill()
+
+    async def _refill(self) -> None:
+        """Wait one step for messages, the buffer being empty.
+
+        The step reads the store (stale), looks for other writers' commits (asked to by the watch
+        task), or parks until the gateway hands a message over or the listener is closed.
+        """
+        if self._stale:
+            # A full checkpoint per store read: replaying a long backlog yields once per batch.
+            await trio.lowlevel.checkpoint()
+            if not self._closed:
+                self._catch_up()
+        elif self._poll_due:
+            self._poll_due = False
+            self._gateway._check_other_writers()
+        else:
             self._gateway._watch_needed()
             # Parked without an Event or a cancel scope: _wake() reschedules this task directly.
             self._task = trio.lowlevel.current_task()
             await trio.lowlevel.wait_task_rescheduled(self._abort)
-        raise StopAsyncIteration
+
+    def _drain(self) -> list[Message]:
+        """Empty the buffer: the messages past the cursor, which moves past them."""
+        ready: list[Message] = []
+        buffer, cursor = self._buffer, self.cursor
+        while buffer:
+            message = buffer.popleft()
+            if message.id > cursor:
+                cursor = message.id
+                ready.append(message)
+        self.cursor = cursor
+        return ready
 
     def take_ready(self) -> list[Message]:
         """Return, without waiting, every message after the cursor that can be had now, in id order.
@@ -663,17 +694,10 @@ class Listener:
         (a session's history, synced before each model call).
         """
         self._gateway._check_other_writers()
-        ready: list[Message] = []
-        buffer = self._buffer
-        while not self._closed:
-            while buffer:
-                message = buffer.popleft()
-                if message.id > self.cursor:
-                    self.cursor = message.id
-                    ready.append(message)
-            if not self._stale:
-                return ready
+        ready = self._drain()
+        while self._stale and not self._closed:
             self._catch_up()
+            ready += self._drain()
         return ready
 
     def close(self) -> None:

@@ -164,3 +164,27 @@ async def test_a_folder_others_can_enter_turns_wake_ups_off_with_one_warning(
     assert "not private" in caplog.records[0].getMessage()
     wakeups.close()
     await trio.lowlevel.checkpoint()
+
+
+async def test_a_sender_finds_an_inbox_made_after_a_steady_listing(db_path: Path) -> None:
+    sender, receiver = Wakeups(db_path), Wakeups(db_path)
+    first = receiver.open_inbox()
+    assert first is not None
+    sender.notify()  # lists the folder: one inbox
+    assert first.take()
+    # The folder's modification time is pushed into the past, as if unchanged for a while: the
+    # sender stops listing it...
+    os.utime(receiver.folder, ns=(0, 0))
+    await trio.sleep(0.002)
+    sender.notify()
+    assert first.take()
+    # ...until an inbox comes: making it moves the folder's time, and the next look lists it.
+    second = receiver.open_inbox()
+    assert second is not None
+    await trio.sleep(0.002)
+    sender.notify()
+    assert first.take() and second.take()
+    first.close()
+    second.close()
+    sender.close()
+    receiver.close()

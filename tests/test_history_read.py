@@ -26,7 +26,16 @@ from kesoku.vocab.ir import (
     ToolCallBlock,
     ToolResultBlock,
 )
-from kesoku.vocab.model import Kind, Message, Metadata, Outcome, Role, in_turn, user_text
+from kesoku.vocab.model import (
+    Kind,
+    Message,
+    Metadata,
+    Outcome,
+    Role,
+    Session,
+    in_turn,
+    user_text,
+)
 from kesoku.vocab.transcript import TurnChecker, missing_results
 from kesoku.vocab.view import Archive, ViewState, key, view_turns
 
@@ -217,3 +226,62 @@ def test_the_checkers_quick_path_finds_what_the_full_check_finds(
         assert quick.check(request) == full.check(request)
         assert quick.attachments == full.attachments
     assert quick.check(turns) == _FullChecker().check(turns)
+
+
+async def test_a_result_stored_before_its_call_answers_nothing(
+    gateway: Gateway, session: Session
+) -> None:
+    """The first read's open calls follow id order, as the listener hands messages over."""
+    root = await gateway.post(user_text(session.id, "q", ts=10.0))
+    # A result naming the id the call is about to get: before its call in id order.
+    early = await gateway.post(
+        in_turn(
+            root,
+            Role.TOOL,
+            Kind.TOOL_RESULT,
+            "early",
+            parent_id=root.id + 2,
+            metadata=Metadata(tool_name="t", outcome=Outcome.COMPLETED),
+            ts=11.0,
+        )
+    )
+    call = await gateway.post(
+        in_turn(
+            root,
+            Role.ASSISTANT,
+            Kind.TOOL_CALL,
+            "",
+            metadata=Metadata(tool_name="t", tool_arguments={"x": 1}),
+        )
+    )
+    answered = await gateway.post(
+        in_turn(
+            root,
+            Role.ASSISTANT,
+            Kind.TOOL_CALL,
+            "",
+            metadata=Metadata(tool_name="t", tool_arguments={"x": 1}),
+            ts=12.0,
+        )
+    )
+    await gateway.post(
+        in_turn(
+            root,
+            Role.TOOL,
+            Kind.TOOL_RESULT,
+            "r",
+            parent_id=answered.id,
+            metadata=Metadata(tool_name="t", outcome=Outcome.COMPLETED),
+            ts=13.0,
+        )
+    )
+    assert early.parent_id == call.id
+    read = SessionHistory(gateway, session.id)
+    read.sync()
+    # The same messages taken in one by one, in id order (a listener's replay from 0).
+    replayed = SessionHistory(gateway, session.id)
+    replayed._listener = gateway.listen(after=0, session_id=session.id)
+    replayed.sync()
+    assert read.unanswered() == replayed.unanswered() == [call]
+    read.close()
+    replayed.close()

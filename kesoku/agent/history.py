@@ -17,39 +17,17 @@ text leads the first user turn.
 from __future__ import annotations
 
 import bisect
-import contextlib
-import gc
 import operator
-from collections.abc import Iterator
 
 from kesoku.gateway import Gateway, Listener
 from kesoku.vocab.ir import LLMTurn
 from kesoku.vocab.model import Kind, Message
-from kesoku.vocab.transcript import Transcript, TurnChecker
+from kesoku.vocab.transcript import Transcript, TurnChecker, gc_paused
 from kesoku.vocab.view import ViewState, archive_start, with_head
 
 _key = operator.attrgetter("root_ts", "ts", "id")
 """A message's place in history order, ``(root_ts, ts, id)`` (C-level: no Python call)."""
 _ID = operator.attrgetter("id")
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a whole session becomes objects, then restore it.
-
-    Tens of thousands of objects that all stay alive, allocated at once, set off collections that
-    scan them again and again for no garbage: on a new worker's first request over 10,000 messages
-    (bench/context_bench.py) this halves the time spent collecting (about 15 ms to 8 ms). Nothing
-    awaits inside, so no other task runs while it is paused.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 class SessionHistory:
@@ -108,17 +86,21 @@ class SessionHistory:
         the read's snapshot (by this process or another) has a larger id than any it holds, and the
         listener starts from the largest.
         """
-        with _gc_paused():
+        with gc_paused():
             rows = self._gateway.store.history(self.session_id)
             self._keys = list(map(_key, rows))
         last = max(map(_ID, rows), default=0)
         self._listener = self._gateway.listen(after=last, session_id=self.session_id)
         self.messages = rows
-        # in id order, as the listener would have handed them over: a result answers an earlier call
-        tools = [m for m in rows if m.kind is Kind.TOOL_CALL or m.kind is Kind.TOOL_RESULT]
-        tools.sort(key=_ID)
-        for msg in tools:
-            self._track(msg)
+        # What _track makes of them in id order, without the sort: a call stays unanswered unless a
+        # result with a larger id names it (a result before its call in id order answers nothing).
+        calls = [m for m in rows if m.kind is Kind.TOOL_CALL]
+        answered = {
+            m.parent_id
+            for m in rows
+            if m.kind is Kind.TOOL_RESULT and m.parent_id is not None and m.id > m.parent_id
+        }
+        self._unanswered = {m.id: m for m in calls if m.id not in answered}
         return len(rows)
 
     def close(self) -> None:
@@ -173,7 +155,7 @@ class SessionHistory:
         if folded and end > self._folded and self._transcript is not None:
             folded = self._transcript.extend(self._shown(self._folded, end))
         if not folded or self._transcript is None:
-            with _gc_paused():  # the whole history (but for the archived part)
+            with gc_paused():  # the whole history (but for the archived part)
                 self._transcript = Transcript(self._shown(start, end))
         self._folded = end
         turns = self._transcript.turns()

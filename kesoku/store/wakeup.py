@@ -16,9 +16,11 @@ process.
 
 What can be missed (the gateway's slow safety poll covers it):
 
-- A sender lists the folder at most every :data:`RESCAN_S`, so an inbox opened in the meantime
+- A sender looks at the folder at most every :data:`RESCAN_S`, so an inbox opened in the meantime
   misses the commits of that sliver: the inbox's owner looks once more :data:`SETTLE_S` after
-  opening it (the gateway does).
+  opening it (the gateway does). It lists the folder only when its modification time moved or is
+  recent (:data:`STEADY_S`), so an inbox made while the wall clock is set back onto the very tick of
+  the folder's last change is not listed until the next change.
 - A folder that cannot be made or is not private: logged once, and the gateway polls.
 - Writers that do not go through :class:`~kesoku.store.Store` (the ``sqlite3`` shell).
 
@@ -47,6 +49,10 @@ RESCAN_S = 0.001
 """A sender lists the inboxes again at most this often (when it sends)."""
 SETTLE_S = 2 * RESCAN_S
 """After opening an inbox, look once more this much later: by then every sender lists it."""
+STEADY_S = 1.0
+"""A sender lists the folder again only when its modification time changed since the last listing,
+or is less than this old: an inbox made or removed since then changes it (by the wall clock,
+whose file timestamps advance in ticks of up to 10 ms)."""
 _SUFFIX = ".fifo"
 _READ_SIZE = 64 * 1024
 
@@ -102,7 +108,8 @@ class Wakeups:
         self._failed = False  # said once that the folder is unusable
         self._own: str | None = None  # our inbox's name, not written to
         self._peers: dict[str, int] = {}  # inbox name -> its FIFO opened for writing
-        self._scanned_at = -RESCAN_S  # time.monotonic() of the last listing
+        self._scanned_at = -RESCAN_S  # time.monotonic() of the last look at the folder
+        self._listed = -1  # the folder's st_mtime_ns when last listed
 
     def _folder_fd(self) -> int:
         """The folder's descriptor, made private (0700) if missing; -1 when unusable."""
@@ -177,9 +184,14 @@ class Wakeups:
         if self._folder_fd() < 0:
             return
         try:
+            # A stat costs a fifth of a listing, and a post's sender looks every RESCAN_S.
+            changed = os.fstat(self._dirfd).st_mtime_ns
+            if changed == self._listed and time.time_ns() - changed > STEADY_S * 1e9:
+                return  # no inbox came or went since the last listing
             names = {e.name for e in os.scandir(self._dirfd) if e.name.endswith(_SUFFIX)}
         except OSError:
             return
+        self._listed = changed  # read before the listing: a change during it shows next time
         names.discard(self._own or "")
         for name in set(self._peers) - names:
             os.close(self._peers.pop(name))
@@ -189,6 +201,7 @@ class Wakeups:
             except OSError as exc:
                 if exc.errno == errno.ENXIO:
                     self._unlink(name)  # no reader: its process died without removing it
+                self._listed = -1  # try it again at the next look
                 continue
             if not stat.S_ISFIFO(os.fstat(fd).st_mode):
                 os.close(fd)  # not an inbox: never write into a file
