@@ -1,7 +1,7 @@
 """Runtime benchmark: interrupt latency, and agent-loop overhead per tool round trip.
 
 Run: .venv/bin/python bench/runtime_bench.py [--interrupts N] [--round-trips N] [--rounds R]
-[--no-turnlog]
+[--no-turnlog] [--caps]
 
 1. Interrupt latency: a model streams forever; a new user message is posted; we time (a) post → the
    old stream closed and (b) post → the new model call started. Target: p99 of (b) <= 5 ms.
@@ -9,6 +9,8 @@ Run: .venv/bin/python bench/runtime_bench.py [--interrupts N] [--round-trips N] 
    SQLite file and turn logs on. The overhead of a round trip is the time between two model calls
    (the model and the tool take ~0 s). Reported for the first and the last 10% of the turn: the
    target is <= 0.25 ms and flat: the last 10% within 20% of the first (issue 24; was <= 1 ms).
+   With ``--caps`` the session has spend caps (a session and a day token cap, never reached), so
+   every model call is checked against the ledger (:mod:`kesoku.observe.spend`).
 
 Why turn logs are written by a child process (``python -m kesoku.observe.turnlog``), not a thread:
 in a thread, rendering the YAML held the GIL and doubled the loop's cost per step. With the process,
@@ -29,8 +31,10 @@ from typing import Any
 
 import trio
 from kesoku.agent.runtime import Runtime
+from kesoku.config.settings import BudgetConfig
 from kesoku.gateway import Gateway
 from kesoku.llm.base import BaseLLM
+from kesoku.observe.spend import Budget
 from kesoku.observe.turnlog_writer import TurnLogWriter
 from kesoku.store import Store
 from kesoku.tools.base import Tool, ToolContext
@@ -147,21 +151,23 @@ async def interrupt_round(folder: Path, n: int) -> tuple[list[float], list[float
 
 
 async def loop_round(
-    folder: Path, round_trips: int, turnlog: bool
+    folder: Path, round_trips: int, turnlog: bool, caps: bool = False
 ) -> tuple[list[float], float, int]:
-    """One turn of round_trips tool round trips.
+    """One turn of round_trips tool round trips (with spend caps that are never reached if caps).
 
     Returns (gaps between model calls in s, total s, logs).
     """
     store = Store(folder / "kesoku.db")
     llm = LoopLLM(round_trips)
     writer = TurnLogWriter() if turnlog else None
+    limits = BudgetConfig(session_tokens=10**12, day_tokens=10**12) if caps else None
     rt = Runtime(
         Gateway(store, folder / "sessions"),
         llm,
         tools=[Tool("noop", "Do nothing.", noop)],
         max_steps_per_turn=round_trips + 10,
         turnlog=writer,
+        budget=Budget(store, caps=limits),
     )
     session = rt.gateway.open_session("bench", "loop")
     async with trio.open_nursery() as nursery:
@@ -189,6 +195,9 @@ def main() -> None:
     parser.add_argument(
         "--no-turnlog", action="store_true", help="measure the loop without turn logs"
     )
+    parser.add_argument(
+        "--caps", action="store_true", help="measure the loop of a session with spend caps"
+    )
     args = parser.parse_args()
     closed_p50, closed_p99, started_p50, started_p99 = [], [], [], []
     first, last, totals = [], [], []
@@ -201,7 +210,7 @@ def main() -> None:
             started_p50.append(pct(to_started, 50))
             started_p99.append(pct(to_started, 99))
             gaps, total, logs = trio.run(
-                loop_round, Path(tmp) / f"l{r}", args.round_trips, not args.no_turnlog
+                loop_round, Path(tmp) / f"l{r}", args.round_trips, not args.no_turnlog, args.caps
             )
             tenth = max(1, len(gaps) // 10)
             first.append(median(gaps[:tenth]))
@@ -215,6 +224,7 @@ def main() -> None:
         "interrupt: post -> new model call started, p99", median(started_p99) * 1e3, "ms", "<= 5 ms"
     )
     on = "off" if args.no_turnlog else f"on, {logs} logs"
+    on += ", spend caps" if args.caps else ""
     report(
         f"loop overhead per round trip, first 10% (turn logs {on})",
         median(first) * 1e3,

@@ -10,9 +10,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from runtime_harness import serve_runtime
 
-from kesoku.agent.repeat import RepeatGuard, call_key
+from kesoku.agent.repeat import EXCERPT_CHARS, RepeatGuard, call_key
 from kesoku.testing import ScriptedLLM
 from kesoku.tools.base import Tool, ToolContext
 from kesoku.vocab.errors import ToolError
@@ -204,3 +206,26 @@ def test_capped_outputs_that_differ_only_in_the_bytes_cut_are_the_same() -> None
         )
     [refusal] = guard.refusals([("shell", listing)])
     assert refusal is not None and refusal.startswith("[repeated] Not run")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.text(alphabet="ab …é", min_size=1, max_size=40),
+            st.text(alphabet=" \n\t\r\x0b\x1c\u3000", min_size=1, max_size=30),
+        ),
+        max_size=120,
+    )
+)
+@example(["a" * 200, " " * 600, "b"])  # the head's words are just the excerpt: the whole is longer
+@example(["a" * 200, " " * 600])
+@example(["a" * 150, " " * 600, "b" * 100])
+def test_a_refusal_quotes_the_flattened_head_of_any_result(parts: list[str]) -> None:
+    content = "".join(parts)
+    guard = RepeatGuard(1)
+    guard.record("read", {}, content, Outcome.COMPLETED)
+    [refusal] = guard.refusals([("read", {})])
+    flat = " ".join(content.split())  # what the excerpt is: the whole, flattened, then cut
+    excerpt = flat if len(flat) <= EXCERPT_CHARS else flat[: EXCERPT_CHARS - 1] + "…"
+    assert refusal is not None and f"the same each time: {excerpt} — running" in refusal

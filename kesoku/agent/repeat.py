@@ -29,6 +29,9 @@ MAX_IDENTICAL_CALLS = 2
 turn."""
 EXCERPT_CHARS = 200
 """How much of the earlier result a refusal quotes."""
+_ANY_CUT = MARKER.format(cut="N")
+_MARKER_TAIL = MARKER.format(cut="").split("bytes", 1)[1]
+"""What every :data:`MARKER` holds, whatever the number (a plain search rules most results out)."""
 
 
 class _Seen:
@@ -114,10 +117,10 @@ class RepeatGuard:
         seen = self._current(key) or self._seen.setdefault(key, _Seen(self._epoch))
         # Two capped outputs that differ only in how much was cut (a listing that grew by a line)
         # are the same to the model: it reads the same head and tail.
-        kept = MARKER_PATTERN.sub(MARKER.format(cut="N"), content)
-        digest = hashlib.blake2b(
-            f"{outcome}\0{kept}".encode(errors="replace"), digest_size=16
-        ).digest()
+        kept = MARKER_PATTERN.sub(_ANY_CUT, content) if _MARKER_TAIL in content else content
+        hasher = hashlib.blake2b(f"{outcome}\0".encode(), digest_size=16)
+        hasher.update(kept.encode(errors="replace"))  # a large output is not copied once more
+        digest = hasher.digest()
         if digest == seen.digest:  # what it returned last time: a repeat, even after a reset
             seen.runs += 1
             return
@@ -146,5 +149,11 @@ def _times(n: int) -> str:
 
 
 def _excerpt(content: str) -> str:
-    flat = " ".join(content.split())
+    # The head first: flattening a large output whole cost more than the rest of a round trip. The
+    # head's flattened words begin the whole's (its last word maybe cut short), so when they are
+    # longer than the excerpt, the excerpt is theirs.
+    head = content[: 4 * EXCERPT_CHARS]
+    flat = " ".join(head.split())
+    if len(flat) <= EXCERPT_CHARS and len(head) < len(content):
+        flat = " ".join(content.split())
     return flat if len(flat) <= EXCERPT_CHARS else flat[: EXCERPT_CHARS - 1] + "…"

@@ -6,13 +6,13 @@ Interruption and stop act through two scopes the turn exposes to its worker:
 
 - the *stream scope* wraps one model call. An interruption (a new user message) or a stop cancels
   it: the partial answer is kept as an ``interrupted`` message and the turn ends.
-- the *batch scope* wraps one step's tool calls. It is shielded, so an interruption or a first stop
-  never cuts a running tool: it finishes (or hits its own ``timeout_s``) and its result is posted;
-  calls that had not started get ``skipped`` results. A second stop (or ``force``) cancels the
-  batch's kill scope: running tools are cancelled and their results say ``killed`` and why (a second
-  stop, the user). A shutdown whose grace ran out kills them the same way (:meth:`Turn.kill_tools`)
-  without stopping the turn: it stays ``processing`` and resumes after the restart, its results
-  saying so.
+- the *batch scope* wraps one step's tool calls and the post of their results. It is shielded, so
+  an interruption or a first stop never cuts a running tool: it finishes (or hits its own
+  ``timeout_s``) and its result is posted; calls that had not started get ``skipped`` results. A
+  second stop (or ``force``) cancels it: running tools are cancelled and their results say
+  ``killed`` and why (a second stop, the user), posted in a shielded scope of their own. A
+  shutdown whose grace ran out kills them the same way (:meth:`Turn.kill_tools`) without stopping
+  the turn: it stays ``processing`` and resumes after the restart, its results saying so.
 
 Every tool call of a step is posted before the batch runs and every result is posted together after
 it, so parallel calls and their results stay grouped (the Gemini rule) and a crash leaves calls the
@@ -40,7 +40,7 @@ from kesoku.tools.base import Tool, ToolContext
 from kesoku.tools.execute import run_tool
 from kesoku.vocab.errors import BackendError
 from kesoku.vocab.events import Compacted, ModelDelta, ToolFinished, ToolStarted
-from kesoku.vocab.ir import LLMEvent, LLMRequest, LLMResponse, LLMTurn, ToolCallBlock
+from kesoku.vocab.ir import LLMEvent, LLMRequest, LLMResponse, LLMTurn, ToolCallBlock, ToolSpec
 from kesoku.vocab.metrics import TurnMetrics, TurnState
 from kesoku.vocab.model import (
     Kind,
@@ -137,6 +137,9 @@ class Turn(StepLoop[Message]):
         self._last_ts = 0.0
         self._tools: dict[str, Tool] = {}
         """The tools of the current step, by name."""
+        self._tool_set: tuple[Tool, ...] | None = None
+        """The tools :attr:`_tools`, :attr:`_specs` and :attr:`_fixed` were worked out for."""
+        self._specs: list[ToolSpec] = []
         self._cwd = rt.cwd(session)  # fixed for the turn: the session's and the runtime's settings
         self._overflow_retried = False
         self._system = ""
@@ -259,10 +262,13 @@ class Turn(StepLoop[Message]):
             )
             return TurnState.STEP_LIMIT
         tools = self.rt.current_tools()  # MCP tools come and go between steps
-        self._tools = {t.name: t for t in tools}
+        if tools != self._tool_set:  # the same tools (compared by identity first): as they were
+            self._tool_set = tools
+            self._tools = {t.name: t for t in tools}
+            self._specs = [t.spec for t in tools]
+            self._fixed = self.llm.head_tokens(self._system, self._specs)
         turns = self._turns()
-        specs = [t.spec for t in tools]
-        fixed = self._fixed = self.llm.head_tokens(self._system, specs)
+        specs, fixed = self._specs, self._fixed
         estimate = self.compactor.estimate(turns, fixed)
         if self._over_limit(estimate) and await self._compact("auto", fixed):
             self._compaction_retry_at = 0.0
@@ -354,29 +360,39 @@ class Turn(StepLoop[Message]):
         calls_to_run = [c for c in calls if c.id not in results]
         # Shielded: an interruption or a first stop never cuts a running tool (ARCHITECTURE.md);
         # each call has its own timeout_s, and BATCH_BOUND_S bounds a tool that ignores it. Only a
-        # forced stop cancels the inner kill scope: the tools are cancelled and report `killed`.
-        with trio.CancelScope(shield=True):
-            with trio.CancelScope(deadline=trio.current_time() + BATCH_BOUND_S) as kill_scope:
-                self._batch_scope = kill_scope
-                if self.kill_reason is not None:
-                    kill_scope.cancel()
-                # the usual step: no nursery and task for one call
-                if not self.cut and len(calls_to_run) == 1:
-                    await self._run_call(calls_to_run[0], results)
-                elif not self.cut and calls_to_run:
-                    async with trio.open_nursery() as nursery:
-                        for call in calls_to_run:
-                            nursery.start_soon(self._run_call, call, results)
-            self._batch_scope = None
-            messages = [
-                results.get(c.id) or self._result(c, _SKIPPED, Outcome.SKIPPED) for c in calls
-            ]
-            self.guard.flush()
+        # forced stop cancels this scope: the tools are cancelled and report `killed`. One scope
+        # for the tools and the post of their results (a scope costs about 1% of a round trip):
+        # once cancelled it cannot post, so the results of killed tools are posted below.
+        with trio.CancelScope(shield=True, deadline=trio.current_time() + BATCH_BOUND_S) as batch:
+            self._batch_scope = batch
+            if self.kill_reason is not None:
+                batch.cancel()
+            # the usual step: no nursery and task for one call
+            if not self.cut and len(calls_to_run) == 1:
+                await self._run_call(calls_to_run[0], results)
+            elif not self.cut and calls_to_run:
+                async with trio.open_nursery() as nursery:
+                    for call in calls_to_run:
+                        nursery.start_soon(self._run_call, call, results)
+            self._batch_scope = None  # from here on nothing cancels the scope but its deadline
+            posted = await self._post_results(calls, results)
+        self._batch_scope = None
+        # Killed, or past the bound: a post the cancellation reached wrote nothing (all or nothing).
+        if batch.cancelled_caught:
             # Still shielded: the effects happened, so their results must be written even at
             # shutdown.
-            posted = await self._post(messages)
+            with trio.CancelScope(shield=True):
+                posted = await self._post_results(calls, results)
         for result in posted:
             self.rt.hub.publish(ToolFinished(self.session.id, result))
+
+    async def _post_results(
+        self, calls: Sequence[Message], results: Mapping[int, Message]
+    ) -> list[Message]:
+        """Post the batch's results in call order; calls that did not run get ``skipped``."""
+        messages = [results.get(c.id) or self._result(c, _SKIPPED, Outcome.SKIPPED) for c in calls]
+        self.guard.flush()
+        return await self._post(messages)
 
     async def _run_call(self, call: Message, results: dict[int, Message]) -> None:
         name = call.metadata.tool_name or ""

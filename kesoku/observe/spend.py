@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -37,6 +38,15 @@ log = logging.getLogger(__name__)
 FREE_PROVIDERS = frozenset({"local", "scripted"})
 """Backends that cost nothing: the bundled model and recorded scenarios."""
 _FREE = ModelPrice(input_usd_per_mtok=0.0, output_usd_per_mtok=0.0)
+NEAR_CAP = 1e-6
+"""A meter's running tally within this fraction of a cap (or over it) is not trusted: the ledger
+is summed again (:meth:`SessionMeter.check`), so float rounding never decides a cap."""
+
+_Scope = tuple[bool, str | None, str | None]
+"""What a cap sums: (daily, adapter, group), as :meth:`Cap.scope`."""
+_LEDGER_WRITES: weakref.WeakKeyDictionary[Store, int] = weakref.WeakKeyDictionary()
+"""Ledger rows this process wrote through a :class:`Budget`, per store: its own connection's
+writes, which ``PRAGMA data_version`` does not count."""
 
 
 def find_price(model: str, models: Mapping[str, ModelPrice]) -> tuple[str, ModelPrice] | None:
@@ -108,6 +118,11 @@ class Cap(NamedTuple):
     adapter: str | None = None
     group: str | None = None
 
+    @property
+    def scope(self) -> _Scope:
+        """What the cap sums: caps of one scope share one query of the ledger."""
+        return self.daily, self.adapter, self.group
+
     def spent(self, totals: SpendTotals) -> float:
         """The part of ``totals`` this cap counts."""
         return totals.usd if self.usd else totals.tokens
@@ -177,6 +192,8 @@ class Budget:
         self.adapters = dict(adapters or {})
         self.clock = clock
         self._unpriced_warned: set[str] = set()
+        self._prices: dict[tuple[str, str], ModelPrice | None] = {}
+        self._day = (0.0, 0.0)  # the last day_bounds: a day's calls need not redo the C calls
         self.money_capped = (
             self.caps.session_usd > 0
             or self.caps.day_usd > 0
@@ -217,13 +234,20 @@ class Budget:
 
         The local and scripted backends cost nothing unless a price names their model.
         """
-        found = find_price(model, self.prices)
-        if found is None and provider in FREE_PROVIDERS:
-            return _FREE
-        return None if found is None else found[1]
+        # Once per model: an unknown id is matched by prefix against the whole table.
+        key = (provider, model)
+        if key not in self._prices:
+            found = find_price(model, self.prices)
+            if found is None and provider in FREE_PROVIDERS:
+                self._prices[key] = _FREE
+            else:
+                self._prices[key] = None if found is None else found[1]
+        return self._prices[key]
 
-    def record(self, session: Session, kind: str, provider: str, model: str, usage: Usage) -> None:
-        """Append one call to the ledger, priced at its model."""
+    def record(
+        self, session: Session, kind: str, provider: str, model: str, usage: Usage
+    ) -> SpendRecord:
+        """Append one call to the ledger, priced at its model; returns the row written."""
         price = self.price(provider, model)
         if price is None and self.money_capped and model not in self._unpriced_warned:
             self._unpriced_warned.add(model)
@@ -233,19 +257,31 @@ class Budget:
                 model,
                 model,
             )
-        self.store.record_spend(
-            SpendRecord(
-                ts=self.clock(),
-                session_id=session.id,
-                adapter=session.adapter,
-                group=_group(session),
-                kind=kind,
-                provider=provider,
-                model=model,
-                usage=usage,
-                cost_usd=None if price is None else call_cost_usd(usage, price),
-            )
+        record = SpendRecord(
+            ts=self.clock(),
+            session_id=session.id,
+            adapter=session.adapter,
+            group=_group(session),
+            kind=kind,
+            provider=provider,
+            model=model,
+            usage=usage,
+            cost_usd=None if price is None else call_cost_usd(usage, price),
         )
+        self.store.record_spend(record)
+        _LEDGER_WRITES[self.store] = self.ledger_writes() + 1
+        return record
+
+    def ledger_writes(self) -> int:
+        """Ledger rows written through any :class:`Budget` of this process on this store."""
+        return _LEDGER_WRITES.get(self.store, 0)
+
+    def today(self, now: float) -> tuple[float, float]:
+        """:func:`day_bounds` of ``now``, kept for the day's later calls."""
+        start, end = self._day
+        if not start <= now < end:
+            start, end = self._day = day_bounds(now)
+        return start, end
 
     # -- caps -------------------------------------------------------------------------------------
 
@@ -279,20 +315,31 @@ class Budget:
 
     def status(self, session: Session) -> list[tuple[Cap, float]]:
         """Each cap of a session with what it has counted so far."""
-        now = self.clock()
-        start, _ = day_bounds(now)
-        sums: dict[tuple[bool, str | None, str | None], SpendTotals] = {}
-        out: list[tuple[Cap, float]] = []
-        for cap in self.caps_for(session):
-            scope = (cap.daily, cap.adapter, cap.group)
-            if scope not in sums:
-                sums[scope] = (
-                    self.store.spend_totals(since=start, adapter=cap.adapter, group=cap.group)
+        caps = self.caps_for(session)
+        if not caps:
+            return []
+        sums = self.sums(session, caps, self.today(self.clock())[0])
+        return [(cap, cap.spent(sums[cap.scope])) for cap in caps]
+
+    def sums(
+        self, session: Session, caps: Iterable[Cap], day_start: float
+    ) -> dict[_Scope, SpendTotals]:
+        """What the ledger holds for each scope of ``caps`` (one query a scope).
+
+        Args:
+            session: The session whose caps these are (a session cap sums its calls).
+            caps: From :meth:`caps_for`.
+            day_start: Local midnight, UNIX seconds: where day caps start counting.
+        """
+        sums: dict[_Scope, SpendTotals] = {}
+        for cap in caps:
+            if cap.scope not in sums:
+                sums[cap.scope] = (
+                    self.store.spend_totals(since=day_start, adapter=cap.adapter, group=cap.group)
                     if cap.daily
                     else self.store.spend_totals(session_id=session.id)
                 )
-            out.append((cap, cap.spent(sums[scope])))
-        return out
+        return sums
 
     def day_status(self) -> list[tuple[Cap, float]]:
         """Every day cap of the config (global, adapters, channel entries) with today's spend."""
@@ -301,7 +348,7 @@ class Budget:
             for adapter, found in self.adapters.items()
             for cap in found.day_caps(adapter, found.levels(found.groups))
         ]
-        start, _ = day_bounds(self.clock())
+        start, _ = self.today(self.clock())
         return [
             (c, c.spent(self.store.spend_totals(since=start, adapter=c.adapter, group=c.group)))
             for c in [*caps, *self._global_day_caps()]
@@ -316,7 +363,7 @@ class Budget:
         """
         for cap, spent in self.status(session):
             if spent >= cap.limit:
-                resets_at = day_bounds(self.clock())[1] if cap.daily else None
+                resets_at = self.today(self.clock())[1] if cap.daily else None
                 raise BudgetExceeded(self._notice(cap, spent), cap=cap.key, resets_at=resets_at)
 
     def summary(self, session: Session) -> str:
@@ -344,7 +391,7 @@ class Budget:
                 "does not reset: start a new session or raise the cap."
             )
         now = self.clock()
-        left = int(day_bounds(now)[1] - now)
+        left = int(self.today(now)[1] - now)
         return (
             f"Spend cap reached: {cap.who} have used {amount} today ({cap.key}); it resets at "
             f"midnight, in {left // 3600} h {left % 3600 // 60:02d} min."
@@ -354,28 +401,104 @@ class Budget:
 class SessionMeter:
     """The meter of one session's calls of one kind (:class:`kesoku.vocab.spend.Meter`).
 
+    Its caps are worked out once (:meth:`Budget.caps_for`: the budget's caps and the session's
+    adapter and channel entry), and it keeps running sums of them: the ledger is summed at the first
+    :meth:`check`, then again only when something else may have changed it (see :meth:`check`).
+
     Args:
         budget: The process's budget.
         session: The session the calls are made for.
         kind: A :class:`~kesoku.vocab.spend.SpendKind` value.
+
+    Attributes:
+        caps: The caps that apply to the session (empty: a check reads nothing).
     """
 
     def __init__(self, budget: Budget, session: Session, kind: str) -> None:
         self.budget = budget
         self.session = session
         self.kind = kind
+        self.caps = budget.caps_for(session)
+        self._tally: _Tally | None = None
 
     def of_kind(self, kind: str) -> SessionMeter:
         """The same session's meter for calls of another kind (a subagent's, a summary)."""
         return SessionMeter(self.budget, self.session, kind)
 
     def check(self) -> None:
-        """Raise :class:`~kesoku.vocab.spend.BudgetExceeded` when a cap forbids the next call."""
-        self.budget.check(self.session)
+        """Raise :class:`~kesoku.vocab.spend.BudgetExceeded` when a cap forbids the next call.
+
+        Decides as :meth:`Budget.check` does, without summing the ledger for every call: its
+        running sums (the ledger's, plus the calls this meter recorded since) are trusted while no
+        other connection wrote to the database (``PRAGMA data_version``), no other meter of this
+        process wrote to the ledger, the day is the same, and every sum is under its cap by more
+        than :data:`NEAR_CAP`. Otherwise :meth:`Budget.check` sums the ledger and decides.
+
+        Raises:
+            BudgetExceeded: The first cap reached; its message is the line the user sees.
+        """
+        if not self.caps:
+            return
+        budget = self.budget
+        day_start = budget.today(budget.clock())[0]
+        tally = self._tally
+        if tally is None or not tally.current(budget, day_start):
+            tally = self._tally = self._read(day_start)
+        for cap in self.caps:
+            usd, tokens = tally.spent[cap.scope]
+            if (usd if cap.usd else tokens) >= cap.limit * (1 - NEAR_CAP):
+                self._tally = None  # near or over: the ledger decides, as it did before any tally
+                budget.check(self.session)
+                return
 
     def record(self, provider: str, model: str, usage: Usage) -> None:
         """Append one call to the ledger."""
-        self.budget.record(self.session, self.kind, provider, model, usage)
+        tally = self._tally
+        if tally is not None and tally.writes != self.budget.ledger_writes():
+            tally = self._tally = None  # another meter wrote: the next check sums the ledger
+        record = self.budget.record(self.session, self.kind, provider, model, usage)
+        if tally is not None:
+            # The row counts for every cap of this session: its own, its adapter's and entry's.
+            tally.add(record.cost_usd or 0.0, usage.input_tokens + usage.output_tokens)
+            tally.writes += 1
+
+    def _read(self, day_start: float) -> _Tally:
+        budget = self.budget
+        # Read before the sums: a write during them shows at the next check, which sums again.
+        version, writes = budget.store.data_version(), budget.ledger_writes()
+        sums = budget.sums(self.session, self.caps, day_start)
+        spent = {scope: [totals.usd, float(totals.tokens)] for scope, totals in sums.items()}
+        return _Tally(day_start, version, writes, spent)
+
+
+class _Tally:
+    """A meter's sums of its caps' scopes and what they were read at."""
+
+    __slots__ = ("data_version", "day_start", "spent", "writes")
+
+    def __init__(
+        self, day_start: float, data_version: int, writes: int, spent: dict[_Scope, list[float]]
+    ) -> None:
+        self.day_start = day_start
+        self.data_version = data_version
+        self.writes = writes
+        """:meth:`Budget.ledger_writes` these sums include."""
+        self.spent = spent
+        """``[usd, tokens]`` of each scope."""
+
+    def current(self, budget: Budget, day_start: float) -> bool:
+        """Whether the ledger can hold nothing the sums do not count."""
+        return (
+            day_start == self.day_start
+            and self.writes == budget.ledger_writes()
+            and self.data_version == budget.store.data_version()
+        )
+
+    def add(self, usd: float, tokens: int) -> None:
+        """Count one call of the session in every scope."""
+        for spent in self.spent.values():
+            spent[0] += usd
+            spent[1] += tokens
 
 
 def usd(amount: float) -> str:

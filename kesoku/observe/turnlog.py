@@ -486,7 +486,10 @@ def serve_jobs(jobs: BinaryIO, acks: BinaryIO, *, max_session_bytes: int = 0) ->
         if answering:
             try:
                 acks.write(line)
-                acks.flush()
+                # The answers of jobs that came together go back together (the last one's flush,
+                # or the end's): each read of them wakes the daemon's event loop.
+                if not line or rendered.empty():
+                    acks.flush()
             except (OSError, ValueError):  # a broken or closed pipe: nobody is listening any more
                 answering = False
 
@@ -506,6 +509,7 @@ def serve_jobs(jobs: BinaryIO, acks: BinaryIO, *, max_session_bytes: int = 0) ->
                 )
             else:
                 answer(b"ok\n")
+        answer(b"")  # flushes what a job queued behind the last answer held back
 
     writer = threading.Thread(target=write_rendered, name="turn log files")
     writer.start()
@@ -547,7 +551,7 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     max_session_bytes = int(sys.argv[1]) if len(sys.argv) > 1 else 0
     serve_jobs(sys.stdin.buffer, sys.stdout.buffer, max_session_bytes=max_session_bytes)
-    # Every log is written and answered (serve_jobs flushes each answer): the daemon waits for this
+    # Every log is written and answered (serve_jobs flushes its answers): the daemon waits for this
     # exit at shutdown, so skip the interpreter's teardown.
     os._exit(0)
 

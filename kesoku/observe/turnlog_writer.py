@@ -3,12 +3,13 @@
 See ARCHITECTURE.md, "Task tree".
 
 The event loop does the least it can per call: it works out what the session's previous log did not
-hold (the turns after the longest prefix shared by identity, the system prompt and the tools if they
+hold (the turns after the longest prefix it shares with it, the system prompt and the tools if they
 changed), encodes that as a :class:`~kesoku.observe.turnlog.TurnLogJob` (msgpack) and queues the
-bytes, without a checkpoint. A task writes them to the process's stdin; another reads one line back
-per job and counts it. Rendering YAML and writing files happen in ``python -m
-kesoku.observe.turnlog``, so they never take the GIL from the event loop (a thread would: in a turn
-of fast tool calls it doubled the loop's cost per step, see bench/runtime_bench.py).
+bytes, without a checkpoint. A task writes them to the process's stdin (those that come fast
+together, :data:`SEND_DELAY_S`); another reads one line back per job and counts it. Rendering YAML
+and writing files happen in ``python -m kesoku.observe.turnlog``, so they never take the GIL from
+the event loop (a thread would: in a turn of fast tool calls it doubled the loop's cost per step,
+see bench/runtime_bench.py).
 
 If the process dies, the jobs it had not answered are counted failed, a new one starts after
 :data:`RESTART_DELAY_S`, and the next job of each session sends its whole request.
@@ -22,6 +23,7 @@ prompt is masked where it is built.
 from __future__ import annotations
 
 import logging
+import math
 import operator
 import subprocess
 import sys
@@ -53,6 +55,11 @@ WRITER_BUFFER = 64
 """Jobs submitted and not yet written before :meth:`TurnLogWriter.submit` waits (backpressure)."""
 RESTART_DELAY_S = 1.0
 """Pause before a writer process that died is replaced (one that cannot start does not spin)."""
+SEND_DELAY_S = 0.005
+"""After a write to the writer process, the jobs of the next SEND_DELAY_S wait and go together: a
+turn of fast tool calls makes one every few hundred µs, and each write (and the answer it wakes)
+costs the event loop more than the job's encoding (bench/runtime_bench.py). A job after a quiet
+spell goes at once."""
 
 
 class _Sent:
@@ -193,10 +200,15 @@ class TurnLogWriter:
         if sent is None:
             return make_job(entry)
         # Tuple and string comparison check identity first: unchanged tools and prompts cost no
-        # more.
+        # more. A request usually holds the last one's turns and more: a tuple comparison (C, an
+        # identity check a turn) says so several times faster than the walk of shared_prefix, and
+        # an equal turn renders the same.
+        kept = len(sent.turns)
+        if request.turns[:kept] != sent.turns:
+            kept = shared_prefix(sent.turns, request.turns)
         return make_job(
             entry,
-            keep=shared_prefix(sent.turns, request.turns),
+            keep=kept,
             system=request.system != sent.system,
             tools=request.tools != sent.tools,
         )
@@ -275,11 +287,18 @@ class TurnLogWriter:
 
     async def _send(self, process: trio.Process) -> None:
         assert process.stdin is not None
+        sent_at = -math.inf
         try:
             while True:
                 if self._outbox:
+                    # The first job after a quiet spell goes at once; those that follow it within
+                    # SEND_DELAY_S go together at its end.
+                    batch_end = sent_at + SEND_DELAY_S
+                    if not self._closing.is_set() and trio.current_time() < batch_end:
+                        await trio.sleep_until(batch_end)
                     data = bytes(self._outbox)
                     self._outbox.clear()
+                    sent_at = trio.current_time()
                     await process.stdin.send_all(data)
                 elif self._closing.is_set():
                     await process.stdin.aclose()  # the process writes what it has, then exits

@@ -120,10 +120,17 @@ TurnEvent = (
 
 
 class EventHub:
-    """Fan turn events out to subscribers, never blocking the publisher."""
+    """Fan turn events out to subscribers, never blocking the publisher.
+
+    The hub holds its subscriptions weakly: one dropped without :meth:`Subscription.close` leaves
+    it once collected.
+    """
 
     def __init__(self) -> None:
-        self._subscribers: weakref.WeakSet[Subscription] = weakref.WeakSet()
+        self._subscribers: dict[int, weakref.ref[Subscription]] = {}
+        # What publish walks: a tuple rebuilt when a subscription comes or goes, as a WeakSet's
+        # iteration cost several times a publish (a few per tool round trip).
+        self._targets: tuple[weakref.ref[Subscription], ...] = ()
 
     def subscribe(
         self, session_id: str | None = None, *, buffer: int = SUBSCRIBER_BUFFER
@@ -133,14 +140,22 @@ class EventHub:
         Use as ``with hub.subscribe(sid) as events: async for event in events: ...``.
         """
         sub = Subscription(self, session_id, buffer)
-        self._subscribers.add(sub)
+        key = id(sub)  # not reused before the callback: it runs as the subscription is freed
+        self._subscribers[key] = weakref.ref(sub, lambda _: self._forget(key))
+        self._targets = tuple(self._subscribers.values())
         return sub
 
     def publish(self, event: TurnEvent) -> None:
         """Hand an event to every matching subscriber; a full subscriber drops it."""
-        for sub in self._subscribers:
-            if sub.session_id is None or sub.session_id == event.session_id:
+        session_id = event.session_id
+        for ref in self._targets:
+            sub = ref()
+            if sub is not None and (sub.session_id is None or sub.session_id == session_id):
                 sub._offer(event)
+
+    def _forget(self, key: int) -> None:
+        if self._subscribers.pop(key, None) is not None:
+            self._targets = tuple(self._subscribers.values())
 
 
 class Subscription:
@@ -185,7 +200,7 @@ class Subscription:
 
     def close(self) -> None:
         """Unsubscribe; an iteration in progress ends once the buffered events are read."""
-        self._hub._subscribers.discard(self)
+        self._hub._forget(id(self))
         self._send.close()
 
     def __enter__(self) -> Self:
