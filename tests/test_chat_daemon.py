@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -597,3 +598,27 @@ def test_a_one_shot_returns_once_the_daemon_has_let_its_session_go(
     finally:
         locks.close()
     assert capsys.readouterr().out == "noted.\n" * 6
+
+
+def test_a_one_shot_whose_terminal_stalls_behind_a_long_stream_still_ends(
+    tmp_path: Path, daemon_for: type[Daemon]
+) -> None:
+    """A reader that does not keep up (stderr piped, not read for a while): the chat blocks, the
+    socket fills, the daemon's relay falls a whole buffer behind and events are lost. The turn's
+    end is not: the chat ends when it catches up."""
+    setup(tmp_path, "echo.yaml")
+    thoughts = [{"thought": f"thinking, step {n:05d} " + "." * 60} for n in range(12_000)]
+    (tmp_path / "scenario.yaml").write_text(
+        yaml.safe_dump({"steps": [{"events": [*thoughts, {"text": "Done."}]}]})
+    )
+    daemon_for(tmp_path)
+    proc = start_chat(tmp_path, "think hard")
+    try:
+        wait_for_turn(tmp_path)
+        threading.Event().wait(3)  # nobody reads the chat's stderr: everything behind it backs up
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()  # a chat that waits for the lost end forever
+        proc.wait()
+    assert (proc.returncode, out) == (0, "Done.\n"), err[-2000:]
+    assert err.splitlines()[-1].startswith("continue with: kesoku chat --session ")

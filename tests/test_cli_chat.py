@@ -20,15 +20,18 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import kesoku_terminal.view
 import pyte
 import pytest
+import trio
 import yaml
 from kesoku_terminal.view import Follower, StoreLog
 from runtime_harness import echo, serve_runtime
 
 from kesoku.store import Store
 from kesoku.testing import ScriptedLLM
-from kesoku.vocab.events import TurnEnded
+from kesoku.vocab.events import EventHub, ModelDelta, TurnEnded
+from kesoku.vocab.ir import TextDelta
 from kesoku.vocab.metrics import TurnMetrics, TurnState
 from kesoku.vocab.model import Kind, Message, Role, Status
 from kesoku.vocab.schedule import new_schedule
@@ -230,6 +233,52 @@ async def test_a_view_that_lags_a_whole_turn_still_shows_each_step_once_in_order
         ("tool_started", "echo(text='hi')"),
         ("tool_result", "hi"),
         ("answer", "It says hi."),
+        ("answer_end", ""),
+        ("turn_ended", TurnState.DONE),
+    ]
+
+
+class EmptyLog:
+    """A log that holds nothing (the events alone are under test)."""
+
+    def last_message_id(self) -> int:
+        return 0
+
+    def messages_after(self, after: int, session_id: str, limit: int) -> list[Message]:
+        return []
+
+
+async def test_a_view_a_whole_buffer_behind_still_sees_the_turn_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The hub drops what a full subscriber cannot take, but never a turn's end: a one-shot that
+    lost it would wait forever."""
+    monkeypatch.setattr(kesoku_terminal.view, "EVENT_BUFFER", 4)
+    hub = EventHub()
+    recorder = Recorder()
+    follower = Follower(hub, EmptyLog(), "s", recorder)
+    end = TurnMetrics(
+        session_id="s",
+        root_id=7,
+        state=TurnState.DONE,
+        session_turns=1,
+        context_tokens=0,
+        tool_calls=0,
+        turn_tokens=0,
+        model_calls=1,
+        turn_s=0.1,
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(follower.run)
+        for n in range(10):  # in one step: the view cannot read in between
+            hub.publish(ModelDelta("s", TextDelta(f"{n} ")))
+        hub.publish(TurnEnded("s", end))
+        with trio.fail_after(5):
+            await follower.wait_ended(7)
+        nursery.cancel_scope.cancel()
+    assert follower.gaps == 1  # the deltas past the buffer were lost, and a gap said so
+    assert recorder.shown == [
+        ("answer", "0 "),  # read before the view saw the loss: the rest of the buffer goes
         ("answer_end", ""),
         ("turn_ended", TurnState.DONE),
     ]

@@ -17,9 +17,10 @@ Where events and the log come from. In ``kesoku chat``'s own runtime, the event 
 (``kesoku_terminal.remote``). This module imports neither trio nor the store for that client.
 
 Lost events. The hub drops events for a subscriber that falls a whole buffer behind (it never
-blocks the turn). The view then subscribes anew, reads the log up to that moment, and ignores
-deltas until the next step boundary, so a step whose start was lost is shown from the log: late,
-never twice, never garbled.
+blocks the turn), but never a turn's end (the log does not hold it). The view then subscribes anew,
+reads the log up to that moment, shows the turn ends the old subscription held, and ignores deltas
+until the next step boundary, so a step whose start was lost is shown from the log: late, never
+twice, never garbled.
 """
 
 from __future__ import annotations
@@ -191,6 +192,7 @@ class Follower:
         assert self.hub is not None
         while True:
             events: Subscription
+            ended: list[TurnEnded] = []
             with self.hub.subscribe(buffer=EVENT_BUFFER) as events:
                 if task_status is not None:  # nursery.start(run): subscribed, the post may follow
                     task_status.started()
@@ -200,8 +202,11 @@ class Follower:
                     # full buffer was published before the drop. Show it, then start over.
                     self.handle(event)
                     if events.dropped:
+                        ended = events.take_ended()  # never dropped: the log does not hold them
                         break
             self.gap()
+            for event in ended:
+                self.handle(event)
 
     def gap(self) -> None:
         """Events were lost: show the log up to now, and no deltas until the next step boundary."""

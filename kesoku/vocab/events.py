@@ -159,16 +159,24 @@ class EventHub:
 
 
 class Subscription:
-    """A subscriber's bounded queue of events; an async iterator."""
+    """A subscriber's bounded queue of events; an async iterator.
+
+    A full buffer drops what comes (counted in :attr:`dropped`), except a :class:`TurnEnded`: it
+    is queued past the bound (up to as many again), because a view that lost the end of a turn
+    would wait for it forever (a one-shot chat whose terminal was slow to print), while every other
+    event's content is in the log a view reads after a gap.
+    """
 
     def __init__(self, hub: EventHub, session_id: str | None, buffer: int) -> None:
         self.session_id = session_id
         self.dropped = 0
         """Events lost because the buffer was full."""
+        self.buffer = buffer
+        self._held = 0  # events queued and not yet read
         self._hub = hub
         import trio  # a subscriber exists only under trio (see the module doc)
 
-        self._send, self._receive = trio.open_memory_channel[TurnEvent](buffer)
+        self._send, self._receive = trio.open_memory_channel[TurnEvent](2 * buffer)
         self._full, self._closed, self._ended = (
             trio.WouldBlock,
             trio.ClosedResourceError,
@@ -176,13 +184,34 @@ class Subscription:
         )
 
     def _offer(self, event: TurnEvent) -> None:
-        """Queue an event without waiting; a full buffer drops it (counted)."""
+        """Queue an event without waiting; a full buffer drops it (counted), a turn's end aside."""
+        if self._held >= self.buffer and type(event) is not TurnEnded:
+            self.dropped += 1
+            return
         try:
             self._send.send_nowait(event)
         except self._full:
             self.dropped += 1
         except self._closed:
             pass
+        else:
+            self._held += 1
+
+    def take_ended(self) -> list[TurnEnded]:
+        """Empty the queue without waiting; the turn ends it held, in order.
+
+        For a view that starts over after a gap (a new subscription, the log read up to now): the
+        rest of what was queued is in the log, the turns' ends are not.
+        """
+        ended: list[TurnEnded] = []
+        while True:
+            try:
+                event = self._receive.receive_nowait()
+            except (self._full, self._ended):
+                return ended
+            self._held -= 1
+            if type(event) is TurnEnded:
+                ended.append(event)
 
     def __aiter__(self) -> Self:
         return self
@@ -194,9 +223,11 @@ class Subscription:
             StopAsyncIteration: After :meth:`close`.
         """
         try:
-            return await self._receive.receive()
+            event = await self._receive.receive()
         except self._ended:
             raise StopAsyncIteration from None
+        self._held -= 1
+        return event
 
     def close(self) -> None:
         """Unsubscribe; an iteration in progress ends once the buffered events are read."""
