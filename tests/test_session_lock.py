@@ -39,6 +39,19 @@ def test_a_lock_is_exclusive_counted_and_dropped_with_its_process(tmp_path: Path
     mine.close()
 
 
+def test_the_holders_pid_file_goes_with_its_lock(tmp_path: Path) -> None:
+    mine, theirs = SessionLocks(tmp_path), SessionLocks(tmp_path)
+    assert mine.acquire("s1") and mine.acquire("s2")
+    assert sorted(p.name for p in tmp_path.glob("*.pid")) == ["s1.pid", "s2.pid"]
+    mine.release("s1")
+    assert not (tmp_path / "s1.pid").exists()  # a session held once leaves nothing behind
+    assert theirs.acquire("s1")
+    assert mine.holder("s1") == os.getpid()  # the new holder's own file
+    theirs.release("s1")
+    mine.close()  # every lock it held goes, and their files
+    assert list(tmp_path.glob("*.pid")) == []
+
+
 async def test_only_the_holder_answers_and_a_freed_session_is_taken_over(tmp_path: Path) -> None:
     llm_a = ScriptedLLM([{"text": "from A"}])
     llm_b = ScriptedLLM([{"text": "from B"}])

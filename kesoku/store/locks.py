@@ -26,7 +26,9 @@ Two session ids sharing a hash would only make one wait for the other (about one
 never frees the other's byte.
 
 The kernel does not name an OFD lock's holder (``F_OFD_GETLK`` answers pid -1), so the holder writes
-its pid to ``<session_id>.pid`` beside the lock file, for the message that names it (best effort).
+its pid to ``<session_id>.pid`` beside the lock file, for the message that names it (best effort),
+and removes it before it lets the lock go (so never a later holder's); one killed leaves it, for the
+next holder to overwrite.
 
 Within one process the lock is counted: the chat that opened a session and the worker that runs its
 turns both hold it, and it is released when the last lets go.
@@ -114,6 +116,7 @@ class SessionLocks:
         if count > 1:
             self._held[session_id] = count - 1
             return
+        self._remove_pid(session_id)  # while held: no other holder has written one
         offset = lock_offset(session_id)
         sharing = self._bytes.pop(offset) - 1
         if sharing:
@@ -130,6 +133,8 @@ class SessionLocks:
 
     def close(self) -> None:
         """Drop every lock this process holds (closing the descriptor drops them all)."""
+        for session_id in self._held:
+            self._remove_pid(session_id)
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -142,6 +147,10 @@ class SessionLocks:
             flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
             self._fd = os.open(self.folder / LOCK_FILE, flags, 0o644)
         fcntl.fcntl(self._fd, fcntl.F_OFD_SETLK, _FLOCK.pack(kind, os.SEEK_SET, offset, 1, 0))
+
+    def _remove_pid(self, session_id: str) -> None:
+        with contextlib.suppress(OSError):
+            (self.folder / f"{session_id}.pid").unlink(missing_ok=True)
 
     def _write_pid(self, session_id: str) -> None:
         """Name this process as the holder; best effort: the lock holds without it."""
