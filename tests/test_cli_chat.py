@@ -21,12 +21,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import kesoku_terminal.view
+import msgspec
 import pyte
 import pytest
 import trio
 import yaml
 from kesoku_terminal.view import Follower, StoreLog
 from runtime_harness import echo, serve_runtime
+from test_interrupted_label import DONE
 
 from kesoku.store import Store
 from kesoku.testing import ScriptedLLM
@@ -257,17 +259,7 @@ async def test_a_view_a_whole_buffer_behind_still_sees_the_turn_end(
     hub = EventHub()
     recorder = Recorder()
     follower = Follower(hub, EmptyLog(), "s", recorder)
-    end = TurnMetrics(
-        session_id="s",
-        root_id=7,
-        state=TurnState.DONE,
-        session_turns=1,
-        context_tokens=0,
-        tool_calls=0,
-        turn_tokens=0,
-        model_calls=1,
-        turn_s=0.1,
-    )
+    end = msgspec.structs.replace(DONE, root_id=7)  # a turn of session "s"
     async with trio.open_nursery() as nursery:
         await nursery.start(follower.run)
         for n in range(10):  # in one step: the view cannot read in between
