@@ -221,7 +221,7 @@ class _Lengths:
         return (before or 0) + len(block.text)
 
 
-def test_turn_memo_computes_only_the_turns_after_the_prefix_shared_by_identity() -> None:
+def test_turn_memo_computes_only_the_turns_after_the_shared_prefix() -> None:
     step, memo = _Lengths(), TurnMemo[int]()
     a, b, c, d = _turn("a"), _turn("bb", "assistant"), _turn("ccc"), _turn("dddd", "assistant")
     assert memo.update([a, b], step) == [1, 3]
@@ -230,9 +230,14 @@ def test_turn_memo_computes_only_the_turns_after_the_prefix_shared_by_identity()
     assert memo.update((a, b, c), step) == [1, 3, 6]  # a new sequence of the same turn objects
     assert step.calls == [(3, "ccc")] and memo.kept == 2
     step.calls.clear()
-    # An equal turn that is another object is computed again, and every turn after it.
+    # An equal turn that is another object shares its value: it is the same content.
     assert memo.update([a, _turn("bb", "assistant"), c, d], step) == [1, 3, 6, 10]
-    assert step.calls == [(1, "bb"), (3, "ccc"), (6, "dddd")] and memo.kept == 1
+    assert step.calls == [(6, "dddd")] and memo.kept == 3
+    step.calls.clear()
+    # Another turn in place of one is computed again, and every turn after it.
+    assert memo.update([a, _turn("b", "assistant"), c, d], step) == [1, 2, 5, 9]
+    assert step.calls == [(1, "b"), (2, "ccc"), (5, "dddd")] and memo.kept == 1
+    assert memo.update([a, b, c, d], step) == [1, 3, 6, 10]
     step.calls.clear()
     # A shorter request keeps the values of its turns and computes nothing.
     assert memo.update([a], step) == [1] and memo.values == [1]
@@ -271,10 +276,13 @@ def test_turn_checker_rechecks_only_new_turns() -> None:
         "calls ['c1'] of the last turn have no results",
     ]
     assert checker.check(turns) == [] and checker.checked == 3
-    # A turn replaced by another object is checked again, with the call ids of the dropped ones
+    # A turn replaced by an equal one is the same content: nothing is checked again.
+    same = [*turns[:1], LLMTurn("assistant", (call,)), turns[2]]
+    assert checker.check(same) == [] and checker.checked == 3
+    # One replaced by another turn is checked again, with the call ids of the dropped ones
     # forgotten: c1 is not reported as used twice.
-    again = [*turns[:1], LLMTurn("assistant", (call,)), turns[2]]
-    assert checker.check(again) == check_turns(again) == [] and checker.checked == 5
+    again = [*turns[:1], LLMTurn("assistant", (call, ToolCallBlock("c2", "t", {}))), turns[2]]
+    assert checker.check(again) == check_turns(again) and checker.checked == 5
 
 
 def test_a_growing_turn_keeps_its_earlier_turn_objects() -> None:

@@ -16,7 +16,6 @@ not retried twice over (anthropic and openai retry 408, 409, 429 and 5xx themsel
 from __future__ import annotations
 
 import email.utils
-import operator
 import random
 import time
 from abc import ABC, abstractmethod
@@ -100,7 +99,7 @@ class BaseLLM(ABC):
         self._window_asked = False
         self._window_lock = trio.Lock()
         # the last request's turns without foreign signatures (see _own_signatures)
-        self._signatures: TurnMemo[LLMTurn] = TurnMemo()
+        self._signatures: TurnMemo[tuple[LLMTurn, int]] = TurnMemo()
 
     async def context_window(self) -> int | None:
         """The model's context window as its server reports it, in tokens; asked once per backend.
@@ -297,15 +296,22 @@ class BaseLLM(ABC):
     def _own_signatures(self, request: LLMRequest) -> LLMRequest:
         """:func:`~kesoku.vocab.ir.without_foreign_signatures`, reusing the last request's work.
 
-        The turns it shares with the last request, by identity, are not looked at again. A
-        session's requests grow by a step per call with the earlier turns the same objects, so only
-        the new turns are looked at: the cost of a call must not grow with the history.
+        The turns it shares with the last request (:func:`~kesoku.vocab.transcript.shared_prefix`)
+        are not looked at again. A session's requests grow by a step per call with the earlier
+        turns the same objects, so only the new turns are looked at, and a running count says
+        whether any turn needed cleaning: the cost of a call must not grow with the history.
         """
         turns, provider = request.turns, self.provider
-        cleaned = self._signatures.update(turns, lambda _, turn: own_signatures(turn, provider))
-        if all(map(operator.is_, cleaned, turns)):
+
+        def step(before: tuple[LLMTurn, int] | None, turn: LLMTurn) -> tuple[LLMTurn, int]:
+            own = own_signatures(turn, provider)
+            changed = (0 if before is None else before[1]) + (own is not turn)
+            return own, changed  # the turn cleaned, and how many up to it were
+
+        cleaned = self._signatures.update(turns, step)
+        if not cleaned or not cleaned[-1][1]:  # nothing to clean: the request as it came
             return request
-        return msgspec.structs.replace(request, turns=tuple(cleaned))
+        return msgspec.structs.replace(request, turns=tuple(own for own, _ in cleaned))
 
     async def generate(self, request: LLMRequest, *, meter: Meter | None = None) -> LLMResponse:
         """Run one model step to the end and return it assembled (no streaming; see stream)."""

@@ -200,15 +200,10 @@ class TurnLogWriter:
         if sent is None:
             return make_job(entry)
         # Tuple and string comparison check identity first: unchanged tools and prompts cost no
-        # more. A request usually holds the last one's turns and more: a tuple comparison (C, an
-        # identity check a turn) says so several times faster than the walk of shared_prefix, and
-        # an equal turn renders the same.
-        kept = len(sent.turns)
-        if request.turns[:kept] != sent.turns:
-            kept = shared_prefix(sent.turns, request.turns)
+        # more; an equal turn renders the same.
         return make_job(
             entry,
-            keep=kept,
+            keep=shared_prefix(sent.turns, request.turns),
             system=request.system != sent.system,
             tools=request.tools != sent.tools,
         )
