@@ -6,8 +6,10 @@ show the same thing: the daemon changes where the turn runs, not what the user s
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -51,9 +53,14 @@ BY_DAEMON = "kesoku: answered by the daemon (pid {pid}) at {socket}"
 
 
 class Daemon:
-    """``kesoku start`` in the background, for the folder's kesoku.toml."""
+    """``kesoku start`` in the background, for the folder's kesoku.toml.
 
-    def __init__(self, folder: Path) -> None:
+    Args:
+        folder: Where its kesoku.toml is.
+        max_files: Its limit of open descriptors (RLIMIT_NOFILE), if not the inherited one.
+    """
+
+    def __init__(self, folder: Path, max_files: int | None = None) -> None:
         self.folder = folder
         self.log = folder / "daemon.log"
         self.offset = self.log.stat().st_size if self.log.exists() else 0  # an earlier daemon's
@@ -65,6 +72,7 @@ class Daemon:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
+                preexec_fn=None if max_files is None else functools.partial(limit_files, max_files),
             )
         self.socket = socket_path(folder / "kesoku.db")
         self.config = b""
@@ -83,13 +91,18 @@ class Daemon:
             self.proc.wait(timeout=30)
 
 
+def limit_files(count: int) -> None:
+    """In a child: at most ``count`` open descriptors."""
+    resource.setrlimit(resource.RLIMIT_NOFILE, (count, count))
+
+
 @pytest.fixture
 def daemon_for() -> Iterator[type[Daemon]]:
     started: list[Daemon] = []
 
     class Tracked(Daemon):
-        def __init__(self, folder: Path) -> None:
-            super().__init__(folder)
+        def __init__(self, folder: Path, max_files: int | None = None) -> None:
+            super().__init__(folder, max_files)
             started.append(self)
 
     yield Tracked
@@ -622,3 +635,49 @@ def test_a_one_shot_whose_terminal_stalls_behind_a_long_stream_still_ends(
         proc.wait()
     assert (proc.returncode, out) == (0, "Done.\n"), err[-2000:]
     assert err.splitlines()[-1].startswith("continue with: kesoku chat --session ")
+
+
+def test_a_daemon_out_of_descriptors_keeps_serving_once_they_are_back(
+    tmp_path: Path, daemon_for: type[Daemon]
+) -> None:
+    setup(tmp_path, "echo.yaml")
+    daemon = daemon_for(tmp_path, max_files=160)
+    idle: list[socket.socket] = []
+    try:
+        for _ in range(200):  # more than it can hold: accept() runs out of descriptors
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect(str(daemon.socket))
+            idle.append(sock)
+        threading.Event().wait(1)
+        assert daemon.proc.poll() is None, daemon.log.read_text()
+    finally:
+        for sock in idle:
+            sock.close()
+    served = chat(tmp_path, "-v", "hi")
+    assert served.stderr.startswith(daemon.by()), served.stderr
+    assert "cannot accept a client now: [Errno 24]" in daemon.log.read_text()
+
+
+def test_an_unreadable_answer_on_the_socket_is_one_line(tmp_path: Path) -> None:
+    setup(tmp_path, "echo.yaml")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(socket_path(tmp_path / "kesoku.db")))
+    server.listen(1)
+
+    def answer_garbage() -> None:
+        client, _ = server.accept()
+        with client:
+            client.recv(65536)
+            client.sendall(b"\0\0\0\5hello")  # a frame, but not one of the protocol's
+
+    thread = threading.Thread(target=answer_garbage)
+    thread.start()
+    try:
+        result = chat(tmp_path, "hi")
+    finally:
+        thread.join(timeout=30)
+        server.close()
+    assert result.returncode == 2
+    assert result.stderr.startswith("kesoku: chat: the daemon's answer cannot be read (")
+    assert result.stderr.endswith("); restart it, or add --local\n")
+    assert len(result.stderr.splitlines()) == 1

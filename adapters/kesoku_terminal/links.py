@@ -23,6 +23,7 @@ from kesoku.host.control import (
     Attach,
     Attached,
     Command,
+    FrameError,
     FrameReader,
     Gap,
     Log,
@@ -39,7 +40,7 @@ from kesoku.host.control import (
     socket_path,
 )
 from kesoku.vocab.errors import OperatorError
-from kesoku_terminal.remote import LEAVE_WAIT_S, BufferedLog
+from kesoku_terminal.remote import LEAVE_WAIT_S, BufferedLog, unreadable
 from kesoku_terminal.view import Follower, SessionLog, StoreLog, user_name
 
 if TYPE_CHECKING:
@@ -250,6 +251,8 @@ class DaemonLink:
                 why = str(exc)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 why = f"the connection to the daemon broke ({exc})"
+            except FrameError as exc:
+                why = unreadable(exc).removeprefix("chat: ")
             self._reply_in.close()  # a request waiting for its reply learns it now
             await self.on_gone(why)
             await trio.sleep_forever()
@@ -371,6 +374,9 @@ async def connect(db_path: str, session_id: str | None, llm_name: str | None) ->
         frames: list[ToClient] = []
         while not frames and (data := await stream.receive_some(RECEIVE_BYTES)):
             frames.extend(reader.feed(data))  # type: ignore[arg-type]
+    except FrameError as exc:
+        await stream.aclose()
+        raise OperatorError(unreadable(exc)) from None
     except BaseException:
         await stream.aclose()
         raise

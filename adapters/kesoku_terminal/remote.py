@@ -28,6 +28,7 @@ from kesoku.host.control import (
     Answer,
     Attach,
     Attached,
+    FrameError,
     FrameReader,
     Gap,
     Log,
@@ -108,6 +109,11 @@ def ask_daemon(
         code = client.ask(attached, question)
         client.leave()
         return code
+
+
+def unreadable(exc: FrameError) -> str:
+    """The line for a daemon whose answer cannot be read (another version, or not a daemon)."""
+    return f"chat: the daemon's answer cannot be read ({exc}); restart it, or add --local"
 
 
 class BufferedLog:
@@ -276,7 +282,10 @@ class _Client:
                         data = b""
                     if not data:
                         return None
-                    self.pending.extend(self.reader.feed(data))  # type: ignore[arg-type]
+                    try:
+                        self.pending.extend(self.reader.feed(data))  # type: ignore[arg-type]
+                    except FrameError as exc:
+                        raise OperatorError(unreadable(exc)) from None
         return self.pending.popleft()
 
 

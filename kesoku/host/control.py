@@ -32,7 +32,13 @@ from kesoku.vocab.model import Message
 PROTOCOL = 2
 """Bumped when a frame changes meaning; a client refuses a daemon speaking another."""
 MAX_FRAME_BYTES = 64 * 1024 * 1024
-"""The largest frame either side accepts (a log batch of long tool results fits)."""
+"""The largest frame a client accepts (a log batch of long tool results fits)."""
+MAX_REQUEST_BYTES = 16 * 1024 * 1024
+"""The largest frame the daemon accepts from an attached client (a question with 1 MiB of stdin,
+a pasted block)."""
+MAX_ATTACH_BYTES = 64 * 1024
+"""The largest first frame the daemon accepts (an ``Attach`` is a few dozen bytes): a connection
+that has not attached cannot make it buffer more."""
 SUN_PATH_MAX = 107
 """The longest path ``sockaddr_un`` holds (108 bytes with the NUL, unix(7))."""
 _HEADER = struct.Struct(">I")
@@ -172,23 +178,26 @@ class FrameReader:
 
     Args:
         to_client: Decode the daemon's frames (the client's side); False: the client's frames.
+        max_bytes: The largest frame accepted (change :attr:`max_bytes` as the peer is trusted
+            more).
     """
 
-    def __init__(self, *, to_client: bool) -> None:
+    def __init__(self, *, to_client: bool, max_bytes: int = MAX_FRAME_BYTES) -> None:
         self._decoder = _to_client if to_client else _to_daemon
         self._buffer = bytearray()
+        self.max_bytes = max_bytes
 
     def feed(self, data: bytes) -> Iterator[ToDaemon | ToClient]:
         """The frames ``data`` completes.
 
         Raises:
-            FrameError: A frame over :data:`MAX_FRAME_BYTES` or not of this protocol.
+            FrameError: A frame over :attr:`max_bytes` or not of this protocol.
         """
         self._buffer += data
         while len(self._buffer) >= _HEADER.size:
             (size,) = _HEADER.unpack_from(self._buffer)
-            if size > MAX_FRAME_BYTES:
-                raise FrameError(f"a frame of {size:,} bytes (the most is {MAX_FRAME_BYTES:,})")
+            if size > self.max_bytes:
+                raise FrameError(f"a frame of {size:,} bytes (the most is {self.max_bytes:,})")
             end = _HEADER.size + size
             if len(self._buffer) < end:
                 return

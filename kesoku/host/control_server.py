@@ -30,6 +30,8 @@ import trio
 from kesoku.host.chat_commands import run_command, say
 from kesoku.host.chat_sessions import discard_if_empty, next_session, open_session
 from kesoku.host.control import (
+    MAX_ATTACH_BYTES,
+    MAX_REQUEST_BYTES,
     PROTOCOL,
     Answer,
     Attach,
@@ -69,6 +71,11 @@ EVENT_BUFFER = 4096
 LOG_BATCH = 256
 """Messages read from the store per query while relaying."""
 RECEIVE_BYTES = 65536
+MAX_CLIENTS = 256
+"""Connections served at once; one more is closed at once (each holds a descriptor and a task)."""
+ACCEPT_PAUSE_S = 0.1
+"""After an accept failed for want of descriptors or memory, the pause before the next try."""
+_ACCEPT_PAUSES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 RETIRE_WAIT_S = 2.0
 """When a client leaves, how long its session's worker may take to let the lock go before the
 connection closes anyway (an idle worker takes a few ms; a running turn goes on after)."""
@@ -91,6 +98,7 @@ class ControlServer:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.attached: dict[str, int] = {}
+        self.clients: set[trio.SocketStream] = set()
 
     def serves(self, session_id: str) -> bool:
         """A client is attached to the session: the daemon answers it."""
@@ -118,7 +126,18 @@ class ControlServer:
             async with trio.open_nursery() as nursery:
                 task_status.started()
                 while True:
-                    stream = await listener.accept()
+                    try:
+                        stream = await listener.accept()
+                    except OSError as exc:  # out of descriptors or memory: wait, do not die
+                        if exc.errno not in _ACCEPT_PAUSES:
+                            raise
+                        log.warning("control socket: cannot accept a client now: %s", exc)
+                        await trio.sleep(ACCEPT_PAUSE_S)
+                        continue
+                    if len(self.clients) >= MAX_CLIENTS:
+                        log.warning("control socket: %d clients already; one refused", MAX_CLIENTS)
+                        await stream.aclose()
+                        continue
                     nursery.start_soon(self._client, rt, stream)
         finally:
             with contextlib.suppress(OSError):
@@ -152,6 +171,13 @@ class ControlServer:
             raise
 
     async def _client(self, rt: Runtime, stream: trio.SocketStream) -> None:
+        self.clients.add(stream)
+        try:
+            await self._serve_client(rt, stream)
+        finally:
+            self.clients.discard(stream)
+
+    async def _serve_client(self, rt: Runtime, stream: trio.SocketStream) -> None:
         async with stream:
             try:
                 pid, uid = peer_credentials(stream.socket)  # type: ignore[arg-type]
@@ -249,7 +275,7 @@ class _Client:
         self.rt = rt
         self.stream = stream
         self.server = server
-        self.reader = FrameReader(to_client=False)
+        self.reader = FrameReader(to_client=False, max_bytes=MAX_ATTACH_BYTES)
         self.pending: list[object] = []
         self.sending = trio.Lock()
 
@@ -272,6 +298,7 @@ class _Client:
             first = await self.receive()
         if not isinstance(first, Attach):
             return
+        self.reader.max_bytes = MAX_REQUEST_BYTES
         if first.protocol != PROTOCOL:
             await self.send(
                 Refused(
@@ -349,6 +376,9 @@ class _Client:
         while (frame := await self.receive()) is not None:
             if isinstance(frame, Switch):
                 return frame
+            if isinstance(frame, Attach):  # one per connection: Switch moves to another session
+                await self.send(Refused("chat: this connection is attached already"))
+                return None
             if isinstance(frame, Post | Say):
                 try:
                     if isinstance(frame, Say):
