@@ -25,6 +25,7 @@ import test_cli_signals
 import test_mcp_cli
 import test_usage
 import yaml
+from kesoku_terminal.plain import NOT_ASKED
 from test_cli_chat import (
     Terminal,
     chat,
@@ -681,3 +682,37 @@ def test_an_unreadable_answer_on_the_socket_is_one_line(tmp_path: Path) -> None:
     assert result.stderr.startswith("kesoku: chat: the daemon's answer cannot be read (")
     assert result.stderr.endswith("); restart it, or add --local\n")
     assert len(result.stderr.splitlines()) == 1
+
+
+def test_a_chat_whose_daemon_does_not_answer_can_still_be_left(
+    tmp_path: Path, daemon_for: type[Daemon]
+) -> None:
+    setup(tmp_path, "slow.yaml")
+    daemon = daemon_for(tmp_path)
+    daemon.proc.send_signal(signal.SIGSTOP)  # it accepts connections, and answers nothing
+    before = start_chat(tmp_path, "count")
+    try:
+        threading.Event().wait(1)
+        before.send_signal(signal.SIGINT)  # while attaching: nothing was asked
+        _, err = before.communicate(timeout=30)
+        assert (before.returncode, err) == (130, NOT_ASKED + "\n")
+    finally:
+        daemon.proc.send_signal(signal.SIGCONT)
+        before.kill()
+    during = start_chat(tmp_path, "count")
+    try:
+        wait_for_turn(tmp_path)
+        daemon.proc.send_signal(signal.SIGSTOP)
+        for _ in range(3):  # stop, kill its tools, then leave: nothing answers the first two
+            threading.Event().wait(0.5)
+            during.send_signal(signal.SIGINT)
+        _, err = during.communicate(timeout=30)
+    finally:
+        daemon.proc.send_signal(signal.SIGCONT)
+        during.kill()
+    session = history(tmp_path)[0][0]
+    assert during.returncode == 130, err
+    assert err.splitlines()[-1] == (
+        "kesoku: the daemon did not end the turn; left it (it may go on there); "
+        f"continue with: kesoku chat --session {session}"
+    )

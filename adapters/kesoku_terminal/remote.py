@@ -46,6 +46,7 @@ from kesoku.host.control import (
 from kesoku.vocab.errors import OperatorError
 from kesoku.vocab.model import DENY, parse_answer
 from kesoku_terminal.plain import (
+    NOT_ASKED,
     SIGNALS,
     Controls,
     PlainSink,
@@ -63,6 +64,10 @@ LEAVE_WAIT_S = 5.0
 """At exit, how long the daemon may take to let the session go (normally under a millisecond)."""
 GONE = "kesoku: the daemon stopped before the turn ended; the turn is cut"
 """The line of a chat whose daemon went away mid-turn (exit 1)."""
+ATTACH_WAIT_S = 30.0
+"""How long the daemon may take to answer an ``Attach`` (building a ``--llm`` backend: seconds)."""
+UNANSWERED = "kesoku: the daemon did not end the turn; left it (it may go on there)"
+"""The line of a chat that gave up on the daemon: a signal after the kill was asked already."""
 
 
 def ask_daemon(
@@ -99,16 +104,33 @@ def ask_daemon(
         return None
     with sock, _signals() as wakeup:
         client = _Client(sock, wakeup)
-        attached = client.attach(Attach(session_id, llm_name))
+        try:
+            attached = client.attach(Attach(session_id, llm_name))
+        except _Left as left:  # a signal before the daemon answered: nothing was asked
+            print(NOT_ASKED, file=sys.stderr)
+            return 128 + left.signum
         if verbose:
             print(
                 f"kesoku: answered by the daemon (pid {attached.pid}) at {path}",
                 file=sys.stderr,
                 flush=True,
             )
-        code = client.ask(attached, question)
+        try:
+            code = client.ask(attached, question)
+        except _Left as left:
+            sid = attached.session_id
+            print(f"{UNANSWERED}; continue with: kesoku chat --session {sid}", file=sys.stderr)
+            return 128 + left.signum
         client.leave()
         return code
+
+
+class _Left(Exception):
+    """The user gave up on a daemon that does not answer (a signal)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
 def unreadable(exc: FrameError) -> str:
@@ -157,7 +179,6 @@ class _Client:
         self.wakeup = wakeup
         self.reader = FrameReader(to_client=True)
         self.pending: deque[ToClient] = deque()
-        self.signals: list[int] = []
         self.questions: deque[Message] = deque()
         self.selector = selectors.DefaultSelector()
         self.selector.register(sock, selectors.EVENT_READ)
@@ -217,9 +238,6 @@ class _Client:
 
         stops.posting = cancel_post
         stops.ask = self.questions.append
-        for signum in self.signals:  # while attaching
-            stops.on_signal(signum)
-        self.signals.clear()
         if cancelled:
             return finish(sink, stops, session_id, asked=False)
         self.send(Post(question))
@@ -227,7 +245,12 @@ class _Client:
         mine: int | None = None
         while mine is None or follower.ended_root_id < mine:
             self._ask_next(stops)
-            frame = self.next_frame(stops)
+            try:
+                frame = self.next_frame(stops)
+            except _Left:
+                sink.answer_end()
+                sink.thought_end()
+                raise
             if frame is None:
                 sink.answer_end()
                 sink.thought_end()
@@ -258,16 +281,30 @@ class _Client:
     def next_frame(self, stops: Controls | None = None) -> ToClient | None:
         """The next frame from the daemon, handling signals and answers meanwhile.
 
-        Signals before ``stops`` exists are kept for it. None: the daemon closed the connection.
+        Without ``stops`` (attaching) the daemon has :data:`ATTACH_WAIT_S` to answer.
+
+        Returns:
+            The frame; None when the daemon closed the connection.
+
+        Raises:
+            _Left: A signal while attaching, or one after the turn's kill was asked already (a
+                daemon that does not answer must not hold the chat).
+            OperatorError: The daemon did not answer the attach in time, or sent an unreadable
+                frame.
         """
         while not self.pending:
-            for key, _ in self.selector.select():
+            ready = self.selector.select(None if stops is not None else ATTACH_WAIT_S)
+            if not ready:
+                raise OperatorError(
+                    f"chat: the daemon did not answer in {ATTACH_WAIT_S:g} s; "
+                    "kesoku doctor says which process it is, or add --local"
+                )
+            for key, _ in ready:
                 if key.fileobj is self.wakeup:
                     for signum in self.wakeup.recv(64):
-                        if stops is None:
-                            self.signals.append(signum)
-                        else:
-                            stops.on_signal(signum)
+                        if stops is None or stops.count >= 2:
+                            raise _Left(signum)
+                        stops.on_signal(signum)
                 elif key.fd == sys.stdin.fileno():
                     self.selector.unregister(key.fd)
                     line = sys.stdin.readline()  # a terminal: readable once a line is typed
