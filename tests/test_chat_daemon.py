@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -636,6 +637,9 @@ def test_a_one_shot_whose_terminal_stalls_behind_a_long_stream_still_ends(
         proc.wait()
     assert (proc.returncode, out) == (0, "Done.\n"), err[-2000:]
     assert err.splitlines()[-1].startswith("continue with: kesoku chat --session ")
+    # Shown once each, in order: what streamed before the loss, then the rest from the log.
+    steps = re.findall(r"thinking, step (\d{5})", err)
+    assert steps == [f"{n:05d}" for n in range(12_000)]
 
 
 def test_a_daemon_out_of_descriptors_keeps_serving_once_they_are_back(

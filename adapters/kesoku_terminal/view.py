@@ -209,9 +209,13 @@ class Follower:
                 self.handle(event)
 
     def gap(self) -> None:
-        """Events were lost: show the log up to now, and no deltas until the next step boundary."""
+        """Events were lost: show the log up to now, and no deltas until the next step boundary.
+
+        What the stream showed of the current step stays open: the deltas before the loss came in
+        order, so they begin the step's message, which then adds only the rest when the log brings
+        it (closing the line here showed the message again whole: a long thought twice).
+        """
         self.gaps += 1
-        self._close_streams()
         self.sync()
         self.lossy = True
 
