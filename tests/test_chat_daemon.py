@@ -720,3 +720,24 @@ def test_a_chat_whose_daemon_does_not_answer_can_still_be_left(
         "kesoku: the daemon did not end the turn; left it (it may go on there); "
         f"continue with: kesoku chat --session {session}"
     )
+
+
+def test_a_turn_a_daemon_restart_cut_is_taken_up_when_a_chat_attaches(
+    tmp_path: Path, daemon_for: type[Daemon]
+) -> None:
+    setup(tmp_path, "slow.yaml")
+    first = daemon_for(tmp_path)
+    proc = start_chat(tmp_path, "count")
+    wait_for_turn(tmp_path)
+    first.proc.kill()  # the turn is cut: its root stays processing
+    first.proc.wait(timeout=30)
+    proc.communicate(timeout=30)
+    (cut,) = user_messages(tmp_path)
+    assert cut.status is Status.PROCESSING
+    second = daemon_for(tmp_path)  # it leaves terminal sessions to their chats at its start
+    again = chat(tmp_path, "-v", "--session", cut.session_id, "and again")
+    assert again.stderr.startswith(second.by()), again.stderr
+    assert again.returncode == 0, again.stderr
+    statuses = {m.content: m.status for m in user_messages(tmp_path)}
+    # Taken up when the chat attached, then interrupted by its message, as a chat of its own does.
+    assert statuses == {"count": Status.INTERRUPTED, "and again": Status.DONE}

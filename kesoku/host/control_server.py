@@ -341,6 +341,12 @@ class _Client:
         # the daemon for as long (1.4 s for anthropic).
         llm = await trio.to_thread.run_sync(self.rt.llm_for, session)
         self.server.attached[session.id] = 1
+        # What the daemon's start left to a chat (terminal sessions are answered only while one is
+        # attached): a turn a restart cut, a message nobody answered. The daemon answers it now.
+        store = self.rt.store
+        left = store.open_user_messages(up_to=store.last_message_id(), session_id=session.id)
+        for message in left:
+            self.rt.dispatcher.submit(message)
         try:
             with self.rt.hub.subscribe(session.id, buffer=EVENT_BUFFER) as events:
                 cursor = self.rt.store.last_message_id()

@@ -474,17 +474,24 @@ class Store(ScheduleTable, SpendTable, StoreBase):
         )
         return _to_messages(rows, session_id)
 
-    def open_user_messages(self, *, up_to: int) -> list[Message]:
+    def open_user_messages(self, *, up_to: int, session_id: str | None = None) -> list[Message]:
         """Return the user messages still pending or processing with id <= ``up_to``, in id order.
 
         The runtime calls this once at start (crash recovery): a full scan, kept off the write path
-        because an index on status would cost every post a second b-tree write.
+        because an index on status would cost every post a second b-tree write. With
+        ``session_id``, that session's only (its index: the daemon, when a chat attaches).
         """
-        rows = self._conn.execute(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages"
-            " WHERE role = 'user' AND status IN ('pending', 'processing') AND id <= ? ORDER BY id",
-            (up_to,),
-        )
+        where = "role = 'user' AND status IN ('pending', 'processing') AND id <= ?"
+        if session_id is None:
+            rows = self._conn.execute(
+                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE {where} ORDER BY id", (up_to,)
+            )
+        else:
+            rows = self._conn.execute(
+                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND {where}"
+                " ORDER BY id",
+                (session_id, up_to),
+            )
         return _to_messages(rows)
 
     def count_turns(self, session_id: str) -> int:
