@@ -336,6 +336,14 @@ def test_a_one_shot_says_how_to_go_on_and_that_command_goes_on(tmp_path: Path) -
     assert [r[3] for r in rows if r[1] == Role.USER] == ["go on and on", "carry on"]
 
 
+def test_a_chat_leaves_no_lock_file_of_its_session(tmp_path: Path) -> None:
+    setup(tmp_path, "echo.yaml")
+    first = chat(tmp_path, "one")
+    session = first.stderr.splitlines()[-1].removeprefix("continue with: kesoku chat --session ")
+    assert chat(tmp_path, "--session", session, "two").returncode == 0
+    assert [p.name for p in (tmp_path / "sessions" / ".locks").iterdir()] == ["sessions.lock"]
+
+
 def test_piped_stdin_is_appended_to_the_prompt(tmp_path: Path) -> None:
     setup(tmp_path, "echo.yaml")
     result = chat(tmp_path, "summarize", stdin="line one\nline two\n")

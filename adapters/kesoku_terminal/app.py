@@ -91,8 +91,10 @@ def chat(
         return _run(rt, session, question, serving, resumed=session_id is not None)
     finally:
         if store is not None:
-            if session is not None and session_id is None:  # a session this chat opened
-                discard_if_empty(rt.gateway, session)  # no-op unless nothing was ever said in it
+            if session is not None:
+                if session_id is None:  # a session this chat opened
+                    discard_if_empty(rt.gateway, session)  # no-op unless nothing was said in it
+                rt.gateway.locks.close()  # its sessions' locks, and their pid files
             store.close()
 
 

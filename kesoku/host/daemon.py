@@ -115,6 +115,8 @@ def run(config_path: Path | None) -> int:
         except KeyboardInterrupt:  # Ctrl-C before the signal watcher was listening
             log.info("interrupted during start-up")
             return 130
+        finally:
+            rt.gateway.locks.close()  # the sessions it still held, and their pid files
     finally:
         store.close()
 
