@@ -271,8 +271,8 @@ class Daemon:
             return f"chat adapters {', '.join(chats)}; waiting for messages"
         return (
             "no chat adapter is enabled ([discord] or [gchat] enabled = true), so no chat reaches "
-            "it; it still runs schedules and the heartbeat, resumes turns cut by a restart, and "
-            "answers sessions other processes store and the kesoku chat one-shots it is asked"
+            "it; it still runs schedules and the heartbeat, resumes turns cut by a restart, "
+            "answers sessions other processes store, and serves kesoku chat"
         )
 
     def request_stop(self) -> None:
