@@ -444,6 +444,21 @@ def test_ctrl_c_stops_a_one_shot_turn_with_130(tmp_path: Path) -> None:
     assert lines[-1] == f"continue with: kesoku chat --session {history(tmp_path)[0][0]}"
 
 
+def test_what_ctrl_c_does_is_a_line_of_its_own_after_a_thought(tmp_path: Path) -> None:
+    setup(tmp_path, "slow.yaml")
+    (tmp_path / "scenario.yaml").write_text(
+        "steps:\n  - events: [{thought: 'slow thinking'}, {sleep_s: 10}, {text: 'late.'}]\n"
+    )
+    proc = start_chat(tmp_path, "think")
+    assert proc.stderr is not None
+    wait_for_turn(tmp_path)
+    assert proc.stderr.read(len("💭 slow thinking")) == "💭 slow thinking"  # streamed: left open
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert err.startswith("\nstopping the turn (Ctrl-C again kills running tools)\n")
+
+
 # -- interactive, on a pseudo-terminal -------------------------------------------------------------
 
 

@@ -49,6 +49,7 @@ async def run_oneshot(rt: Runtime, session: Session, prompt: str) -> int:
     stops = Controls(
         lambda force: rt.gateway.stop(session.id, force=force),
         lambda question_id, choice, by: rt.questions.answer(question_id, choice, by=by),
+        sink.notice,
     )
     follower = Follower(
         rt.hub,

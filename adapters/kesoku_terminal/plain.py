@@ -129,6 +129,10 @@ class PlainSink:
         """Show a system notice."""
         self._line(text, dim=False)
 
+    def notice(self, text: str) -> None:
+        """Show a line of the chat's own (what a signal does), ending any line left open."""
+        self._line(text)
+
     def question(self, question: Message) -> None:
         """Show a question; :class:`_Controls` answers it.
 
@@ -208,13 +212,19 @@ class Controls:
     Args:
         stop: Stops the session's turn; its argument is ``force`` (kill running tools).
         answer: Answers a question: ``(question_id, choice, by)``.
+        say: Shows what a signal does, as a whole line (:meth:`PlainSink.notice`: a thought left
+            open is ended first).
     """
 
     def __init__(
-        self, stop: Callable[[bool], object], answer: Callable[[int, str, str], object]
+        self,
+        stop: Callable[[bool], object],
+        answer: Callable[[int, str, str], object],
+        say: Callable[[str], object],
     ) -> None:
         self.stop = stop
         self.answer = answer
+        self.say = say
         self.count = 0
         self.terminated: int | None = None
         """The number of the SIGTERM or SIGHUP that stopped the turn, if one did."""
@@ -239,7 +249,7 @@ class Controls:
         """
         self.posting = None
         if asked and self.hint is not None:
-            print(self.hint, file=sys.stderr, flush=True)
+            self.say(self.hint)
         self.hint = None
 
     def on_event(self, event: TurnEvent) -> None:
@@ -266,7 +276,7 @@ class Controls:
             self.terminated = signum
             hint = f"{signal.Signals(signum).name}: stopping the turn and killing its tools"
         if self.posting is None:
-            print(hint, file=sys.stderr, flush=True)
+            self.say(hint)
         else:  # said once the post ends, if it stored the question (else NOT_ASKED is)
             self.hint = hint
         self.apply()

@@ -225,6 +225,7 @@ class _Client:
         stops = Controls(
             lambda force: self.send(Stop(force)),
             lambda question_id, choice, by: self.send(Answer(question_id, choice, by)),
+            sink.notice,
         )
         log = BufferedLog(attached.last_message_id)
         follower = Follower(
