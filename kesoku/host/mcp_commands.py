@@ -107,9 +107,7 @@ async def mcp_command(run: CommandRun, args: str) -> None:
     """``/mcp``: list servers and prompts, or send a server's prompt as the user's message."""
     manager = find_manager(run.rt)
     if manager is None:
-        run.notice(
-            "no MCP server is enabled: add a [[mcp.servers]] table to kesoku.toml", "yellow"
-        )
+        run.notice("no MCP server is enabled: add a [[mcp.servers]] table to kesoku.toml", "yellow")
         return
     try:
         words = shlex.split(args)
@@ -131,9 +129,7 @@ async def mcp_command(run: CommandRun, args: str) -> None:
     spec = next((s for name, _, s in status.prompts if name == words[1]), None)
     if spec is None:
         known = ", ".join(name for name, _, _ in status.prompts) or "none"
-        run.notice(
-            f"/mcp: {status.name} has no prompt {words[1]!r} (prompts: {known})", "yellow"
-        )
+        run.notice(f"/mcp: {status.name} has no prompt {words[1]!r} (prompts: {known})", "yellow")
         return
     try:
         arguments = bind_arguments(spec, words[2:])
