@@ -281,3 +281,33 @@ def test_kill_9_of_a_chat_leaves_no_process_of_its_tool(tmp_path: Path, mode: st
         proc.communicate(timeout=10)
         for pid in running(mark):  # never leave one behind for the next test, whatever failed
             os.kill(pid, signal.SIGKILL)
+
+
+LOST_SIGINT = """
+import os, signal, weakref
+from kesoku.host import interrupt
+
+class Thing:
+    pass
+
+interrupt.install()
+thing = Thing()
+# A SIGINT whose KeyboardInterrupt is raised inside a weakref callback: Python reports it
+# ("Exception ignored") and goes on, as when it lands in the import system's lock callbacks.
+ref = weakref.ref(thing, lambda _: os.kill(os.getpid(), signal.SIGINT) or sum(range(1000)))
+del thing
+print(interrupt.restore(), signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+"""
+
+
+def test_a_ctrl_c_python_could_not_raise_is_not_lost() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", LOST_SIGINT],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=as_at_a_terminal,
+        check=True,
+    )
+    assert "KeyboardInterrupt" in done.stderr  # Python reported it, and did not raise it
+    assert done.stdout == "True True\n"

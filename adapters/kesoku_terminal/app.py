@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from kesoku.host import interrupt
 from kesoku.host.build import build_runtime
 from kesoku.host.chat_sessions import discard_if_empty, open_session
 from kesoku.vocab.errors import OperatorError
@@ -108,6 +109,8 @@ def _run(
     """
     code = EXIT_STOPPED
     try:
+        if interrupt.restore():  # a Ctrl-C Python could not raise while the chat started
+            raise KeyboardInterrupt
         if question is not None:
             code = trio.run(run_oneshot, rt, session, question)
         else:

@@ -31,6 +31,7 @@ import trio
 from rich.console import Console
 from rich.text import Text
 
+from kesoku.host import interrupt
 from kesoku.vocab.events import TurnEnded, TurnStarted
 from kesoku.vocab.model import ALLOW, parse_answer
 from kesoku_terminal.commands import run_command
@@ -499,6 +500,8 @@ def chat_with_daemon(
         return await ChatUI(link, resumed=session_id is not None).run()
 
     code: int | None = EXIT_STOPPED
+    if interrupt.restore():  # a Ctrl-C Python could not raise while the chat started
+        return code
     try:
         code = trio.run(main)
     except* KeyboardInterrupt:  # Ctrl-C while attaching, before the chat listens for it

@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from kesoku.host import interrupt
 from kesoku.host.control import (
     PROTOCOL,
     Answer,
@@ -102,6 +103,10 @@ def ask_daemon(
     except OSError:  # none there, a dead daemon's socket, or not ours to reach
         sock.close()
         return None
+    if interrupt.restore():  # a Ctrl-C Python could not raise while the chat started
+        sock.close()
+        print(NOT_ASKED, file=sys.stderr)
+        return 128 + signal.SIGINT
     with sock, _signals() as wakeup:
         client = _Client(sock, wakeup)
         try:

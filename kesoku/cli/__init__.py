@@ -120,9 +120,14 @@ def main(argv: list[str] | None = None) -> None:
     Args:
         argv: Arguments without the program name; ``sys.argv[1:]`` when None.
     """
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["chat"]:
+        from kesoku.host import interrupt
+
+        interrupt.install()  # until the chat takes SIGINT over
     try:
         try:
-            _run(sys.argv[1:] if argv is None else argv)
+            _run(args)
         finally:
             sys.stdout.flush()  # output still buffered meets the closed pipe here, not at exit
     except KeyboardInterrupt:
