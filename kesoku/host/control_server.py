@@ -92,12 +92,12 @@ class ControlServer:
         path: The socket's path (:func:`kesoku.host.control.socket_path` of the database).
 
     Attributes:
-        attached: Sessions with a client attached, and how many (one at most: a second is refused).
+        attached: Sessions with a client attached (one at most: a second is refused).
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.attached: dict[str, int] = {}
+        self.attached: set[str] = set()
         self.clients: set[trio.SocketStream] = set()
 
     def serves(self, session_id: str) -> bool:
@@ -340,7 +340,7 @@ class _Client:
         # Built now, in a thread: an SDK imported by the first turn would stall every session of
         # the daemon for as long (1.4 s for anthropic).
         llm = await trio.to_thread.run_sync(self.rt.llm_for, session)
-        self.server.attached[session.id] = 1
+        self.server.attached.add(session.id)
         # What the daemon's start left to a chat (terminal sessions are answered only while one is
         # attached): a turn a restart cut, a message nobody answered. The daemon answers it now.
         store = self.rt.store
@@ -367,7 +367,7 @@ class _Client:
                     nursery.cancel_scope.cancel()
             return switch
         finally:
-            del self.server.attached[session.id]
+            self.server.attached.discard(session.id)
             worker = self.rt.dispatcher.workers.get(session.id)
             if worker is not None:  # the session is the terminal's again once its turn ends
                 worker.retire()
