@@ -314,6 +314,10 @@ class ChatUI:
         if message_id:
             self._last_posted = message_id
             self._update_busy()
+            if self.live.status is not None:
+                # The daemon relays the turn's events while its answer to the post is on the way:
+                # what they show ("running shell") is newer than "thinking".
+                return
         self.sink.set_status("thinking")
 
     def confirm(self, question: str, action: Callable[[], Awaitable[None]], declined: str) -> None:
