@@ -23,15 +23,20 @@ optional adapter costs nothing until it is used.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import msgspec
 
 from kesoku.vocab.errors import OperatorError
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     import trio
 
     from kesoku.agent.questions import Questions
@@ -174,15 +179,73 @@ class AdapterEntry:
 def adapter_entries() -> list[AdapterEntry]:
     """Return every adapter registered under :data:`GROUP`, sorted by name.
 
-    Of several with the same name, the first wins.
+    Of several with the same name, the first wins. The answer is kept in
+    ``$XDG_CACHE_HOME/kesoku/adapters-<interpreter>.json`` with the modification time of every
+    ``sys.path`` entry, and used while none of them moved (ARCHITECTURE.md, "Package map", the adapter port).
     """
-    # importlib.metadata costs tens of milliseconds to import: only the daemon and `chat` pay it.
+    stamp = _path_stamp()
+    cached = _read_cache(stamp)
+    if cached is not None:
+        return cached
+    # importlib.metadata costs tens of milliseconds to import and more to scan every distribution
     from importlib.metadata import entry_points
 
     found: dict[str, AdapterEntry] = {}
     for ep in entry_points(group=GROUP):
         found.setdefault(ep.name, AdapterEntry(ep.name, ep.value))
-    return [found[name] for name in sorted(found)]
+    entries = [found[name] for name in sorted(found)]
+    _write_cache(stamp, entries)
+    return entries
+
+
+def _path_stamp() -> list[tuple[str, int | None]]:
+    """Each ``sys.path`` entry with its modification time (ns; None: missing).
+
+    An installer adds or removes a distribution's ``*.dist-info`` folder, which moves the time of
+    the folder holding it: importlib.metadata's own per-process cache trusts the same sign.
+    """
+    stamp: list[tuple[str, int | None]] = []
+    for entry in sys.path:
+        try:
+            stamp.append((entry, os.stat(entry or ".").st_mtime_ns))
+        except OSError:
+            stamp.append((entry, None))
+    return stamp
+
+
+def _cache_file() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    # one file per interpreter; a clash would only cost a lookup (the stamp names every path)
+    key = f"{zlib.crc32(sys.executable.encode()):08x}"
+    return Path(base, "kesoku", f"adapters-{key}.json")
+
+
+class _Cached(msgspec.Struct):
+    stamp: list[tuple[str, int | None]]
+    entries: list[tuple[str, str]]
+
+
+def _read_cache(stamp: list[tuple[str, int | None]]) -> list[AdapterEntry] | None:
+    try:
+        cached = msgspec.json.decode(_cache_file().read_bytes(), type=_Cached)
+    except (OSError, msgspec.DecodeError):
+        return None  # none yet, unreadable, or damaged: look again
+    if cached.stamp != stamp:
+        return None
+    return [AdapterEntry(name, value) for name, value in cached.entries]
+
+
+def _write_cache(stamp: list[tuple[str, int | None]], entries: list[AdapterEntry]) -> None:
+    path = _cache_file()
+    data = msgspec.json.encode(_Cached(stamp, [(e.name, e.value) for e in entries]))
+    temp = path.with_name(f"{path.name}.{os.getpid()}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temp.write_bytes(data)
+        os.replace(temp, path)  # another process reads the old file or the new, never half
+    except OSError:  # a read-only home only costs the next lookup its time
+        with contextlib.suppress(OSError):
+            temp.unlink()
 
 
 def find_adapter(name: str, entries: Sequence[AdapterEntry] | None = None) -> AdapterEntry:
