@@ -6,7 +6,6 @@ got str".
 
 from __future__ import annotations
 
-import difflib
 import re
 import types
 import typing
@@ -74,6 +73,8 @@ def unknown_key(key: str, known: list[str]) -> str:
 
     Shared with the scripted backend's scenario files, so both say it the same way.
     """
+    import difflib  # only a config with a mistake needs it; every `kesoku` command loads one
+
     close = " or ".join(map(repr, difflib.get_close_matches(key, known, n=2)))
     hint = f"; did you mean {close}?" if close else ""
     return f"unknown key{hint} (known: {', '.join(known)})"
