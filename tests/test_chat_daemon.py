@@ -452,6 +452,41 @@ def test_a_file_where_the_socket_goes_is_kept_and_the_daemon_runs_without_one(
     assert "(no daemon serves the database)" in alone.stderr
 
 
+def test_a_second_daemon_takes_the_socket_over_once_the_first_is_gone(
+    tmp_path: Path, daemon_for: type[Daemon]
+) -> None:
+    setup(tmp_path, "echo.yaml")
+    db = tmp_path / "kesoku.db"
+    first = daemon_for(tmp_path)
+    others = [daemon_for(tmp_path), daemon_for(tmp_path)]  # they share daemon.log
+    assert (
+        first.log.read_text().count("this daemon answers no kesoku chat until that one stops") == 2
+    )
+    assert chat(tmp_path, "-v", "hi").stderr.startswith(first.by())
+
+    def server() -> Daemon | None:
+        pids = {d.proc.pid: d for d in others}
+        return next((d for pid, d in pids.items() if f"pid {pid} serves" in served(db)), None)
+
+    first.stop()  # it removes its socket
+    wait_until(lambda: server() is not None, what="a waiting daemon to take the socket over")
+    serving = server()
+    assert serving is not None
+    assert chat(tmp_path, "-v", "hi").stderr.startswith(serving.by())
+    serving.proc.kill()  # its socket stays behind
+    serving.proc.wait(timeout=30)
+    [last] = [d for d in others if d is not serving]
+    wait_until(lambda: server() is last, what="the last daemon to take the socket over")
+    done = chat(tmp_path, "-v", "hi")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.startswith(last.by())
+    assert first.log.read_text().count("this one answers kesoku chat now") == 2
+
+
+def served(db: Path) -> str:
+    return "\n".join(daemon_finding(db).lines())
+
+
 # -- interactive, through the daemon ---------------------------------------------------------------
 
 INTERACTIVE = [

@@ -76,6 +76,8 @@ MAX_CLIENTS = 256
 ACCEPT_PAUSE_S = 0.1
 """After an accept failed for want of descriptors or memory, the pause before the next try."""
 _ACCEPT_PAUSES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+TAKE_OVER_S = 2.0
+"""While another daemon serves the database, how often this one tries to take its socket over."""
 RETIRE_WAIT_S = 2.0
 """When a client leaves, how long its session's worker may take to let the lock go before the
 connection closes anyway (an idle worker takes a few ms; a running turn goes on after)."""
@@ -109,19 +111,38 @@ class ControlServer:
     ) -> None:
         """Serve clients until cancelled; the socket is removed at the end.
 
-        Without a socket (another daemon serves the database, or it cannot be made) this logs why
-        and returns: chats then run in their own process, as without a daemon.
+        While another daemon serves the database this one answers no chat: it tries the socket
+        again every :data:`TAKE_OVER_S` and serves once that daemon is gone (stopped or killed).
+        A socket that cannot be made otherwise is logged and left: chats then run in their own
+        process, as without a daemon.
         """
-        try:
-            listener, inode = await self._listen()
-        except OSError as exc:
-            log.warning(
-                "no control socket at %s (%s): this daemon answers no kesoku chat",
+        waited = False
+        while True:
+            try:
+                listener, inode = await self._listen()
+                break
+            except OSError as exc:
+                busy = exc.errno == errno.EADDRINUSE
+                if not waited or not busy:
+                    log.warning(
+                        "no control socket at %s (%s): this daemon answers no kesoku chat%s",
+                        self.path,
+                        exc.strerror or exc,
+                        " until that one stops" if busy else "",
+                    )
+                if not waited:
+                    task_status.started()
+                    waited = True
+                if not busy:
+                    return
+            await trio.sleep(TAKE_OVER_S)
+        if waited:
+            log.info(
+                "control socket at %s: the daemon that served it stopped; this one answers kesoku "
+                "chat now",
                 self.path,
-                exc.strerror or exc,
             )
-            task_status.started()
-            return
+            task_status = trio.TASK_STATUS_IGNORED
         try:
             async with trio.open_nursery() as nursery:
                 task_status.started()
