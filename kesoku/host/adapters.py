@@ -181,7 +181,8 @@ def adapter_entries() -> list[AdapterEntry]:
 
     Of several with the same name, the first wins. The answer is kept in
     ``$XDG_CACHE_HOME/kesoku/adapters-<interpreter>.json`` with the modification time of every
-    ``sys.path`` entry, and used while none of them moved (ARCHITECTURE.md, "Package map", the adapter port).
+    ``sys.path`` entry, and used while none of them moved (ARCHITECTURE.md, "Package map", the
+    adapter port).
     """
     stamp = _path_stamp()
     cached = _read_cache(stamp)
