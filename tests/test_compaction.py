@@ -16,13 +16,28 @@ import trio.testing
 from runtime_harness import Harness, close_store, echo, serve_runtime
 
 from kesoku.agent.compaction.compactor import SHORTEN_MIN_CHARS, CompactionPolicy
-from kesoku.agent.compaction.tokens import estimate_request
+from kesoku.agent.compaction.tokens import (
+    DOCUMENT_TOKENS,
+    IMAGE_TOKENS,
+    TurnSizes,
+    estimate_request,
+    estimate_turns,
+)
 from kesoku.agent.turn import COMPACTION_RETRY_GROWTH
 from kesoku.llm.claude import ClaudeLLM
 from kesoku.testing import ScriptedLLM
 from kesoku.testing.fakes.anthropic_api import AnthropicFake, ErrorReply, Reply, Text
 from kesoku.vocab.events import Compacted, ToolStarted, TurnEnded
-from kesoku.vocab.ir import LLMRequest, TextBlock, ToolResultBlock
+from kesoku.vocab.ir import (
+    DocumentBlock,
+    ImageBlock,
+    LLMRequest,
+    LLMTurn,
+    TextBlock,
+    ThoughtBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+)
 from kesoku.vocab.metrics import TurnState
 from kesoku.vocab.model import Kind, Metadata, Outcome, Role, Status, in_turn, user_text
 from kesoku.vocab.transcript import check_turns
@@ -349,3 +364,24 @@ async def test_claude_over_the_wire_refuses_a_long_prompt_and_the_compacted_retr
     assert "[evicted to save context" in str(retried["messages"])
     # the active request, verbatim
     assert "the task in progress" in str(retried["messages"][-1]["content"])
+
+
+def test_each_kind_of_block_is_measured() -> None:
+    model = LLMTurn(
+        "assistant",
+        (TextBlock("a" * 9), ThoughtBlock("b" * 4), ToolCallBlock("c1", "sh", {"cmd": "ls"})),
+    )
+    user = LLMTurn(
+        "user",
+        (
+            ToolResultBlock("c1", "sh", "x" * 40),
+            ImageBlock("a.png", "image/png"),
+            DocumentBlock("a.pdf", "application/pdf"),
+            DocumentBlock("a.txt", "text/plain", data=b"y" * 20),
+        ),
+    )
+    # 4 characters a token, rounded up: text 3, thought 1, the call's name 1 and its JSON
+    # arguments ({"cmd":"ls"}, 12 bytes) 3; the result 10, a text document by its size 5.
+    expected = (3 + 1 + 1 + 3) + (10 + IMAGE_TOKENS + DOCUMENT_TOKENS + 5)
+    assert estimate_turns([model, user]) == expected
+    assert TurnSizes().estimate([model, user]) == expected

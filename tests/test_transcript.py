@@ -260,9 +260,9 @@ def test_turn_checker_rechecks_only_new_turns() -> None:
     class Counting(TurnChecker):
         checked = 0
 
-        def _check_one(self, *args: Any) -> tuple[list[str], tuple[str, ...]]:
+        def _step(self, *args: Any) -> Any:
             self.checked += 1
-            return super()._check_one(*args)
+            return super()._step(*args)
 
     call = ToolCallBlock("c1", "t", {})
     turns = [

@@ -122,7 +122,14 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True):
         return self.input_tokens + self.output_tokens
 
 
-class Metadata(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+# Metadata and Message (and the request's turns and blocks, kesoku.vocab.ir) are not tracked by the
+# cyclic garbage collector (msgspec gc=False): a worker holds one of each per message of its
+# session, and collections that scanned them all for nothing cost a long session's first request
+# several ms. A cycle through an untracked struct would never be freed, and none can form: they are
+# frozen (their fields set once, to objects made before them) and their only mutable fields are
+# dicts of JSON data (decoded from the store, or a model's arguments), which hold no cycle and no
+# Kesoku object. tests/test_vocab_gc.py checks the fields every untracked struct can reach.
+class Metadata(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """Structured fields of a message; stored as msgspec JSON with defaults omitted.
 
     Unknown fields are tolerated on decode so a database written by a newer Kesoku stays readable.
@@ -174,7 +181,7 @@ class TaintSource(msgspec.Struct, frozen=True):
     label: str
 
 
-class Message(msgspec.Struct, frozen=True, kw_only=True):
+class Message(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One entry of a session's durable log.
 
     ``id`` is 0 until the gateway persists the message and assigns the store's monotonic id; ids are

@@ -59,6 +59,14 @@ LOST_RESULT = (
 
 T = TypeVar("T")
 
+# The members the loops over a whole history compare with, as module globals: on CPython 3.11 an
+# enum member read from its class (``Kind.TOOL_CALL``) costs about 90 ns, a global about 10, and a
+# worker's first request makes several such comparisons per message of its session.
+_USER, _SYSTEM = Role.USER, Role.SYSTEM
+_TOOL_CALL, _TOOL_RESULT, _THOUGHT = Kind.TOOL_CALL, Kind.TOOL_RESULT, Kind.THOUGHT
+_FAILED, _INTERRUPTED = Status.FAILED, Status.INTERRUPTED
+_COMPLETED, _LOST = Outcome.COMPLETED, Outcome.LOST
+
 GC_PAUSE_TURNS = 256
 """A :class:`TurnMemo` update of at least this many new turns pauses the garbage collector
 (:func:`gc_paused`): a worker's first request over a long session, not a step of a turn."""
@@ -69,10 +77,11 @@ def gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector while a whole session becomes objects, then restore it.
 
     Tens of thousands of objects that all stay alive, allocated at once, set off collections that
-    scan them again and again for no garbage: on a new worker's first request over 10,000 messages
-    (bench/context_bench.py) pausing it while the history is read and its transcript built halves
-    the time spent collecting (about 15 ms to 8 ms), and while the checker's states are made saves
-    3 ms more. Nothing may await inside, so no other task runs while it is paused.
+    scan them again and again for no garbage. Messages, turns and blocks are not tracked at all
+    (``gc=False``, see :mod:`kesoku.vocab.model`); what is left is tuples and the checker's states:
+    on a new worker's first request over 10,000 messages (bench/context_bench.py) about 2.3 ms of
+    collections without the pause, 1.5 ms with it (it was 15 ms before the structs were untracked).
+    Nothing may await inside, so no other task runs while it is paused.
     """
     if not gc.isenabled():
         yield
@@ -180,7 +189,7 @@ def missing_results(history: Iterable[Message]) -> list[Message]:
 def _user_blocks(msg: Message) -> list[LLMBlock]:
     blocks: list[LLMBlock] = []
     content = msg.content
-    if msg.role is Role.SYSTEM:
+    if msg.role is _SYSTEM:
         content = f"[{SYSTEM_SENDER}] {content}"
     elif msg.sender != DEFAULT_USER_SENDER:
         content = f"{msg.sender}: {content}"  # a group chat: the model must know who is speaking
@@ -241,9 +250,9 @@ class _Builder:
         for call_msg, call in self.open_calls:
             result = self.results.get(call_msg.id)
             if result is None:
-                self.blocks.append(ToolResultBlock(call.id, call.name, LOST_RESULT, Outcome.LOST))
+                self.blocks.append(ToolResultBlock(call.id, call.name, LOST_RESULT, _LOST))
             else:
-                outcome = result.metadata.outcome or Outcome.COMPLETED
+                outcome = result.metadata.outcome or _COMPLETED
                 self.blocks.append(ToolResultBlock(call.id, call.name, result.content, outcome))
         self.open_calls = []
         self.answered = False
@@ -257,8 +266,8 @@ class _Builder:
         # The hot loop of a session's first request (every message of the history): attributes read
         # once, the user-side steps inlined.
         role = msg.role
-        if role is Role.USER or role is Role.SYSTEM:
-            if role is Role.SYSTEM:
+        if role is _USER or role is _SYSTEM:
+            if role is _SYSTEM:
                 extra = msg.metadata.extra
                 if QUESTION_KEY in extra or ANSWER_KEY in extra:
                     # between the user and the adapter: the tool's result tells the model what was
@@ -274,17 +283,17 @@ class _Builder:
                 self.blocks.extend(blocks)
             return
         kind = msg.kind
-        if kind is Kind.TOOL_RESULT:
+        if kind is _TOOL_RESULT:
             parent_id = msg.parent_id
             for call_msg, _ in self.open_calls:
                 if call_msg.id == parent_id:
                     self.answered = True
                     break
             return  # placed by _close_calls, right after its call
-        if msg.status is Status.FAILED:
+        if msg.status is _FAILED:
             return
         block: LLMBlock
-        if kind is Kind.TOOL_CALL:
+        if kind is _TOOL_CALL:
             meta = msg.metadata
             name, arguments = meta.tool_name or "", meta.tool_arguments or {}
             call_id = call_id_of(msg)
@@ -299,7 +308,7 @@ class _Builder:
             self.blocks.append(call)
             self.open_calls.append((msg, call))
             return
-        if kind is Kind.THOUGHT:
+        if kind is _THOUGHT:
             if not msg.content and msg.metadata.thought_signature is None:
                 return
             block = ThoughtBlock(
@@ -308,7 +317,7 @@ class _Builder:
         else:
             if not msg.content.strip():
                 return
-            text = msg.content + (INTERRUPTED_SUFFIX if msg.status is Status.INTERRUPTED else "")
+            text = msg.content + (INTERRUPTED_SUFFIX if msg.status is _INTERRUPTED else "")
             block = TextBlock(text)
         # Calls end an assistant step: text after them starts the next.
         if self.open_calls:
@@ -357,9 +366,9 @@ class Transcript:
         found: list[Message] = []
         for msg in history:
             kind = msg.kind
-            if kind is Kind.TOOL_CALL:
+            if kind is _TOOL_CALL:
                 calls.add(msg.id)
-            elif kind is Kind.TOOL_RESULT:
+            elif kind is _TOOL_RESULT:
                 found.append(msg)
         results: dict[int, Message] = {}
         for msg in found:
@@ -381,7 +390,7 @@ class Transcript:
         """
         builder = self._builder
         for msg in messages:
-            if msg.kind is Kind.TOOL_RESULT:
+            if msg.kind is _TOOL_RESULT:
                 open_ids = {call_msg.id for call_msg, _ in builder.open_calls}
                 if msg.parent_id not in open_ids or msg.parent_id in builder.results:
                     return False
@@ -464,23 +473,29 @@ class TurnChecker:
 
     def _step(self, before: _Checked | None, turn: LLMTurn) -> _Checked:
         """Check one turn, given the state after the turn before it."""
-        before = _START if before is None else before
-        if len(self._ids) > before.ids:  # the ids of turns the memo has dropped since
-            for dropped in self._ids[before.ids :]:
+        # unpacked at once: a NamedTuple's fields read by name cost a descriptor call each
+        at, role, known, expected, _, bad, attachments = _START if before is None else before
+        ids = self._ids
+        if len(ids) > known:  # the ids of turns the memo has dropped since
+            for dropped in ids[known:]:
                 self._id_set.discard(dropped)
-            del self._ids[before.ids :]
-        i = before.at + 1
-        problems, calls = self._check_one(i, turn, before.role or None, before.calls)
-        attachments = before.attachments + self._attachments
-        if not problems:  # the usual turn: tuple.__new__, as a NamedTuple's __new__ is slow
-            return tuple.__new__(
-                _Checked, (i, turn.role, len(self._ids), calls, (), before.bad, attachments)
-            )
-        bad = before.bad + 1
-        return _Checked(i, turn.role, len(self._ids), calls, tuple(problems), bad, attachments)
+            del ids[known:]
+        i = at + 1
+        clean = self._clean(turn, role, expected)
+        if clean is not None:  # the usual turn: tuple.__new__, as a NamedTuple's __new__ is slow
+            if clean:
+                ids.extend(clean)
+                self._id_set.update(clean)
+            attachments += self._attachments
+            return tuple.__new__(_Checked, (i, turn.role, len(ids), clean, (), bad, attachments))
+        problems, calls = self._check_one(i, turn, role or None, expected)
+        attachments += self._attachments
+        if not problems:
+            return tuple.__new__(_Checked, (i, turn.role, len(ids), calls, (), bad, attachments))
+        return _Checked(i, turn.role, len(ids), calls, tuple(problems), bad + 1, attachments)
 
     def _clean(
-        self, turn: LLMTurn, previous_role: str | None, expected: tuple[str, ...]
+        self, turn: LLMTurn, previous_role: str, expected: tuple[str, ...]
     ) -> tuple[str, ...] | None:
         """The call ids of a turn with no problem, else None; counts its attachments.
 
@@ -490,37 +505,36 @@ class TurnChecker:
         blocks, role = turn.blocks, turn.role
         if not blocks or role == previous_role:
             return None
-        results = 0  # the leading results seen
+        results, wanted = 0, len(expected)  # the leading results seen, and expected
         calls: list[str] = []
         attachments = 0
         id_set = self._id_set
         for block in blocks:
-            # isinstance, as the full check: what it accepts here, the full check accepts
-            if isinstance(block, ToolCallBlock):
+            # Exact types (a subclass is a type this does not know: the full check decides), which
+            # the full check's isinstance accepts too; half the time of isinstance.
+            if type(block) is ToolCallBlock:
                 call_id = block.id
                 if role != "assistant" or call_id in id_set or call_id in calls:
                     return None
                 calls.append(call_id)
             elif calls:
                 return None  # a block after the calls
-            elif isinstance(block, TextBlock):
+            elif type(block) is TextBlock:
                 if not block.text.strip():
                     return None
-            elif isinstance(block, ToolResultBlock):
+            elif type(block) is ToolResultBlock:
                 # a result past the leading ones, or not the next call's in order
-                if results == len(expected) or block.call_id != expected[results]:
-                    return None
-                if role != "user":
+                if results == wanted or block.call_id != expected[results] or role != "user":
                     return None
                 results += 1
                 continue
-            elif isinstance(block, ImageBlock | DocumentBlock):
+            elif type(block) is ImageBlock or type(block) is DocumentBlock:
                 attachments += 1
-            elif not isinstance(block, ThoughtBlock):
+            elif type(block) is not ThoughtBlock:
                 return None
-            if results != len(expected):
+            if results != wanted:
                 return None  # a block before all the expected results
-        if results != len(expected):
+        if results != wanted:
             return None
         self._attachments = attachments
         return tuple(calls)
@@ -528,13 +542,10 @@ class TurnChecker:
     def _check_one(
         self, i: int, turn: LLMTurn, previous_role: str | None, expected: tuple[str, ...]
     ) -> tuple[list[str], tuple[str, ...]]:
-        """The problems of one turn and its call ids (recorded as used); counts its attachments."""
-        clean = self._clean(turn, previous_role, expected)
-        if clean is not None:
-            if clean:
-                self._ids.extend(clean)
-                self._id_set.update(clean)
-            return [], clean
+        """The problems of one turn and its call ids (recorded as used); counts its attachments.
+
+        The full check, for a turn :meth:`_clean` cannot vouch for: its findings are the reference.
+        """
         self._attachments = sum(1 for b in turn.blocks if isinstance(b, ImageBlock | DocumentBlock))
         problems: list[str] = []
         if turn.role == previous_role:

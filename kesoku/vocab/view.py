@@ -18,7 +18,8 @@ never separated: every message of a turn shares its ``root_ts``.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+import operator
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 import msgspec
@@ -43,9 +44,8 @@ HEAD_INTRO = (
 )
 
 
-def key(msg: Message) -> Key:
-    """A message's history-order key."""
-    return (msg.root_ts, msg.ts, msg.id)
+key: Callable[[Message], Key] = operator.attrgetter("root_ts", "ts", "id")
+"""A message's history-order key, ``(root_ts, ts, id)`` (C-level: no Python call)."""
 
 
 class Archive(msgspec.Struct, frozen=True):
@@ -153,10 +153,21 @@ class ViewState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         return msgspec.structs.replace(msg, content=text)
 
 
-def archive_start(messages: Sequence[Message], keys: Sequence[Key], view: ViewState | None) -> int:
-    """Index of the first message the view still sends (0 without a view)."""
+def archive_start(
+    messages: Sequence[Message], keys: Sequence[Key] | None, view: ViewState | None
+) -> int:
+    """Index of the first message the view still sends (0 without a view).
+
+    Args:
+        messages: Messages in history order.
+        keys: Their keys (:func:`key`); None: ``messages`` are searched by :func:`key` (a worker
+            keeps no list of keys: one object more per message).
+        view: The view.
+    """
     if view is None or view.archive_before is None:
         return 0
+    if keys is None:
+        return bisect.bisect_left(messages, view.archive_before, key=key)
     return bisect.bisect_left(keys, view.archive_before)
 
 
@@ -174,7 +185,6 @@ def view_turns(messages: Sequence[Message], view: ViewState | None) -> list[LLMT
     :class:`kesoku.agent.history.SessionHistory` does the same incrementally; this is for measuring
     a candidate view during compaction.
     """
-    keys = [key(m) for m in messages]
-    start = archive_start(messages, keys, view)
+    start = archive_start(messages, None, view)
     shown = messages[start:] if view is None else [view.shown(m) for m in messages[start:]]
     return with_head(Transcript(shown).turns(), view.head_text() if view is not None else None)

@@ -110,7 +110,10 @@ class TurnSizes:
 
 
 def _add_turn(total: float | None, turn: LLMTurn) -> float:
-    return (total or 0.0) + estimate_turn(turn)
+    # estimate_turn, without its call: once per turn of a worker's first request
+    return (total or 0.0) + turn_tokens(
+        turn, image_tokens=IMAGE_TOKENS, document_tokens=DOCUMENT_TOKENS
+    )
 
 
 class Calibration:
