@@ -125,13 +125,15 @@ class Bench:
     async def speak(self, sessions: list[Session], text: str) -> float:
         """Post one message to each session; wait until every turn ended; the seconds it took."""
         started = time.perf_counter()
-        for session in sessions:
-            await self.gateway.post(user_text(session.id, text))
+        posted = [await self.gateway.post(user_text(session.id, text)) for session in sessions]
         # Polled, not counted from the hub: a subscriber's bounded buffer drops events in a burst.
+        # Each posted message by its id: a scan of the table (or of a session's index) here held
+        # the trio thread, and so the worker timed, several ms at 10,000 messages.
         workers = self.rt.dispatcher.workers
-        while self.store.open_user_messages(up_to=1 << 62) or any(  # noqa: ASYNC110
-            w.turn is not None or w.pending for w in workers.values()
-        ):
+        open_ = (Status.PENDING, Status.PROCESSING)
+        while any(  # noqa: ASYNC110
+            (m := self.store.get_message(p.id)) is not None and m.status in open_ for p in posted
+        ) or any(w.turn is not None or w.pending for w in workers.values()):
             await trio.sleep(0.001)
         return time.perf_counter() - started
 
