@@ -19,6 +19,32 @@ def test_a_new_database_is_migrated_to_the_newest_schema(store: Store, db_path: 
     again.close()
 
 
+def test_open_user_messages_read_only_the_open_ones_index(store: Store, tmp_path: Path) -> None:
+    a = store.create_session("terminal", "a", workspace_root=tmp_path)
+    b = store.create_session("terminal", "b", workspace_root=tmp_path)
+    posted = [i.message for i in store.insert_messages([user_text(s.id, "q") for s in (a, b, a)])]
+    store.insert_messages([in_turn(posted[0], Role.ASSISTANT, Kind.TEXT, "answer")])
+    store.set_status([posted[0].id], Status.DONE)
+    store.set_status([posted[1].id], Status.PROCESSING)
+    last = store.last_message_id()
+    assert store.open_user_messages(up_to=last) == [store.get_message(m.id) for m in posted[1:]]
+    assert store.open_user_messages(up_to=last, session_id=a.id) == [posted[2]]
+    assert store.open_user_messages(up_to=posted[1].id) == [store.get_message(posted[1].id)]
+    # Neither reads the table or a session along another index: only the open messages' entries.
+    where = "role = 'user' AND status IN ('pending', 'processing') AND id <= ?"
+    for query, bindings in (
+        (f"SELECT id FROM messages WHERE {where} ORDER BY id", (last,)),
+        (f"SELECT id FROM messages WHERE session_id = ? AND {where} ORDER BY id", (a.id, last)),
+    ):
+        plan = [row[-1] for row in store._conn.execute(f"EXPLAIN QUERY PLAN {query}", bindings)]
+        assert "USING COVERING INDEX messages_open" in plan[0], plan
+    [entries] = store._conn.execute(
+        "SELECT count(*) FROM messages INDEXED BY messages_open"
+        " WHERE role = 'user' AND status IN ('pending', 'processing')"
+    ).fetchone()
+    assert entries == 2  # the answer and the done question are not in it
+
+
 def test_the_connection_is_wal_with_foreign_keys(store: Store) -> None:
     pragmas = {
         name: next(store._conn.execute(f"PRAGMA {name}"))[0]

@@ -477,9 +477,9 @@ class Store(ScheduleTable, SpendTable, StoreBase):
     def open_user_messages(self, *, up_to: int, session_id: str | None = None) -> list[Message]:
         """Return the user messages still pending or processing with id <= ``up_to``, in id order.
 
-        The runtime calls this once at start (crash recovery): a full scan, kept off the write path
-        because an index on status would cost every post a second b-tree write. With
-        ``session_id``, that session's only (its index: the daemon, when a chat attaches).
+        The runtime calls this once at start (crash recovery); with ``session_id``, that session's
+        only (the daemon, when a chat attaches). Both read the partial index ``messages_open``
+        (schema/0005), which holds only the open user messages.
         """
         where = "role = 'user' AND status IN ('pending', 'processing') AND id <= ?"
         if session_id is None:
