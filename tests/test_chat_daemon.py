@@ -463,6 +463,8 @@ def test_a_second_daemon_takes_the_socket_over_once_the_first_is_gone(
         first.log.read_text().count("this daemon answers no kesoku chat until that one stops") == 2
     )
     assert chat(tmp_path, "-v", "hi").stderr.startswith(first.by())
+    ready = [ln for ln in first.log.read_text().splitlines() if " ready: " in ln]
+    assert [ln.endswith(", and serves kesoku chat") for ln in ready] == [True, False, False]
 
     def server() -> Daemon | None:
         pids = {d.proc.pid: d for d in others}

@@ -95,12 +95,14 @@ class ControlServer:
 
     Attributes:
         attached: Sessions with a client attached (one at most: a second is refused).
+        listening: It holds the socket (False while another daemon does).
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.attached: set[str] = set()
         self.clients: set[trio.SocketStream] = set()
+        self.listening = False
 
     def serves(self, session_id: str) -> bool:
         """A client is attached to the session: the daemon answers it."""
@@ -120,6 +122,7 @@ class ControlServer:
         while True:
             try:
                 listener, inode = await self._listen()
+                self.listening = True
                 break
             except OSError as exc:
                 busy = exc.errno == errno.EADDRINUSE
@@ -161,6 +164,7 @@ class ControlServer:
                         continue
                     nursery.start_soon(self._client, rt, stream)
         finally:
+            self.listening = False
             with contextlib.suppress(OSError):
                 if os.stat(self.path).st_ino == inode:  # still ours, not a newer daemon's
                     os.unlink(self.path)

@@ -272,7 +272,8 @@ class Daemon:
         return (
             "no chat adapter is enabled ([discord] or [gchat] enabled = true), so no chat reaches "
             "it; it still runs schedules and the heartbeat, resumes turns cut by a restart, "
-            "answers sessions other processes store, and serves kesoku chat"
+            "answers sessions other processes store"
+            + (", and serves kesoku chat" if self.control and self.control.listening else "")
         )
 
     def request_stop(self) -> None:
