@@ -199,7 +199,8 @@ def test_restart_picks_the_service_scope(tmp_path: Path) -> None:
     unit.parent.mkdir(parents=True)
     unit.write_text("[Unit]\n")
     assert service_scope(env) == Scope(user=True)
-    assert restart_command(Scope(user=True))[-3:] == ["service", "restart", "--user"]
+    restart = ["-P", "-m", "kesoku", "service", "restart", "--user"]  # -P: not the working folder's
+    assert restart_command(Scope(user=True))[1:] == restart
     assert restart_command(Scope(user=False))[-1] == "--system"
 
 

@@ -302,6 +302,7 @@ def test_the_unit_is_read_back_as_install_renders_it(setup: Setup) -> None:
     parsed = parse_unit(unit.render())
     assert parsed.exec_start == (
         "/opt/my venv/bin/python",
+        "-P",
         "-m",
         "kesoku",
         "start",

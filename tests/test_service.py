@@ -174,7 +174,7 @@ def expected_user_unit(config: Path, home: Path, *, path: str, env_file: bool) -
         "[Service]",
         "Type=exec",
         f"WorkingDirectory={config.parent}",
-        f"ExecStart={sys.executable} -m kesoku start -c {quoted}",
+        f"ExecStart={sys.executable} -P -m kesoku start -c {quoted}",
         'Environment="GOOGLE_CLOUD_PROJECT=proj-1"',
         f'Environment="PATH={path}"',
     ]
@@ -231,6 +231,32 @@ def test_dry_run_prints_the_exact_unit_and_keeps_secrets_out(
     )
     assert not (home / ".config").exists()  # a dry run writes nothing and calls no systemctl
     assert not log.exists()
+
+
+def test_the_units_command_imports_nothing_from_its_working_folder(
+    config: Path, home: Path
+) -> None:
+    # The agent's file tools may write in the config's folder: a module there named like one
+    # Kesoku imports would run unsandboxed at the next start.
+    from kesoku.host.doctor import parse_unit
+
+    dry = kesoku("install", "-c", str(config), "--dry-run", home=home, path="/usr/bin:/bin")
+    assert dry.returncode == 0, dry.stderr
+    unit = parse_unit(dry.stdout)
+    [folder] = re.findall(r"^WorkingDirectory=(.*)$", dry.stdout, re.MULTILINE)
+    marker = Path(folder) / "shadowed"
+    (Path(folder) / "cyclopts.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\nraise SystemExit('shadowed')\n"
+    )
+    words = unit.exec_start
+    # the unit's own command, asked for its help (cyclopts shows it)
+    command = [*words[: words.index("kesoku") + 1], "start", "--help"]
+    assert "-P" in command
+    env = os.environ | {"HOME": str(home)}
+    for argv, shadowed in ((command, False), ([w for w in command if w != "-P"], True)):
+        done = subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True)
+        assert marker.exists() is shadowed, (argv, done.stdout, done.stderr)
+        marker.unlink(missing_ok=True)
 
 
 def test_dry_run_without_secrets_has_no_environment_file(config: Path, home: Path) -> None:

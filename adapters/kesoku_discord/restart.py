@@ -33,12 +33,14 @@ def service_scope(env: Mapping[str, str]) -> Scope | None:
 
 
 def restart_command(scope: Scope) -> list[str]:
-    """The command ``<python> -m kesoku service restart --user|--system``.
+    """The command ``<python> -P -m kesoku service restart --user|--system``.
 
-    ``<python>`` is ``sys.executable``: the same interpreter and install as this one.
+    ``<python>`` is ``sys.executable``: the same interpreter and install as this one. ``-P``: the
+    daemon's working folder, where the agent may write, must not shadow a module it imports.
     """
     return [
         sys.executable,
+        "-P",
         "-m",
         "kesoku",
         "service",

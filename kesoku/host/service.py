@@ -137,7 +137,9 @@ class Unit:
         ]
         if not self.scope.user:  # the user manager has no network-online.target
             lines += ["After=network-online.target", "Wants=network-online.target"]
-        exec_args = [self.python, "-m", "kesoku", "start", "-c", os.fspath(self.config)]
+        # -P: `-m` would put the working folder first on the import path, where the agent's file
+        # tools may write (a `yaml.py` there would run unsandboxed at the next start)
+        exec_args = [self.python, "-P", "-m", "kesoku", "start", "-c", os.fspath(self.config)]
         lines += [
             "",
             "[Service]",
