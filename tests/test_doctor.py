@@ -292,6 +292,19 @@ async def test_an_inactive_unit_for_another_config_is_a_warning(setup: Setup) ->
     assert service[2].check.fix == "kesoku service start"
 
 
+async def test_a_unit_from_before_python_p_fails_with_the_fix(setup: Setup) -> None:
+    setup.config.write_text('[agent]\nllm = "local"\n')
+    env = setup.env(FAKE_STATE="active")
+    old = plan_unit(setup.config, [], user=True, env=env).render().replace(" -P -m ", " -m ")
+    setup.unit.parent.mkdir(parents=True)
+    setup.unit.write_text(old)
+    findings = await diagnose(load_config(setup.config, env={}), setup.config, call_model=False,
+                              env=env)  # fmt: skip
+    [bad] = [f for f in findings if f.check.what == "service (user unit)" and not f.check.ok]
+    assert bad.check.detail.startswith("ExecStart runs python -m without -P: it imports from")
+    assert bad.check.fix == f"kesoku service install -c {shlex.quote(str(setup.config))}"
+
+
 def test_the_unit_is_read_back_as_install_renders_it(setup: Setup) -> None:
     odd = setup.root / '50% $HOME "quoted" it\'s'
     odd.mkdir()

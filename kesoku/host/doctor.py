@@ -712,6 +712,16 @@ def unit_findings(scope: Scope, config_path: Path | None, env: Mapping[str, str]
     if unit_config is None:
         return [*findings, fail(what, f"{path} runs no -c config", again)]
     again = again.replace("CONFIG", shlex.quote(unit_config))
+    words = list(unit.exec_start)
+    if "-m" in words and "-P" not in words[: words.index("-m")]:
+        findings.append(
+            fail(
+                what,
+                "ExecStart runs python -m without -P: it imports from its working folder first, "
+                "where the agent may write (a unit from before -P)",
+                again,
+            )
+        )
     here = Path(config_path).resolve() if config_path is not None else None
     if here != Path(unit_config).resolve():
         findings.append(
