@@ -85,3 +85,47 @@ def test_a_cache_that_cannot_be_written_costs_only_time(tmp_path: Path) -> None:
     for _ in range(2):
         assert lookup(tmp_path, cache=blocked) == {"found": INSTALLED, "metadata": True}
     assert blocked.read_text() == "not a folder"
+
+
+FIND = """
+from kesoku.host.adapters import find_adapter
+print(find_adapter("renamed").value)
+"""
+
+
+def test_an_adapter_the_cache_lacks_is_looked_for_again(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    install(site, "extra")
+    assert lookup(tmp_path)["found"] == INSTALLED | {"extra": "extra_module:adapter"}
+    # edited in place, as a re-run of egg_info does: no folder on sys.path moves
+    (site / "extra-0.1.dist-info" / "entry_points.txt").write_text(
+        "[kesoku.adapters]\nrenamed = extra_module:adapter\n"
+    )
+    env = os.environ | {
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", FIND], env=env, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "extra_module:adapter\n"
+    assert "renamed" in lookup(tmp_path)["found"]  # kept for the next lookup
+
+
+def test_a_relative_cache_home_is_ignored_as_xdg_says(tmp_path: Path) -> None:
+    (tmp_path / "site").mkdir()
+    home = tmp_path / "home"
+    env = os.environ | {
+        "XDG_CACHE_HOME": "relative",
+        "HOME": str(home),
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(tmp_path / "site"), os.environ.get("PYTHONPATH")])
+        ),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", LOOKUP], env=env, cwd=tmp_path, capture_output=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert not (tmp_path / "relative").exists()
+    assert [p.name[:9] for p in (home / ".cache" / "kesoku").iterdir()] == ["adapters-"]

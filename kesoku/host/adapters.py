@@ -176,18 +176,18 @@ class AdapterEntry:
         return obj
 
 
-def adapter_entries() -> list[AdapterEntry]:
+def adapter_entries(*, cached: bool = True) -> list[AdapterEntry]:
     """Return every adapter registered under :data:`GROUP`, sorted by name.
 
     Of several with the same name, the first wins. The answer is kept in
     ``$XDG_CACHE_HOME/kesoku/adapters-<interpreter>.json`` with the modification time of every
     ``sys.path`` entry, and used while none of them moved (ARCHITECTURE.md, "Package map", the
-    adapter port).
+    adapter port); ``cached=False`` looks again all the same.
     """
     stamp = _path_stamp()
-    cached = _read_cache(stamp)
-    if cached is not None:
-        return cached
+    kept = _read_cache(stamp) if cached else None
+    if kept is not None:
+        return kept
     # importlib.metadata costs tens of milliseconds to import and more to scan every distribution
     from importlib.metadata import entry_points
 
@@ -215,7 +215,9 @@ def _path_stamp() -> list[tuple[str, int | None]]:
 
 
 def _cache_file() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(base):  # unset, empty or relative: the XDG spec says ~/.cache
+        base = os.path.join(os.path.expanduser("~"), ".cache")
     # one file per interpreter; a clash would only cost a lookup (the stamp names every path)
     key = f"{zlib.crc32(sys.executable.encode()):08x}"
     return Path(base, "kesoku", f"adapters-{key}.json")
@@ -255,14 +257,21 @@ def find_adapter(name: str, entries: Sequence[AdapterEntry] | None = None) -> Ad
     Raises:
         OperatorError: No adapter of that name is registered (an incomplete install).
     """
-    entries = adapter_entries() if entries is None else entries
-    for entry in entries:
-        if entry.name == name:
-            return entry
+    if entries is None:
+        entries = adapter_entries()
+        if _named(name, entries) is None:  # an entry point edited in place moves no folder
+            entries = adapter_entries(cached=False)
+    found = _named(name, entries)
+    if found is not None:
+        return found
     known = ", ".join(e.name for e in entries) or "none"
     raise OperatorError(
         f"no adapter {name!r} is installed (entry points {GROUP}: {known}); reinstall kesoku"
     )
+
+
+def _named(name: str, entries: Sequence[AdapterEntry]) -> AdapterEntry | None:
+    return next((entry for entry in entries if entry.name == name), None)
 
 
 def section_enabled(name: str, config: Config) -> bool | None:
