@@ -268,7 +268,12 @@ class NoServe:
         return True
 
 
-good, broken, off, noserve = Good(), Broken(), Off(), NoServe()
+class Raising(Good):
+    def enabled(self, config):
+        raise RuntimeError("cannot read its settings")
+
+
+good, broken, off, noserve, raising = Good(), Broken(), Off(), NoServe(), Raising()
 '''
 
 
@@ -283,6 +288,7 @@ def fake_distribution(tmp_path: Path) -> Path:
         "broken = kesoku_fake_adapters:broken\n"
         "off = kesoku_fake_adapters:off\n"
         "noserve = kesoku_fake_adapters:noserve\n"
+        "raising = kesoku_fake_adapters:raising\n"
         "missing = kesoku_fake_missing\n"
     )
     (site / "kesoku_fake_adapters.py").write_text(FAKE_ADAPTERS)
@@ -321,7 +327,28 @@ def test_each_adapter_failure_is_one_line_and_the_others_keep_running(tmp_path: 
         "'kesoku_nonexistent_sdk'",
         "adapter noserve: enabled, but kesoku_fake_adapters:noserve has no serve() (not built "
         "yet); skipped",
+        "adapter raising: its enabled() failed: RuntimeError: cannot read its settings; not "
+        "started",
     ]
+
+
+def test_doctor_names_the_adapter_whose_enabled_failed(tmp_path: Path) -> None:
+    setup(tmp_path, "echo.yaml")
+    site = fake_distribution(tmp_path)
+    env = os.environ | {
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "kesoku", "doctor", "--no-call", "-c", "kesoku.toml"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    lines = done.stdout.splitlines()
+    at = next(i for i, ln in enumerate(lines) if "adapter raising:" in ln)
+    assert lines[at] == (
+        "FAIL  adapter raising: its enabled() failed: RuntimeError: cannot read its settings"
+    )
+    assert "fix or remove the package that registers this adapter" in lines[at + 1]
+    assert "the check itself broke" not in done.stdout
 
 
 KESOKU_CHAT = (sys.executable, "-m", "kesoku", "chat")

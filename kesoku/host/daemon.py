@@ -397,7 +397,14 @@ class Daemon:
                 _hint(entry, exc),
             )
             return
-        if not is_enabled(entry, adapter, self.config):
+        try:
+            enabled = is_enabled(entry, adapter, self.config)
+        except Exception as exc:  # a third party's own code: that adapter fails, not the daemon
+            log.error(
+                "adapter %s: its enabled() failed: %s; not started", entry.name, _describe(exc)
+            )
+            return
+        if not enabled:
             return
         if not isinstance(adapter, Adapter):
             log.error(

@@ -374,7 +374,15 @@ async def adapter_findings(cfg: Config, *, timeout_s: float) -> list[Finding]:
         except Exception as exc:
             found[entry.name] = [_load_failure(entry, exc)]
             return
-        if is_enabled(entry, adapter, cfg):
+        try:
+            enabled = is_enabled(entry, adapter, cfg)
+        except Exception as exc:  # a third party's enabled(): its failure, not the doctor's
+            fix = "fix or remove the package that registers this adapter"
+            found[entry.name] = [
+                fail(f"adapter {entry.name}", f"its enabled() failed: {describe(exc)}", fix)
+            ]
+            return
+        if enabled:
             found[entry.name] = await _adapter_checks(entry.name, cfg, timeout_s)
 
     async with trio.open_nursery() as nursery:
