@@ -181,7 +181,8 @@ def test_without_a_daemon_or_with_a_dead_ones_socket_the_chat_runs_here(
     alone = chat(tmp_path, "-v", "hi")
     assert alone.returncode == 0, alone.stderr
     assert alone.stderr.startswith(
-        "kesoku: running in this process (no daemon serves the database)\n"
+        "kesoku: running in this process (no daemon serves the database); config "
+        f"{tmp_path / 'kesoku.toml'}, database {tmp_path / 'kesoku.db'}\n"
     )
     daemon = daemon_for(tmp_path)
     daemon.proc.kill()  # no clean-up: its socket stays behind

@@ -71,8 +71,13 @@ def chat(
         if code is not None:
             return code
         why = "no daemon serves the database"
-    if verbose:
-        print(f"kesoku: running in this process ({why})", file=sys.stderr, flush=True)
+    if verbose:  # which files: a chat started in another folder finds another config and database
+        print(
+            f"kesoku: running in this process ({why}); config "
+            f"{config_file or 'none (the defaults)'}, database {config.workspace.db_path}",
+            file=sys.stderr,
+            flush=True,
+        )
     from kesoku_terminal.app import chat as run_chat
 
     return run_chat(
