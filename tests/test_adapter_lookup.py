@@ -110,7 +110,8 @@ def test_an_adapter_the_cache_lacks_is_looked_for_again(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "extra_module:adapter\n"
-    assert "renamed" in lookup(tmp_path)["found"]  # kept for the next lookup
+    found = lookup(tmp_path)["found"]
+    assert isinstance(found, dict) and "renamed" in found  # kept for the next lookup
 
 
 def test_a_relative_cache_home_is_ignored_as_xdg_says(tmp_path: Path) -> None:

@@ -38,11 +38,11 @@ def test_open_user_messages_read_only_the_open_ones_index(store: Store, tmp_path
     ):
         plan = [row[-1] for row in store._conn.execute(f"EXPLAIN QUERY PLAN {query}", bindings)]
         assert "USING COVERING INDEX messages_open" in plan[0], plan
-    [entries] = store._conn.execute(
+    entries = store._conn.execute(
         "SELECT count(*) FROM messages INDEXED BY messages_open"
         " WHERE role = 'user' AND status IN ('pending', 'processing')"
     ).fetchone()
-    assert entries == 2  # the answer and the done question are not in it
+    assert entries == (2,)  # the answer and the done question are not in it
 
 
 def test_the_connection_is_wal_with_foreign_keys(store: Store) -> None:
