@@ -153,7 +153,7 @@ class SessionHistory:
         """
         end = self._end(root)
         view = self.view
-        start = min(archive_start(self.messages, None, view), end)
+        start = min(archive_start(self.messages, view), end)
         if start != self._start:
             self._transcript, self._start = None, start
         folded = self._transcript is not None and end >= self._folded

@@ -20,7 +20,6 @@ from kesoku.vocab.model import Message, Session
 from kesoku.vocab.text import plural
 from kesoku.vocab.transcript import to_turns
 from kesoku.vocab.view import ViewState, archive_start
-from kesoku.vocab.view import key as view_key
 
 if TYPE_CHECKING:
     from kesoku.observe.spend import Budget, Cap
@@ -124,7 +123,7 @@ def context_parts(
     """
     encode = msgspec.json.encode
     view = ViewState.decode(view_state) if view_state else None
-    start = archive_start(history, [view_key(m) for m in history], view)
+    start = archive_start(history, view)
     sent = list(history[start:]) if view is None else [view.shown(m) for m in history[start:]]
     evicted = sum(1 for m, s in zip(history[start:], sent, strict=True) if s is not m)
     turns = to_turns(sent)

@@ -153,22 +153,16 @@ class ViewState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         return msgspec.structs.replace(msg, content=text)
 
 
-def archive_start(
-    messages: Sequence[Message], keys: Sequence[Key] | None, view: ViewState | None
-) -> int:
+def archive_start(messages: Sequence[Message], view: ViewState | None) -> int:
     """Index of the first message the view still sends (0 without a view).
 
     Args:
-        messages: Messages in history order.
-        keys: Their keys (:func:`key`); None: ``messages`` are searched by :func:`key` (a worker
-            keeps no list of keys: one object more per message).
+        messages: Messages in history order (searched by :func:`key`).
         view: The view.
     """
     if view is None or view.archive_before is None:
         return 0
-    if keys is None:
-        return bisect.bisect_left(messages, view.archive_before, key=key)
-    return bisect.bisect_left(keys, view.archive_before)
+    return bisect.bisect_left(messages, view.archive_before, key=key)
 
 
 def with_head(turns: list[LLMTurn], head: str | None) -> list[LLMTurn]:
@@ -185,6 +179,6 @@ def view_turns(messages: Sequence[Message], view: ViewState | None) -> list[LLMT
     :class:`kesoku.agent.history.SessionHistory` does the same incrementally; this is for measuring
     a candidate view during compaction.
     """
-    start = archive_start(messages, None, view)
+    start = archive_start(messages, view)
     shown = messages[start:] if view is None else [view.shown(m) for m in messages[start:]]
     return with_head(Transcript(shown).turns(), view.head_text() if view is not None else None)
